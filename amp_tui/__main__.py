@@ -1,0 +1,3 @@
+from amp_tui.cli import main
+
+raise SystemExit(main())

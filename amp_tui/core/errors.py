@@ -1,0 +1,24 @@
+"""The one error type a user ever sees: a bad field, its value, and what is allowed."""
+
+from __future__ import annotations
+
+
+class SpecError(ValueError):
+    """Invalid user input. `str()` is a single line naming the field and the value."""
+
+    def __init__(self, field: str, value: object, reason: str):
+        self.field = field
+        self.value = value
+        self.reason = reason
+        super().__init__(f"{field}: {_show(value)}: {reason}")
+
+    def within(self, prefix: str) -> "SpecError":
+        """The same error with its field placed under `prefix` (e.g. `cluster.nodes[1]`)."""
+        field = f"{prefix}.{self.field}" if self.field else prefix
+        return SpecError(field, self.value, self.reason)
+
+
+def _show(value: object) -> str:
+    text = repr(value) if isinstance(value, str) else str(value)
+    text = " ".join(text.split())
+    return text if len(text) <= 60 else text[:57] + "..."

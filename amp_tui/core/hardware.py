@@ -1,0 +1,107 @@
+"""GPU and node-type specs, and the catalogs that name them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from amp_tui.core.errors import SpecError
+from amp_tui.core.presets import catalog
+from amp_tui.core.units import parse_bandwidth, parse_bytes, parse_number
+
+
+@dataclass(frozen=True)
+class GPU:
+    """One GPU type. Rates in base units: bytes, bytes/s, FLOP/s."""
+
+    name: str
+    memory_bytes: float            # the label ("16 GB")
+    usable_memory_bytes: float     # what the CUDA driver offers; the capacity we plan against
+    memory_bandwidth: float        # bytes/s
+    peak_flops_16: float           # dense fp16/bf16 tensor-core FLOP/s
+    peak_flops_32: float
+    peak_fraction: float           # best fraction of peak a large kernel reaches
+    half_work: float               # work (tokens x width / tp) at which half of that is reached
+    description: str = ""
+
+    def peak_flops(self, precision: str) -> float:
+        return self.peak_flops_32 if precision == "fp32" else self.peak_flops_16
+
+    def efficiency(self, work: float) -> float:
+        """Fraction of peak reached by a kernel of `work` = tokens x width / tp elements."""
+        return self.peak_fraction * work / (work + self.half_work)
+
+    def to_dict(self) -> dict:
+        return {
+            "name": self.name,
+            "memory": f"{self.memory_bytes / 2**30:g} GiB",
+            "usable_memory": f"{self.usable_memory_bytes / 2**20:g} MiB",
+            "memory_bandwidth": f"{self.memory_bandwidth / 1e9:g} GB/s",
+            "fp16_tflops": self.peak_flops_16 / 1e12,
+            "fp32_tflops": self.peak_flops_32 / 1e12,
+            "efficiency": {"peak_fraction": self.peak_fraction, "half_work": self.half_work},
+        }
+
+
+def parse_gpu(value: object, field: str) -> GPU:
+    """A catalog name (`V100`) or an inline mapping with figures (optionally `base: V100`)."""
+    if isinstance(value, str):
+        entry = gpu_catalog().get(value)
+        if entry is None:
+            raise SpecError(field, value, f"unknown GPU; known: {', '.join(gpu_catalog())}")
+        return entry
+    if not isinstance(value, dict):
+        raise SpecError(field, value, "expected a GPU name or a mapping of its figures")
+    base = value.get("base")
+    fields = dict(gpu_catalog()[base].to_dict()) if isinstance(base, str) and base in gpu_catalog() else {}
+    if base is not None and not fields:
+        raise SpecError(f"{field}.base", base, f"unknown GPU; known: {', '.join(gpu_catalog())}")
+    if "memory" in value and "usable_memory" not in value:
+        fields.pop("usable_memory", None)  # the base card's figure no longer applies
+    fields.update({k: v for k, v in value.items() if k != "base"})
+    return _gpu_from_fields(str(fields.get("name") or base or "custom"), fields, field)
+
+
+def _gpu_from_fields(name: str, fields: dict, field: str) -> GPU:
+    allowed = {"name", "description", "memory", "usable_memory", "memory_bandwidth", "fp16_tflops",
+               "fp32_tflops", "efficiency"}
+    for key in fields:
+        if key not in allowed:
+            raise SpecError(f"{field}.{key}", fields[key], f"unknown GPU field; allowed: {', '.join(sorted(allowed))}")
+    for key in ("memory", "memory_bandwidth", "fp16_tflops", "fp32_tflops"):
+        if key not in fields:
+            raise SpecError(f"{field}.{key}", None, "required for a GPU given by its figures")
+    memory = parse_bytes(fields["memory"], f"{field}.memory")
+    usable = parse_bytes(fields["usable_memory"], f"{field}.usable_memory") if "usable_memory" in fields else memory
+    efficiency = fields.get("efficiency") or {}
+    if not isinstance(efficiency, dict):
+        raise SpecError(f"{field}.efficiency", efficiency, "expected a mapping with peak_fraction and half_work")
+    peak_fraction = parse_number(efficiency.get("peak_fraction", 0.4), f"{field}.efficiency.peak_fraction", positive=True)
+    if peak_fraction > 1:
+        raise SpecError(f"{field}.efficiency.peak_fraction", peak_fraction, "must be at most 1")
+    return GPU(
+        name=name,
+        memory_bytes=memory,
+        usable_memory_bytes=min(usable, memory),
+        memory_bandwidth=parse_bandwidth(fields["memory_bandwidth"], f"{field}.memory_bandwidth"),
+        peak_flops_16=parse_number(fields["fp16_tflops"], f"{field}.fp16_tflops", positive=True) * 1e12,
+        peak_flops_32=parse_number(fields["fp32_tflops"], f"{field}.fp32_tflops", positive=True) * 1e12,
+        peak_fraction=float(peak_fraction),
+        half_work=float(parse_number(efficiency.get("half_work", 131072), f"{field}.efficiency.half_work", minimum=0)),
+        description=str(fields.get("description", "")),
+    )
+
+
+_GPUS: dict[str, GPU] | None = None
+
+
+def gpu_catalog() -> dict[str, GPU]:
+    global _GPUS
+    if _GPUS is None:
+        _GPUS = {name: _gpu_from_fields(name, dict(fields), f"presets/gpus.yaml:{name}")
+                 for name, fields in catalog("gpus").items()}
+    return _GPUS
+
+
+def instance_catalog() -> dict[str, dict]:
+    """Instance name to its node fields (gpu, gpus_per_node, bandwidths, provider, description)."""
+    return catalog("instances")

@@ -1,0 +1,225 @@
+"""Model specs: an ordered list of (possibly uneven) layers.
+
+A model is written in one of three forms: `preset: NAME` (with optional overrides), a family with
+its hyperparameters (`family: gpt`, see families.py), or an explicit `layers:` list. Every form
+resolves to the same Model: layer groups as written (`block x 24`) and the expanded layer list the
+cost model works on. All sizes are per sample at the training precision.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import cached_property
+
+import numpy as np
+
+from amp_tui.core.errors import SpecError
+from amp_tui.core.presets import load_preset
+from amp_tui.core.units import parse_bytes, parse_int, parse_number
+
+LAYER_KINDS = ("embedding", "block", "head", "other")
+
+_LAYER_NUMBERS = {
+    "params": "parameters",
+    "flops": "forward FLOPs per sample",
+    "activation_bytes": "bytes kept for backward per sample",
+    "output_bytes": "bytes sent across a pipeline boundary per sample",
+    "tp_comm_bytes": "bytes all-reduced per sample per forward under tensor parallelism",
+    "activation_replicated_bytes": "part of activation_bytes that tensor parallelism does not split",
+    "workspace_bytes": "transient bytes per sample at the layer's peak (e.g. fp32 logits for the loss)",
+    "tokens": "tokens per sample (sets the kernel size in the efficiency model)",
+    "width": "hidden width (sets the kernel size in the efficiency model)",
+}
+_REQUIRED = ("params", "flops", "activation_bytes", "output_bytes")
+
+
+@dataclass(frozen=True)
+class Layer:
+    name: str
+    params: float
+    flops: float
+    activation_bytes: float
+    output_bytes: float
+    tp_comm_bytes: float = 0.0
+    activation_replicated_bytes: float = 0.0
+    workspace_bytes: float = 0.0
+    tokens: float = 0.0
+    width: float = 0.0
+    kind: str = "other"
+    repeat: int = 1
+    # Measured forward seconds per sample: {gpu: {tp: seconds or one value per repeated copy}}.
+    profile: dict = field(default_factory=dict, compare=True, hash=False)
+
+    def profiled_time(self, gpu: str, tp: int, copy: int) -> float | None:
+        by_tp = self.profile.get(gpu)
+        value = by_tp.get(tp) if by_tp else None
+        if value is None:
+            return None
+        return value[copy] if isinstance(value, tuple) else value
+
+    def to_dict(self) -> dict:
+        out: dict = {"name": self.name}
+        if self.repeat != 1:
+            out["repeat"] = self.repeat
+        out["kind"] = self.kind
+        for key in _LAYER_NUMBERS:
+            value = getattr(self, key)
+            if value or key in _REQUIRED:
+                out[key] = float(value)
+        if self.profile:
+            out["profile"] = {gpu: {tp: (list(v) if isinstance(v, tuple) else v) for tp, v in by_tp.items()}
+                              for gpu, by_tp in self.profile.items()}
+        return out
+
+
+@dataclass(frozen=True)
+class Model:
+    name: str
+    groups: tuple[Layer, ...]
+    sequence_length: int
+    family: str | None = None
+    # Family hyperparameters (hidden_size, num_layers, ...) or the shape given beside explicit layers.
+    shape: dict = field(default_factory=dict, hash=False)
+    description: str = ""
+
+    @cached_property
+    def layers(self) -> tuple[Layer, ...]:
+        """Expanded layer list: a group with repeat n appears n times."""
+        return tuple(group for group in self.groups for _ in range(group.repeat))
+
+    @cached_property
+    def copy_index(self) -> np.ndarray:
+        """For each expanded layer, which copy of its group it is (to index per-copy profiles)."""
+        return np.array([copy for group in self.groups for copy in range(group.repeat)], dtype=np.int64)
+
+    @property
+    def num_layers(self) -> int:
+        return len(self.layers)
+
+    @cached_property
+    def total_params(self) -> float:
+        return float(sum(layer.params * layer.repeat for layer in self.groups))
+
+    @cached_property
+    def columns(self) -> dict[str, np.ndarray]:
+        """Per-layer numpy columns of every numeric field, for the vectorised cost model."""
+        return {key: np.array([getattr(layer, key) for layer in self.layers], dtype=np.float64)
+                for key in _LAYER_NUMBERS}
+
+    def group_ranges(self) -> list[tuple[int, int]]:
+        """Expanded index range [first, last] of each group."""
+        out, start = [], 0
+        for group in self.groups:
+            out.append((start, start + group.repeat - 1))
+            start += group.repeat
+        return out
+
+    def to_dict(self) -> dict:
+        out: dict = {"name": self.name}
+        if self.description:
+            out["description"] = self.description
+        if self.family:
+            out["family"] = self.family
+            out.update(self.shape)
+            return out
+        out["sequence_length"] = self.sequence_length
+        out.update({k: v for k, v in self.shape.items() if k != "sequence_length"})
+        out["layers"] = [layer.to_dict() for layer in self.groups]
+        return out
+
+
+def _layer_number(value: object, key: str, field_name: str) -> float:
+    if key.endswith("_bytes") and isinstance(value, str) and any(c.isalpha() for c in value):
+        return parse_bytes(value, field_name)
+    return float(parse_number(value, field_name, minimum=0))
+
+
+def _parse_profile(value: object, field_name: str, repeat: int) -> dict:
+    if not isinstance(value, dict):
+        raise SpecError(field_name, value, "expected {GPU: {tp: seconds}}")
+    out: dict = {}
+    for gpu, by_tp in value.items():
+        where = f"{field_name}.{gpu}"
+        if not isinstance(by_tp, dict):
+            raise SpecError(where, by_tp, "expected {tp: forward seconds per sample}")
+        times: dict = {}
+        for tp, seconds in by_tp.items():
+            tp_int = parse_int(tp, f"{where} (tp)")
+            if isinstance(seconds, list):
+                if len(seconds) != repeat:
+                    raise SpecError(f"{where}.{tp}", f"{len(seconds)} values",
+                                    f"a list of times needs one per repeated copy ({repeat})")
+                times[tp_int] = tuple(float(parse_number(s, f"{where}.{tp}", positive=True)) for s in seconds)
+            else:
+                times[tp_int] = float(parse_number(seconds, f"{where}.{tp}", positive=True))
+        out[str(gpu)] = times
+    return out
+
+
+def parse_layer(value: object, field_name: str, defaults: dict) -> Layer:
+    if not isinstance(value, dict):
+        raise SpecError(field_name, value, "expected a mapping with params, flops, activation_bytes, output_bytes")
+    allowed = set(_LAYER_NUMBERS) | {"name", "repeat", "profile", "kind"}
+    for key in value:
+        if key not in allowed:
+            raise SpecError(f"{field_name}.{key}", value[key], f"unknown layer field; allowed: {', '.join(sorted(allowed))}")
+    for key in _REQUIRED:
+        if key not in value:
+            raise SpecError(f"{field_name}.{key}", None, f"required ({_LAYER_NUMBERS[key]})")
+    repeat = parse_int(value.get("repeat", 1), f"{field_name}.repeat")
+    numbers = {key: _layer_number(value[key], key, f"{field_name}.{key}") for key in _LAYER_NUMBERS if key in value}
+    numbers.setdefault("tokens", float(defaults["sequence_length"]))
+    numbers.setdefault("width", float(defaults.get("hidden_size") or 0))
+    if numbers.get("activation_replicated_bytes", 0) > numbers["activation_bytes"]:
+        raise SpecError(f"{field_name}.activation_replicated_bytes", numbers["activation_replicated_bytes"],
+                        "cannot exceed activation_bytes")
+    kind = str(value.get("kind", "other"))
+    if kind not in LAYER_KINDS:
+        raise SpecError(f"{field_name}.kind", kind, f"expected one of {', '.join(LAYER_KINDS)}")
+    profile = _parse_profile(value["profile"], f"{field_name}.profile", repeat) if "profile" in value else {}
+    return Layer(name=str(value.get("name", "layer")), repeat=repeat, kind=kind, profile=profile, **numbers)
+
+
+_SHAPE_KEYS = ("hidden_size", "num_layers", "num_heads", "vocab_size", "ffn_hidden_size", "num_kv_heads")
+
+
+def parse_model(value: object, bytes_per_element: int, field_name: str = "model") -> Model:
+    """Resolve any of the three model forms. `bytes_per_element` is 2 for fp16/bf16, 4 for fp32."""
+    from amp_tui.core.families import FAMILIES, build_family  # families import Layer from here
+
+    if isinstance(value, str):
+        value = {"preset": value}
+    if not isinstance(value, dict):
+        raise SpecError(field_name, value, "expected a preset name, a family with hyperparameters, or layers")
+    if "preset" in value:
+        name = value["preset"]
+        if not isinstance(name, str):
+            raise SpecError(f"{field_name}.preset", name, "expected a model preset name")
+        base = dict(load_preset("models", name))
+        base.update({k: v for k, v in value.items() if k != "preset"})
+        return parse_model(base, bytes_per_element, field_name)
+    name = str(value.get("name") or value.get("family") or "model")
+    description = str(value.get("description", ""))
+    if "family" in value:
+        family = value["family"]
+        if family not in FAMILIES:
+            raise SpecError(f"{field_name}.family", family, f"expected one of {', '.join(FAMILIES)}")
+        if "layers" in value:
+            raise SpecError(f"{field_name}.layers", "...", "give either a family or explicit layers, not both")
+        shape, groups = build_family(family, value, bytes_per_element, field_name)
+        return Model(name=name, groups=groups, sequence_length=shape["sequence_length"], family=family,
+                     shape=shape, description=description)
+    if "layers" not in value:
+        raise SpecError(field_name, sorted(value), "expected `preset`, `family` or `layers`")
+    layers = value["layers"]
+    if not isinstance(layers, list) or not layers:
+        raise SpecError(f"{field_name}.layers", layers, "expected a non-empty list of layers")
+    allowed = {"name", "description", "sequence_length", "layers", *_SHAPE_KEYS}
+    for key in value:
+        if key not in allowed:
+            raise SpecError(f"{field_name}.{key}", value[key], f"unknown model field; allowed: {', '.join(sorted(allowed))}")
+    sequence_length = parse_int(value.get("sequence_length", 1), f"{field_name}.sequence_length")
+    shape = {key: parse_int(value[key], f"{field_name}.{key}") for key in _SHAPE_KEYS if key in value}
+    defaults = {"sequence_length": sequence_length, **shape}
+    groups = tuple(parse_layer(layer, f"{field_name}.layers[{i}]", defaults) for i, layer in enumerate(layers))
+    return Model(name=name, groups=groups, sequence_length=sequence_length, shape=shape, description=description)

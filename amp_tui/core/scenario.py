@@ -1,0 +1,268 @@
+"""Scenario specs: a cluster, a model and training settings, validated once at the edge.
+
+Specs are frozen; an edit builds a new spec (`dataclasses.replace`) and re-validates it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from amp_tui.core.errors import SpecError
+from amp_tui.core.hardware import GPU, gpu_catalog, instance_catalog, parse_gpu
+from amp_tui.core.model import Model, parse_model
+from amp_tui.core.presets import load_preset, preset_names
+from amp_tui.core.units import format_bandwidth, format_bytes, parse_bandwidth, parse_bytes, parse_int
+from amp_tui.core.yamlio import load_yaml_file
+
+PRECISIONS = {"fp16": 2, "bf16": 2, "fp32": 4}
+OPTIMIZERS = ("adam", "sgd")
+SCHEDULES = ("1f1b", "gpipe")
+RECOMPUTE = ("none", "full")
+ZERO_STAGES = (0, 1, 2)
+
+
+@dataclass(frozen=True)
+class NodeGroup:
+    """`count` identical nodes. Bandwidths in bytes per second."""
+
+    count: int
+    gpu: GPU
+    gpus_per_node: int
+    intra_node_bandwidth: float
+    inter_node_bandwidth: float
+    instance: str | None = None
+
+    @property
+    def label(self) -> str:
+        return self.instance or f"{self.gpus_per_node}x{self.gpu.name}"
+
+    @property
+    def num_gpus(self) -> int:
+        return self.count * self.gpus_per_node
+
+    def hardware_key(self) -> tuple:
+        """Groups with equal keys are interchangeable in a placement."""
+        return (self.gpu, self.gpus_per_node, self.intra_node_bandwidth, self.inter_node_bandwidth)
+
+    def to_dict(self) -> dict:
+        out: dict = {}
+        if self.instance:
+            out["instance"] = self.instance
+        out["count"] = self.count
+        catalog_gpu = gpu_catalog().get(self.gpu.name)
+        out["gpu"] = self.gpu.name if catalog_gpu == self.gpu else self.gpu.to_dict()
+        out["gpus_per_node"] = self.gpus_per_node
+        out["intra_node_bandwidth"] = format_bandwidth(self.intra_node_bandwidth)
+        out["inter_node_bandwidth"] = format_bandwidth(self.inter_node_bandwidth)
+        return out
+
+
+@dataclass(frozen=True)
+class Cluster:
+    nodes: tuple[NodeGroup, ...]
+    name: str = "cluster"
+    description: str = ""
+
+    @property
+    def num_gpus(self) -> int:
+        return sum(group.num_gpus for group in self.nodes)
+
+    @property
+    def num_nodes(self) -> int:
+        return sum(group.count for group in self.nodes)
+
+    def to_dict(self) -> dict:
+        out: dict = {"name": self.name}
+        if self.description:
+            out["description"] = self.description
+        out["nodes"] = [group.to_dict() for group in self.nodes]
+        return out
+
+
+@dataclass(frozen=True)
+class Training:
+    global_batch_size: int
+    precision: str = "fp16"
+    optimizer: str = "adam"
+    schedule: str = "1f1b"
+    recompute: str = "none"
+    zero_stage: int = 0
+    runtime_reserve_bytes: float = 2**30  # CUDA context, NCCL buffers, allocator slack
+
+    @property
+    def bytes_per_element(self) -> int:
+        return PRECISIONS[self.precision]
+
+    def to_dict(self) -> dict:
+        return {"global_batch_size": self.global_batch_size, "precision": self.precision,
+                "optimizer": self.optimizer, "schedule": self.schedule, "recompute": self.recompute,
+                "zero_stage": self.zero_stage, "runtime_reserve": format_bytes(self.runtime_reserve_bytes)}
+
+
+@dataclass(frozen=True)
+class SearchOptions:
+    allow_cross_node_tp: bool = False   # tensor parallelism across nodes (normally a bad idea)
+    reorder_nodes: bool = True          # let the search choose which node groups serve which stages
+    top: int = 10                       # strategies to show
+    max_micro_batch_size: int = 64
+
+    def to_dict(self) -> dict:
+        return {"allow_cross_node_tp": self.allow_cross_node_tp, "reorder_nodes": self.reorder_nodes,
+                "top": self.top, "max_micro_batch_size": self.max_micro_batch_size}
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    cluster: Cluster
+    model: Model
+    training: Training
+    search: SearchOptions = field(default_factory=SearchOptions)
+    description: str = ""
+
+    def to_dict(self) -> dict:
+        """A self-contained mapping (presets resolved) that `parse_scenario` reads back."""
+        out: dict = {"name": self.name}
+        if self.description:
+            out["description"] = self.description
+        out.update(cluster=self.cluster.to_dict(), model=self.model.to_dict(),
+                   training=self.training.to_dict(), search=self.search.to_dict())
+        return out
+
+    def with_training(self, **changes) -> "Scenario":
+        """A new scenario with training fields changed; a family model is rebuilt for a new precision."""
+        training = replace(self.training, **changes)
+        return parse_scenario({**self.to_dict(), "training": training.to_dict()})
+
+
+def _check_keys(value: dict, allowed: set[str], field_name: str, what: str) -> None:
+    for key in value:
+        if key not in allowed:
+            raise SpecError(f"{field_name}.{key}", value[key], f"unknown {what} field; allowed: {', '.join(sorted(allowed))}")
+
+
+def _choice(value: object, options: tuple, field_name: str):
+    if value not in options:
+        raise SpecError(field_name, value, f"expected one of {', '.join(str(o) for o in options)}")
+    return value
+
+
+def _bool(value: object, field_name: str) -> bool:
+    if not isinstance(value, bool):
+        raise SpecError(field_name, value, "expected true or false")
+    return value
+
+
+def parse_node_group(value: object, field_name: str) -> NodeGroup:
+    if not isinstance(value, dict):
+        raise SpecError(field_name, value, "expected a mapping (instance, count, gpu, gpus_per_node, bandwidths)")
+    allowed = {"instance", "count", "gpu", "gpus_per_node", "intra_node_bandwidth", "inter_node_bandwidth"}
+    _check_keys(value, allowed, field_name, "node")
+    fields: dict = {}
+    instance = value.get("instance")
+    if instance is not None:
+        entry = instance_catalog().get(instance)
+        if entry is None:
+            raise SpecError(f"{field_name}.instance", instance, f"unknown instance; known: {', '.join(instance_catalog())}")
+        fields.update({k: entry[k] for k in allowed if k in entry})
+    fields.update({k: v for k, v in value.items() if k != "instance"})
+    for key in ("gpu", "gpus_per_node", "intra_node_bandwidth", "inter_node_bandwidth"):
+        if key not in fields:
+            raise SpecError(f"{field_name}.{key}", None, "required when no instance is given")
+    gpus_per_node = parse_int(fields["gpus_per_node"], f"{field_name}.gpus_per_node")
+    return NodeGroup(
+        count=parse_int(fields.get("count", 1), f"{field_name}.count"),
+        gpu=parse_gpu(fields["gpu"], f"{field_name}.gpu"),
+        gpus_per_node=gpus_per_node,
+        intra_node_bandwidth=parse_bandwidth(fields["intra_node_bandwidth"], f"{field_name}.intra_node_bandwidth"),
+        inter_node_bandwidth=parse_bandwidth(fields["inter_node_bandwidth"], f"{field_name}.inter_node_bandwidth"),
+        instance=str(instance) if instance is not None else None,
+    )
+
+
+def parse_cluster(value: object, field_name: str = "cluster") -> Cluster:
+    if isinstance(value, str):
+        value = {"preset": value}
+    if not isinstance(value, dict):
+        raise SpecError(field_name, value, "expected a cluster preset name or a mapping with nodes")
+    if "preset" in value:
+        name = value["preset"]
+        if not isinstance(name, str):
+            raise SpecError(f"{field_name}.preset", name, "expected a cluster preset name")
+        return parse_cluster({**load_preset("clusters", name), **{k: v for k, v in value.items() if k != "preset"}},
+                             field_name)
+    _check_keys(value, {"name", "description", "nodes"}, field_name, "cluster")
+    nodes = value.get("nodes")
+    if not isinstance(nodes, list) or not nodes:
+        raise SpecError(f"{field_name}.nodes", nodes, "expected a non-empty list of node groups")
+    groups = tuple(parse_node_group(node, f"{field_name}.nodes[{i}]") for i, node in enumerate(nodes))
+    return Cluster(nodes=groups, name=str(value.get("name", "cluster")), description=str(value.get("description", "")))
+
+
+def parse_training(value: object, field_name: str = "training") -> Training:
+    if not isinstance(value, dict):
+        raise SpecError(field_name, value, "expected a mapping with at least global_batch_size")
+    allowed = {"global_batch_size", "precision", "optimizer", "schedule", "recompute", "zero_stage", "runtime_reserve"}
+    _check_keys(value, allowed, field_name, "training")
+    if "global_batch_size" not in value:
+        raise SpecError(f"{field_name}.global_batch_size", None, "required")
+    reserve = value.get("runtime_reserve")
+    return Training(
+        global_batch_size=parse_int(value["global_batch_size"], f"{field_name}.global_batch_size"),
+        precision=_choice(value.get("precision", "fp16"), tuple(PRECISIONS), f"{field_name}.precision"),
+        optimizer=_choice(value.get("optimizer", "adam"), OPTIMIZERS, f"{field_name}.optimizer"),
+        schedule=_choice(value.get("schedule", "1f1b"), SCHEDULES, f"{field_name}.schedule"),
+        recompute=_choice(value.get("recompute", "none"), RECOMPUTE, f"{field_name}.recompute"),
+        zero_stage=_choice(value.get("zero_stage", 0), ZERO_STAGES, f"{field_name}.zero_stage"),
+        runtime_reserve_bytes=(parse_bytes(reserve, f"{field_name}.runtime_reserve") if reserve is not None
+                               else Training.runtime_reserve_bytes),
+    )
+
+
+def parse_search_options(value: object, field_name: str = "search") -> SearchOptions:
+    if value is None:
+        return SearchOptions()
+    if not isinstance(value, dict):
+        raise SpecError(field_name, value, "expected a mapping of search options")
+    _check_keys(value, {"allow_cross_node_tp", "reorder_nodes", "top", "max_micro_batch_size"}, field_name, "search")
+    default = SearchOptions()
+    return SearchOptions(
+        allow_cross_node_tp=_bool(value.get("allow_cross_node_tp", default.allow_cross_node_tp), f"{field_name}.allow_cross_node_tp"),
+        reorder_nodes=_bool(value.get("reorder_nodes", default.reorder_nodes), f"{field_name}.reorder_nodes"),
+        top=parse_int(value.get("top", default.top), f"{field_name}.top"),
+        max_micro_batch_size=parse_int(value.get("max_micro_batch_size", default.max_micro_batch_size),
+                                       f"{field_name}.max_micro_batch_size"),
+    )
+
+
+def parse_scenario(value: object) -> Scenario:
+    if not isinstance(value, dict):
+        raise SpecError("scenario", type(value).__name__, "expected a mapping with cluster, model and training")
+    _check_keys(value, {"name", "description", "cluster", "model", "training", "search", "format"}, "scenario", "scenario")
+    for key in ("cluster", "model", "training"):
+        if key not in value:
+            raise SpecError(key, None, "required")
+    training = parse_training(value["training"])
+    return Scenario(
+        name=str(value.get("name", "scenario")),
+        description=str(value.get("description", "")),
+        cluster=parse_cluster(value["cluster"]),
+        model=parse_model(value["model"], training.bytes_per_element),
+        training=training,
+        search=parse_search_options(value.get("search")),
+    )
+
+
+def load_scenario(name_or_path: str) -> Scenario:
+    """A scenario preset name, or a path to a scenario file (a plan file also holds a scenario)."""
+    path = Path(name_or_path)
+    if path.suffix in (".yaml", ".yml") or path.exists():
+        data = load_yaml_file(path)
+        if isinstance(data, dict) and isinstance(data.get("scenario"), dict):
+            data = data["scenario"]  # a plan file
+        return parse_scenario(data)
+    if name_or_path in preset_names("scenarios"):
+        return parse_scenario(load_preset("scenarios", name_or_path))
+    raise SpecError("scenario", name_or_path,
+                    f"neither a file nor a scenario preset; presets: {', '.join(preset_names('scenarios'))}")
