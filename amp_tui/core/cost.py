@@ -1,0 +1,326 @@
+"""The cost model: predicted iteration time of one strategy on one cluster.
+
+For a candidate (tp, pp, dp, micro-batch size b, placement) with B micro-batches, stage s on the
+GPUs that serve it, and a partition of the layers into contiguous stages:
+
+  C_s   compute of stage s per micro-batch, forward + backward: per layer 3 x forward (4 x with full
+        recomputation), forward = measured time scaled to b where a measurement exists for that GPU
+        and tp, else FLOPs / (tp x peak x efficiency(kernel size)) with a memory-bandwidth floor;
+        plus the Megatron tensor-parallel all-reduces (2 forward, 2 backward per block) over the
+        stage's slowest tensor-parallel link where the time was not measured. A stage served by two
+        GPU types runs at the slower one's pace.
+  c_k   pipeline send across boundary k per micro-batch: activation forward + gradient backward,
+        b x output bytes of the boundary layer each way, over the slowest (NIC-shared) link.
+  tau_s = C_s + c_(s-1) + c_s: a stage's busy time per micro-batch (sends block).
+  E_s   after the last micro-batch: data-parallel ring all-reduce of the stage's gradients,
+        2 (dp-1)/dp x bytes over the ring's slowest link, plus the memory-bound optimizer step.
+
+  iteration_time = (B - 1) max_s tau_s  +  sum_s C_s + sum_k c_k  +  max_s E_s
+                   steady state            fill and drain            data parallel + optimizer
+
+The same arrays serve `evaluate` and the partition search, so a searched plan re-evaluates exactly.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+
+import numpy as np
+
+from amp_tui.core.hardware import GPU
+from amp_tui.core.memory import (MemoryBreakdown, micro_batches_in_flight, optimizer_traffic_per_param,
+                                 state_bytes_per_param)
+from amp_tui.core.placement import Layout, build_layout
+from amp_tui.core.scenario import Scenario
+from amp_tui.core.strategy import Strategy
+from amp_tui.core.units import format_bytes
+
+
+class CostModel:
+    """Per-scenario caches of layer times and layouts; candidates are built from these."""
+
+    def __init__(self, scenario: Scenario):
+        self.scenario = scenario
+        self.model = scenario.model
+        self.training = scenario.training
+        self.gpus: list[GPU] = [group.gpu for group in scenario.cluster.nodes]
+        self._layer_times: dict[tuple, tuple[np.ndarray, np.ndarray]] = {}
+        self._layouts: dict[tuple, Layout] = {}
+        cols = self.model.columns
+        self._output = cols["output_bytes"]
+        self._params = cols["params"]
+        self._profiles = {}  # (gpu name, tp) -> forward seconds per sample, NaN where not measured
+
+    # -- layer times ------------------------------------------------------------------------
+    def _measured(self, gpu_name: str, tp: int) -> np.ndarray:
+        key = (gpu_name, tp)
+        if key not in self._profiles:
+            copies = self.model.copy_index
+            self._profiles[key] = np.array(
+                [t if (t := layer.profiled_time(gpu_name, tp, int(c))) is not None else np.nan
+                 for layer, c in zip(self.model.layers, copies)])
+        return self._profiles[key]
+
+    def _analytic_forward(self, gpu: GPU, tp: int, mbs: int) -> np.ndarray:
+        cols = self.model.columns
+        work = cols["tokens"] * cols["width"] * mbs / tp
+        efficiency = gpu.efficiency(work)
+        peak = gpu.peak_flops(self.training.precision)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            compute = np.where(cols["flops"] > 0, cols["flops"] * mbs / (tp * peak * efficiency), 0.0)
+        traffic = 2.0 * cols["activation_bytes"] * mbs / tp / gpu.memory_bandwidth
+        return np.maximum(np.nan_to_num(compute, nan=0.0, posinf=0.0), traffic)
+
+    def layer_times(self, group: int, tp: int, mbs: int) -> tuple[np.ndarray, np.ndarray]:
+        """(compute seconds, tensor-parallel ring bytes) per layer per micro-batch, forward + backward,
+        on node group `group`'s GPU. The bytes still need the stage's link: see `stage_layer_times`."""
+        gpu = self.gpus[group]
+        key = (gpu.name, gpu, tp, mbs)
+        cached = self._layer_times.get(key)
+        if cached is not None:
+            return cached
+        cols = self.model.columns
+        passes = 4.0 if self.training.recompute == "full" else 3.0
+        measured = self._measured(gpu.name, tp)
+        have = ~np.isnan(measured)
+        # A measured time scales to b samples like the efficiency model: fixed kernel overheads
+        # are paid once per micro-batch, so larger micro-batches run more efficiently.
+        work1 = cols["tokens"] * cols["width"] / tp
+        with np.errstate(divide="ignore"):
+            kappa = np.where(work1 > 0, gpu.half_work / work1, 0.0)
+        scaled = np.where(have, measured, 0.0) * (mbs + kappa) / (1.0 + kappa)
+        analytic = self._analytic_forward(gpu, tp, mbs)
+        if tp > 1:
+            # Measured at tp = 1 only: keep the measurement's efficiency, split the work by tp.
+            base = self._measured(gpu.name, 1)
+            with np.errstate(divide="ignore", invalid="ignore"):
+                ratio = base / self._analytic_forward(gpu, 1, 1)
+            calibrated = ~np.isnan(base) & np.isfinite(ratio) & (ratio > 0)
+            analytic = np.where(calibrated, analytic * np.where(calibrated, ratio, 1.0), analytic)
+        forward = np.where(have, scaled, analytic)
+        comm_passes = passes - 1.0  # forward and backward all-reduces, forward again under recompute
+        ring = 2.0 * (tp - 1) / tp
+        tp_bytes = np.where(have, 0.0, comm_passes * cols["tp_comm_bytes"] * mbs * ring)
+        result = (passes * forward, tp_bytes)
+        self._layer_times[key] = result
+        return result
+
+    def layout(self, tp: int, pp: int, dp: int, order: tuple[int, ...]) -> Layout:
+        key = (tp, pp, dp, order)
+        if key not in self._layouts:
+            self._layouts[key] = build_layout(self.scenario.cluster, tp, pp, dp, order)
+        return self._layouts[key]
+
+    def candidate(self, tp: int, pp: int, dp: int, mbs: int, order: tuple[int, ...]) -> "Candidate":
+        return Candidate(self, self.layout(tp, pp, dp, order), mbs)
+
+
+@dataclass(frozen=True)
+class StagePrediction:
+    index: int
+    first_layer: int
+    last_layer: int
+    gpu: str                       # the GPU type that sets the pace (the slowest serving the stage)
+    gpu_types: tuple[str, ...]
+    compute_s: float               # per micro-batch, forward + backward, incl. tensor-parallel comm
+    tp_comm_s: float               # the tensor-parallel all-reduce part of compute_s
+    comm_s: float                  # pipeline sends per micro-batch, both neighbours, both directions
+    stage_time_s: float            # compute_s + comm_s: the stage's busy time per micro-batch
+    dp_allreduce_s: float
+    optimizer_step_s: float
+    memory: MemoryBreakdown
+    capacity_bytes: float
+
+    @property
+    def fits(self) -> bool:
+        return self.memory.total_bytes <= self.capacity_bytes
+
+    def to_dict(self) -> dict:
+        return {
+            "stage": self.index, "first_layer": self.first_layer, "last_layer": self.last_layer,
+            "gpu": self.gpu, "gpu_types": list(self.gpu_types),
+            "compute_s": self.compute_s, "tp_comm_s": self.tp_comm_s, "comm_s": self.comm_s,
+            "stage_time_s": self.stage_time_s, "dp_allreduce_s": self.dp_allreduce_s,
+            "optimizer_step_s": self.optimizer_step_s,
+            "memory_bytes": self.memory.total_bytes, "capacity_bytes": self.capacity_bytes,
+            "fits_memory": self.fits, "memory": self.memory.to_dict(),
+        }
+
+
+@dataclass(frozen=True)
+class Prediction:
+    strategy: Strategy              # with partition and placement filled in
+    num_micro_batches: int
+    iteration_time_s: float
+    samples_per_s: float
+    steady_state_s: float           # (B - 1) x the bottleneck stage's time
+    fill_drain_s: float             # one micro-batch through every stage and boundary
+    dp_and_optimizer_s: float       # the slowest stage's all-reduce + optimizer step
+    dp_allreduce_s: float           # the slowest stage's all-reduce alone
+    bubble_fraction: float          # share of the pipeline time a bottleneck GPU sits idle
+    fits_memory: bool
+    peak_memory_bytes: float
+    stages: tuple[StagePrediction, ...]
+    reason: str | None = None       # why it does not fit
+
+    @property
+    def bottleneck_stage(self) -> int:
+        return max(range(len(self.stages)), key=lambda s: self.stages[s].stage_time_s)
+
+    def to_dict(self) -> dict:
+        out = self.strategy.to_dict()
+        out.update({
+            "num_micro_batches": self.num_micro_batches,
+            "iteration_time_s": self.iteration_time_s, "samples_per_s": self.samples_per_s,
+            "fits_memory": self.fits_memory, "peak_memory_bytes": self.peak_memory_bytes,
+            "dp_allreduce_s": self.dp_allreduce_s, "bubble_fraction": self.bubble_fraction,
+            "steady_state_s": self.steady_state_s, "fill_drain_s": self.fill_drain_s,
+            "dp_and_optimizer_s": self.dp_and_optimizer_s,
+        })
+        if self.reason:
+            out["reason"] = self.reason
+        out["stages"] = [stage.to_dict() for stage in self.stages]
+        return out
+
+
+class Candidate:
+    """One (tp, pp, dp, micro-batch size, placement): every array the partition search needs.
+
+    Stage-indexed arrays have pp rows; layer-indexed ones L columns; prefix sums L + 1 columns.
+    """
+
+    def __init__(self, cost: CostModel, layout: Layout, mbs: int):
+        self.cost = cost
+        self.layout = layout
+        self.mbs = mbs
+        training = cost.training
+        self.tp, self.pp, self.dp = layout.tp, layout.pp, layout.dp
+        self.num_layers = cost.model.num_layers
+        self.num_micro_batches = training.global_batch_size // (self.dp * mbs)
+        self.state = state_bytes_per_param(training, self.dp)
+        ring = 2.0 * (self.dp - 1) / self.dp
+        # Seconds per (parameter / tp) of stage s for the all-reduce and the optimizer step.
+        self.dp_coef = ring * self.state.weights * layout.dp_seconds_per_byte
+        self.opt_coef = optimizer_traffic_per_param(training, self.dp) / layout.stage_memory_bandwidth
+        self.e_coef = self.dp_coef + self.opt_coef
+
+    @cached_property
+    def stage_layer_times(self) -> tuple[np.ndarray, np.ndarray]:
+        """(time, tensor-parallel part) per stage per layer: the slowest serving GPU type's."""
+        pp, L = self.pp, self.num_layers
+        times = np.zeros((pp, L))
+        tp_part = np.zeros((pp, L))
+        for s, groups in enumerate(self.layout.stage_groups):
+            spb = self.layout.stage_tp_seconds_per_byte[s]
+            for g in groups:
+                compute, tp_bytes = self.cost.layer_times(g, self.tp, self.mbs)
+                total = compute + tp_bytes * spb
+                slower = total > times[s]
+                times[s] = np.where(slower, total, times[s])
+                tp_part[s] = np.where(slower, tp_bytes * spb, tp_part[s])
+        return times, tp_part
+
+    @cached_property
+    def time_prefix(self) -> np.ndarray:
+        """(pp, L + 1): prefix sums of each stage's per-layer times."""
+        times, _ = self.stage_layer_times
+        return np.concatenate([np.zeros((self.pp, 1)), np.cumsum(times, axis=1)], axis=1)
+
+    @cached_property
+    def cut_cost(self) -> np.ndarray:
+        """(pp - 1, L + 1): pipeline send time per micro-batch, both directions, when boundary k
+        follows layer j - 1. Column 0 is unused."""
+        out = np.concatenate([[0.0], self.cost._output])
+        return 2.0 * self.mbs * out[None, :] * self.layout.boundary_seconds_per_byte[:, None]
+
+    @cached_property
+    def param_prefix(self) -> np.ndarray:
+        """(L + 1,): prefix sums of parameters per GPU (divided by tp)."""
+        return np.concatenate([[0.0], np.cumsum(self.cost._params)]) / self.tp
+
+    @cached_property
+    def memory_arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(activation prefix per micro-batch per GPU, per-layer transient peak, in-flight per stage)."""
+        cols = self.cost.model.columns
+        training = self.cost.training
+        tp, mbs = self.tp, self.mbs
+        full = cols["activation_replicated_bytes"] + (cols["activation_bytes"] - cols["activation_replicated_bytes"]) / tp
+        workspace = cols["workspace_bytes"] / tp
+        if training.recompute == "full":
+            kept = np.concatenate([[0.0], cols["output_bytes"][:-1]])  # each layer's input
+            peak = workspace + full                                   # one layer recomputed at a time
+        else:
+            kept = full
+            peak = workspace
+        prefix = np.concatenate([[0.0], np.cumsum(kept)]) * mbs
+        in_flight = np.array([micro_batches_in_flight(training.schedule, s, self.pp, self.num_micro_batches)
+                              for s in range(self.pp)], dtype=np.float64)
+        return prefix, peak * mbs, in_flight
+
+    def stage_memory(self, s: int, i: int, j: int) -> MemoryBreakdown:
+        """Memory per GPU of stage s holding layers [i, j)."""
+        act_prefix, peak, in_flight = self.memory_arrays
+        params = self.param_prefix[j] - self.param_prefix[i]
+        return MemoryBreakdown(
+            weights_bytes=params * self.state.weights,
+            gradients_bytes=params * self.state.gradients,
+            optimizer_bytes=params * self.state.optimizer,
+            activations_bytes=in_flight[s] * (act_prefix[j] - act_prefix[i]),
+            workspace_bytes=float(peak[i:j].max()),
+            reserve_bytes=self.cost.training.runtime_reserve_bytes,
+        )
+
+    def strategy(self, partition: tuple[int, ...]) -> Strategy:
+        return Strategy(self.tp, self.pp, self.dp, self.mbs, tuple(int(n) for n in partition), self.layout.order)
+
+    def predict(self, partition: tuple[int, ...]) -> Prediction:
+        """Every term of the cost and memory model for one partition (layers per stage)."""
+        pp, B = self.pp, self.num_micro_batches
+        bounds = np.concatenate([[0], np.cumsum(partition)]).astype(np.int64)
+        _, tp_part = self.stage_layer_times
+        gpus = self.cost.gpus
+        cuts = [float(self.cut_cost[k, bounds[k + 1]]) for k in range(pp - 1)]
+        stages = []
+        for s in range(pp):
+            i, j = int(bounds[s]), int(bounds[s + 1])
+            compute = float(self.time_prefix[s, j] - self.time_prefix[s, i])
+            comm = (cuts[s - 1] if s > 0 else 0.0) + (cuts[s] if s < pp - 1 else 0.0)
+            params = self.param_prefix[j] - self.param_prefix[i]
+            groups = self.layout.stage_groups[s]
+            slowest = max(groups, key=lambda g: float(self.cost.layer_times(g, self.tp, self.mbs)[0][i:j].sum()))
+            stages.append(StagePrediction(
+                index=s, first_layer=i, last_layer=j - 1,
+                gpu=gpus[slowest].name, gpu_types=tuple(dict.fromkeys(gpus[g].name for g in groups)),
+                compute_s=compute, tp_comm_s=float(tp_part[s, i:j].sum()), comm_s=comm,
+                stage_time_s=compute + comm,
+                dp_allreduce_s=float(self.dp_coef[s] * params), optimizer_step_s=float(self.opt_coef[s] * params),
+                memory=self.stage_memory(s, i, j), capacity_bytes=float(self.layout.stage_capacity[s]),
+            ))
+        bottleneck = max(stage.stage_time_s for stage in stages)
+        steady = (B - 1) * bottleneck
+        fill = sum(stage.compute_s for stage in stages) + sum(cuts)
+        tail = max(stage.dp_allreduce_s + stage.optimizer_step_s for stage in stages)
+        iteration = steady + fill + tail
+        pipeline = steady + fill
+        over = [stage for stage in stages if not stage.fits]
+        reason = None
+        if over:
+            worst = max(over, key=lambda st: st.memory.total_bytes - st.capacity_bytes)
+            reason = memory_reason(worst)
+        return Prediction(
+            strategy=self.strategy(partition), num_micro_batches=B,
+            iteration_time_s=iteration, samples_per_s=self.cost.training.global_batch_size / iteration,
+            steady_state_s=steady, fill_drain_s=fill, dp_and_optimizer_s=tail,
+            dp_allreduce_s=max(stage.dp_allreduce_s for stage in stages),
+            bubble_fraction=max(0.0, (pipeline - B * bottleneck) / pipeline) if pipeline > 0 else 0.0,
+            fits_memory=not over, peak_memory_bytes=max(stage.memory.total_bytes for stage in stages),
+            stages=tuple(stages), reason=reason,
+        )
+
+
+def memory_reason(stage: StagePrediction) -> str:
+    over = stage.memory.total_bytes - stage.capacity_bytes
+    return (f"stage {stage.index} (layers {stage.first_layer}-{stage.last_layer}, {stage.gpu}) needs "
+            f"{format_bytes(stage.memory.total_bytes)} of {format_bytes(stage.capacity_bytes)}: "
+            f"{format_bytes(over)} over")

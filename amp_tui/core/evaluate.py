@@ -1,0 +1,37 @@
+"""Evaluate given strategies on a scenario: the `amp-tui evaluate` core."""
+
+from __future__ import annotations
+
+from amp_tui.core.cost import CostModel, Prediction
+from amp_tui.core.errors import SpecError
+from amp_tui.core.scenario import Scenario
+from amp_tui.core.strategy import Strategy, parse_strategy, validate_strategy
+
+
+def rank_order(scenario: Scenario) -> tuple[int, ...]:
+    return tuple(range(len(scenario.cluster.nodes)))
+
+
+def evaluate(scenario: Scenario, strategy: Strategy, cost: CostModel | None = None) -> Prediction:
+    """Predict one strategy. Placement defaults to rank order; a missing partition is the one the
+    search finds best for these degrees and placement."""
+    validate_strategy(scenario, strategy)
+    cost = cost or CostModel(scenario)
+    order = strategy.placement or rank_order(scenario)
+    candidate = cost.candidate(strategy.tp, strategy.pp, strategy.dp, strategy.micro_batch_size, order)
+    partition = strategy.partition
+    if partition is None:
+        from amp_tui.core.partition import best_partition
+
+        partition = best_partition(candidate).partition
+    return candidate.predict(partition)
+
+
+def parse_strategy_list(data: object, source: str = "strategies") -> list[Strategy]:
+    if isinstance(data, dict) and "strategies" in data:
+        data = data["strategies"]
+    if isinstance(data, dict):
+        data = [data]
+    if not isinstance(data, list) or not data:
+        raise SpecError(source, type(data).__name__, "expected a list of strategies (tp, pp, dp, micro_batch_size)")
+    return [parse_strategy(entry, f"strategies[{i}]") for i, entry in enumerate(data)]

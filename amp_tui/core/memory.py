@@ -1,0 +1,78 @@
+"""Per-GPU memory terms (bytes) for one pipeline stage.
+
+  weights + gradients + optimizer state   bytes per parameter by precision, optimizer and ZeRO stage
+  activations                             kept for backward, per micro-batch in flight
+  workspace                               the largest transient buffer (e.g. fp32 logits for the loss),
+                                          plus, under full recomputation, one layer's full activations
+  runtime reserve                         CUDA context, NCCL buffers, allocator slack
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from amp_tui.core.scenario import Training
+
+# Mixed precision keeps fp32 master weights beside the 16-bit ones: Adam is 2 + 2 + 4 + 4 + 4 = 16
+# bytes per parameter (weights, gradients, master, two moments); SGD with momentum 2 + 2 + 4 + 4.
+_OPTIMIZER_BYTES = {("adam", True): 12, ("adam", False): 8, ("sgd", True): 8, ("sgd", False): 4}
+# Bytes the optimizer step reads and writes per parameter (it is memory-bound).
+_OPTIMIZER_TRAFFIC = {"adam": 28, "sgd": 16}
+
+
+@dataclass(frozen=True)
+class StateBytes:
+    """Bytes per parameter held on one GPU, after ZeRO sharding over `dp` replicas."""
+
+    weights: float
+    gradients: float
+    optimizer: float
+
+    @property
+    def total(self) -> float:
+        return self.weights + self.gradients + self.optimizer
+
+
+def state_bytes_per_param(training: Training, dp: int) -> StateBytes:
+    e = training.bytes_per_element
+    mixed = training.precision != "fp32"
+    optimizer = _OPTIMIZER_BYTES[(training.optimizer, mixed)]
+    return StateBytes(
+        weights=e,
+        gradients=e / dp if training.zero_stage >= 2 else e,
+        optimizer=optimizer / dp if training.zero_stage >= 1 else optimizer,
+    )
+
+
+def optimizer_traffic_per_param(training: Training, dp: int) -> float:
+    """Bytes moved per parameter by one optimizer step on one GPU (ZeRO shards the step too)."""
+    traffic = _OPTIMIZER_TRAFFIC[training.optimizer]
+    return traffic / dp if training.zero_stage >= 1 else traffic
+
+
+def micro_batches_in_flight(schedule: str, stage: int, pp: int, num_micro_batches: int) -> int:
+    """Activations a stage holds at its peak: 1F1B stage s keeps min(pp - s, B), GPipe keeps all B."""
+    if schedule == "gpipe":
+        return num_micro_batches
+    return min(pp - stage, num_micro_batches)
+
+
+@dataclass(frozen=True)
+class MemoryBreakdown:
+    weights_bytes: float
+    gradients_bytes: float
+    optimizer_bytes: float
+    activations_bytes: float
+    workspace_bytes: float
+    reserve_bytes: float
+
+    @property
+    def total_bytes(self) -> float:
+        return (self.weights_bytes + self.gradients_bytes + self.optimizer_bytes + self.activations_bytes
+                + self.workspace_bytes + self.reserve_bytes)
+
+    def to_dict(self) -> dict:
+        return {"weights_bytes": self.weights_bytes, "gradients_bytes": self.gradients_bytes,
+                "optimizer_bytes": self.optimizer_bytes, "activations_bytes": self.activations_bytes,
+                "workspace_bytes": self.workspace_bytes, "reserve_bytes": self.reserve_bytes,
+                "total_bytes": self.total_bytes}

@@ -1,0 +1,94 @@
+"""Where each (stage, data-parallel replica, tensor rank) runs, and the links between them.
+
+Rank order is Megatron-LM / DeepSpeed's: global rank r = tp_rank + tp * (dp_rank + dp * stage),
+ranks filled node by node in the order the placement lists node groups, GPUs of a node consecutively.
+
+Links: two GPUs on one node talk at that node's intra-node bandwidth; two nodes at the lower of their
+inter-node bandwidths, shared by every concurrent flow that leaves (or enters) the node's network
+interface. That sharing is why four tensor-parallel replicas all-reducing across the same nodes are
+not four times faster than one.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from amp_tui.core.scenario import Cluster
+
+
+@dataclass(frozen=True, eq=False)
+class Layout:
+    tp: int
+    pp: int
+    dp: int
+    order: tuple[int, ...]
+    rank_node: np.ndarray        # node index (in placement order) of every global rank
+    node_group: np.ndarray       # node-group index of every node
+    rank_local_gpu: np.ndarray   # GPU index within its node
+    stage_groups: tuple[tuple[int, ...], ...]   # node groups that serve each stage
+    stage_capacity: np.ndarray   # bytes: the smallest usable GPU memory in each stage
+    stage_memory_bandwidth: np.ndarray  # bytes/s: the slowest GPU memory in each stage
+    stage_tp_seconds_per_byte: np.ndarray   # slowest tensor-parallel ring link per stage (0 if tp = 1)
+    boundary_seconds_per_byte: np.ndarray   # pipeline send after each stage but the last
+    dp_seconds_per_byte: np.ndarray         # slowest data-parallel ring link per stage (0 if dp = 1)
+
+    def rank(self, stage: np.ndarray | int, replica: np.ndarray | int, tp_rank: np.ndarray | int):
+        return tp_rank + self.tp * (replica + self.dp * stage)
+
+
+def node_order(cluster: Cluster, order: tuple[int, ...]) -> np.ndarray:
+    """Node-group index of each node, nodes listed in placement order."""
+    return np.concatenate([np.full(cluster.nodes[g].count, g, dtype=np.int64) for g in order])
+
+
+def build_layout(cluster: Cluster, tp: int, pp: int, dp: int, order: tuple[int, ...]) -> Layout:
+    node_group = node_order(cluster, order)
+    per_node = np.array([cluster.nodes[g].gpus_per_node for g in node_group])
+    rank_node = np.repeat(np.arange(len(node_group)), per_node)
+    starts = np.concatenate([[0], np.cumsum(per_node)[:-1]])
+    rank_local_gpu = np.arange(len(rank_node)) - np.repeat(starts, per_node)
+
+    intra = np.array([g.intra_node_bandwidth for g in cluster.nodes])[node_group]
+    inter = np.array([g.inter_node_bandwidth for g in cluster.nodes])[node_group]
+    rank_group = node_group[rank_node]
+
+    stage, replica, tp_rank = np.meshgrid(np.arange(pp), np.arange(dp), np.arange(tp), indexing="ij")
+    ranks = tp_rank + tp * (replica + dp * stage)  # shape (pp, dp, tp)
+
+    def flow_bandwidth(src: np.ndarray, dst: np.ndarray) -> np.ndarray:
+        """Bandwidth of each of a set of concurrent flows (src rank -> dst rank)."""
+        src_node, dst_node = rank_node[src], rank_node[dst]
+        crossing = src_node != dst_node
+        n_out = np.bincount(src_node[crossing], minlength=len(node_group))
+        n_in = np.bincount(dst_node[crossing], minlength=len(node_group))
+        shared = np.minimum(inter[src_node] / np.maximum(n_out[src_node], 1),
+                            inter[dst_node] / np.maximum(n_in[dst_node], 1))
+        return np.where(crossing, shared, intra[src_node])
+
+    def ring_seconds_per_byte(ring_ranks: np.ndarray) -> np.ndarray:
+        """Rings along the last axis, all concurrent; the slowest link's s/byte per ring."""
+        if ring_ranks.shape[-1] == 1:
+            return np.zeros(ring_ranks.shape[:-1])
+        nxt = np.roll(ring_ranks, -1, axis=-1)
+        bandwidth = flow_bandwidth(ring_ranks.ravel(), nxt.ravel()).reshape(ring_ranks.shape)
+        return 1.0 / bandwidth.min(axis=-1)
+
+    tp_spb = ring_seconds_per_byte(ranks).max(axis=1)                       # rings over tp ranks
+    dp_spb = ring_seconds_per_byte(ranks.transpose(0, 2, 1)).max(axis=1)    # rings over replicas
+    boundary = np.array([1.0 / flow_bandwidth(ranks[s].ravel(), ranks[s + 1].ravel()).min()
+                         for s in range(pp - 1)])
+
+    gpus = [g.gpu for g in cluster.nodes]
+    stage_groups = tuple(tuple(int(g) for g in np.unique(rank_group[ranks[s].ravel()])) for s in range(pp))
+    return Layout(
+        tp=tp, pp=pp, dp=dp, order=tuple(order),
+        rank_node=rank_node, node_group=node_group, rank_local_gpu=rank_local_gpu,
+        stage_groups=stage_groups,
+        stage_capacity=np.array([min(gpus[g].usable_memory_bytes for g in groups) for groups in stage_groups]),
+        stage_memory_bandwidth=np.array([min(gpus[g].memory_bandwidth for g in groups) for groups in stage_groups]),
+        stage_tp_seconds_per_byte=tp_spb,
+        boundary_seconds_per_byte=boundary,
+        dp_seconds_per_byte=dp_spb,
+    )

@@ -1,0 +1,105 @@
+"""A training strategy: parallel degrees, micro-batch size, partition and placement, validated."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from amp_tui.core.errors import SpecError
+from amp_tui.core.scenario import Scenario
+from amp_tui.core.units import parse_int
+
+
+@dataclass(frozen=True)
+class Strategy:
+    tp: int
+    pp: int
+    dp: int
+    micro_batch_size: int
+    partition: tuple[int, ...] | None = None   # layers per stage, over the expanded layer list
+    placement: tuple[int, ...] | None = None   # node-group indices in the order they take ranks
+
+    def num_micro_batches(self, global_batch_size: int) -> int:
+        return global_batch_size // (self.dp * self.micro_batch_size)
+
+    @property
+    def label(self) -> str:
+        return f"{self.tp}x{self.pp}x{self.dp}"
+
+    def to_dict(self) -> dict:
+        out: dict = {"tp": self.tp, "pp": self.pp, "dp": self.dp, "micro_batch_size": self.micro_batch_size}
+        if self.partition is not None:
+            out["partition"] = list(self.partition)
+        if self.placement is not None:
+            out["placement"] = list(self.placement)
+        return out
+
+
+def even_partition(num_layers: int, pp: int) -> tuple[int, ...]:
+    """Equal layer counts per stage, the remainder going to the first stages (Megatron/DeepSpeed default)."""
+    base, extra = divmod(num_layers, pp)
+    return tuple(base + (1 if s < extra else 0) for s in range(pp))
+
+
+def parse_strategy(value: object, field: str = "strategy") -> Strategy:
+    """Read the fields; `validate_strategy` checks them against a scenario."""
+    if not isinstance(value, dict):
+        raise SpecError(field, value, "expected a mapping with tp, pp, dp, micro_batch_size")
+    allowed = {"tp", "pp", "dp", "micro_batch_size", "partition", "placement"}
+    for key in value:
+        if key not in allowed and key not in _IGNORED_OUTPUT_KEYS:
+            raise SpecError(f"{field}.{key}", value[key], f"unknown strategy field; allowed: {', '.join(sorted(allowed))}")
+    for key in ("tp", "pp", "dp", "micro_batch_size"):
+        if key not in value:
+            raise SpecError(f"{field}.{key}", None, "required")
+    partition = value.get("partition")
+    if partition is not None:
+        if not isinstance(partition, list) or not partition:
+            raise SpecError(f"{field}.partition", partition, "expected a list of layer counts, one per stage")
+        partition = tuple(parse_int(n, f"{field}.partition[{i}]") for i, n in enumerate(partition))
+    placement = value.get("placement")
+    if placement is not None:
+        if not isinstance(placement, list) or not placement:
+            raise SpecError(f"{field}.placement", placement, "expected a list of node-group indices")
+        placement = tuple(parse_int(n, f"{field}.placement[{i}]", minimum=0) for i, n in enumerate(placement))
+    return Strategy(
+        tp=parse_int(value["tp"], f"{field}.tp"),
+        pp=parse_int(value["pp"], f"{field}.pp"),
+        dp=parse_int(value["dp"], f"{field}.dp"),
+        micro_batch_size=parse_int(value["micro_batch_size"], f"{field}.micro_batch_size"),
+        partition=partition,
+        placement=placement,
+    )
+
+
+# Fields a plan's strategy entry carries beside the strategy itself (rank, predictions...).
+_IGNORED_OUTPUT_KEYS = {"rank", "num_micro_batches"}
+
+
+def validate_strategy(scenario: Scenario, strategy: Strategy, field: str = "strategy") -> None:
+    """Raise SpecError (field, value, what is allowed) unless the strategy can run on the scenario."""
+    gpus = scenario.cluster.num_gpus
+    layers = scenario.model.num_layers
+    gbs = scenario.training.global_batch_size
+    tp, pp, dp, mbs = strategy.tp, strategy.pp, strategy.dp, strategy.micro_batch_size
+    if tp * pp * dp != gpus:
+        raise SpecError(f"{field}.tp*pp*dp", f"{tp}*{pp}*{dp}={tp * pp * dp}",
+                        f"must equal the cluster's GPU count ({gpus})")
+    if pp > layers:
+        raise SpecError(f"{field}.pp", pp, f"cannot exceed the number of layers ({layers})")
+    if gbs % (dp * mbs):
+        raise SpecError(f"{field}.micro_batch_size", mbs,
+                        f"dp*micro_batch_size ({dp * mbs}) must divide global_batch_size ({gbs})")
+    heads = scenario.model.shape.get("num_heads")
+    if heads and heads % tp:
+        raise SpecError(f"{field}.tp", tp, f"must divide the model's num_heads ({heads})")
+    if strategy.partition is not None:
+        if len(strategy.partition) != pp:
+            raise SpecError(f"{field}.partition", list(strategy.partition), f"needs {pp} entries, one per stage")
+        if sum(strategy.partition) != layers:
+            raise SpecError(f"{field}.partition", list(strategy.partition),
+                            f"sums to {sum(strategy.partition)}; the model has {layers} layers")
+    if strategy.placement is not None:
+        groups = len(scenario.cluster.nodes)
+        if sorted(strategy.placement) != list(range(groups)):
+            raise SpecError(f"{field}.placement", list(strategy.placement),
+                            f"must list each node-group index 0..{groups - 1} once")
