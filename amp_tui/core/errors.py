@@ -22,3 +22,7 @@ def _show(value: object) -> str:
     text = repr(value) if isinstance(value, str) else str(value)
     text = " ".join(text.split())
     return text if len(text) <= 60 else text[:57] + "..."
+
+
+class Cancelled(Exception):
+    """A long computation's cancellation check turned true; it stopped without a result."""

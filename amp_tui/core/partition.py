@@ -19,12 +19,14 @@ tests/test_partition.py checks it against brute force over all partitions.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
 
 import numpy as np
 
 from amp_tui.core.cost import Candidate
+from amp_tui.core.errors import Cancelled
 
 INF = float("inf")
 
@@ -154,36 +156,45 @@ def best_partition(candidate: Candidate, upper_bound: float = INF) -> PartitionR
     return solve(tables, upper_bound)
 
 
-def solve(tables: SegmentTables, upper_bound: float = INF) -> PartitionResult:
+def solve(tables: SegmentTables, upper_bound: float = INF,
+          should_cancel: Callable[[], bool] | None = None) -> PartitionResult:
+    """See the module docstring. `should_cancel` is polled before every DP; Cancelled is raised.
+
+    Both walks start capped from above: a partition whose max tau is at least
+    (best - min sum g - min max E) / (B - 1), or whose max E is at least
+    best - (B - 1) min max tau - sigma, cannot beat the best found, so those are skipped too.
+    """
     B = tables.candidate.num_micro_batches
-    solves = 0
-    if not np.isfinite(tables.min_max_tau):
+    t_star, start = tables.minmax_partition(tables.tau, tables.feasible)
+    if start is None:
         return PartitionResult(None, INF, 1, fits=False)
-    t_star, e_star = tables.min_max_tau, tables.min_max_e
-    solves += 2
+    e_star = tables.min_max_e
+    g_min, part = tables.minsum(tables.feasible)
+    solves = 3
     best_j, best_p = upper_bound, None
-    t_limit = INF
+    for p in (start, part):
+        tau, g_sum, e_max = tables.measures(p)
+        if (B - 1) * tau + g_sum + e_max < best_j:
+            best_j, best_p = (B - 1) * tau + g_sum + e_max, p
+    t_limit = INF if B == 1 else (best_j - g_min - e_star) / (B - 1)
     while True:
-        allowed_t = tables.feasible if t_limit == INF else tables.feasible & (tables.tau < t_limit)
+        allowed_t = tables.feasible & (tables.tau < t_limit)
         inner_best, inner_tau = INF, None
-        e_limit = INF
+        e_limit = best_j - (B - 1) * t_star - g_min
         while True:
-            allowed = allowed_t if e_limit == INF else allowed_t & (tables.e < e_limit)
-            sigma, part = tables.minsum(allowed)
+            if should_cancel is not None and should_cancel():
+                raise Cancelled
+            sigma, p = tables.minsum(allowed_t & (tables.e < e_limit))
             solves += 1
-            if part is None:
+            if p is None or (B - 1) * t_star + sigma + e_star >= best_j or sigma + e_star >= inner_best:
                 break
-            if (B - 1) * t_star + sigma + e_star >= best_j or sigma + e_star >= inner_best:
-                break
-            tau, g_sum, e_max = tables.measures(part)
-            value = g_sum + e_max
-            if value < inner_best:
-                inner_best, inner_tau = value, tau
-            total = (B - 1) * tau + value
-            if total < best_j:
-                best_j, best_p = total, part
-            e_limit = e_max
+            tau, g_sum, e_max = tables.measures(p)
+            if g_sum + e_max < inner_best:
+                inner_best, inner_tau = g_sum + e_max, tau
+            if (B - 1) * tau + g_sum + e_max < best_j:
+                best_j, best_p = (B - 1) * tau + g_sum + e_max, p
+            e_limit = min(e_max, best_j - (B - 1) * t_star - sigma)
         if inner_tau is None or B == 1:
             break
-        t_limit = inner_tau
+        t_limit = min(inner_tau, (best_j - g_min - e_star) / (B - 1))
     return PartitionResult(best_p, best_j if best_p is not None else INF, solves)

@@ -1,0 +1,246 @@
+"""Search the strategy space: every (tp, pp, dp, micro-batch size, node-group order) with its exact
+best partition, ranked by predicted iteration time.
+
+Candidates are visited best-first by a lower bound on their iteration time; once the bound of the
+next candidate cannot beat the N-th best strategy found, the rest are pruned. The bound and the
+partition search are exact, so pruning never drops a strategy that belongs in the top N.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from amp_tui.core.cost import Candidate, CostModel, Prediction
+from amp_tui.core.errors import Cancelled
+from amp_tui.core.partition import INF, SegmentTables, solve
+from amp_tui.core.scenario import Scenario
+from amp_tui.core.strategy import Strategy, even_partition
+from amp_tui.core.units import format_bytes
+
+
+@dataclass(frozen=True)
+class Infeasible:
+    strategy: Strategy
+    reason: str
+
+    def to_dict(self) -> dict:
+        return {**self.strategy.to_dict(), "reason": self.reason}
+
+
+@dataclass(frozen=True)
+class SearchStats:
+    candidates: int       # (tp, pp, dp, micro-batch size, placement) combinations
+    pruned: int           # skipped: a lower bound proved them out of the top N
+    evaluated: int        # partition search run
+    infeasible: int       # nothing fits in memory
+    solves: int           # dynamic programs run in all
+    search_time_s: float
+
+    def to_dict(self) -> dict:
+        return {"candidates": self.candidates, "pruned": self.pruned, "evaluated": self.evaluated,
+                "infeasible": self.infeasible, "solves": self.solves, "search_time_s": self.search_time_s}
+
+
+@dataclass(frozen=True)
+class SearchResult:
+    scenario: Scenario
+    strategies: tuple[Prediction, ...]     # feasible, best first
+    infeasible: tuple[Infeasible, ...]
+    baseline: Prediction | None            # best even split in rank order
+    stats: SearchStats
+
+    @property
+    def speedup_vs_baseline(self) -> float | None:
+        if not self.strategies or self.baseline is None:
+            return None
+        return self.baseline.iteration_time_s / self.strategies[0].iteration_time_s
+
+    def to_dict(self) -> dict:
+        return {
+            "scenario": self.scenario.name,
+            "search_time_s": self.stats.search_time_s,
+            "candidates": self.stats.to_dict(),
+            "strategies": [{"rank": i + 1, **p.to_dict()} for i, p in enumerate(self.strategies)],
+            "infeasible": [entry.to_dict() for entry in self.infeasible],
+            "baseline": self.baseline.to_dict() if self.baseline else None,
+            "speedup_vs_baseline": self.speedup_vs_baseline,
+        }
+
+
+def divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+def tp_degrees(scenario: Scenario) -> list[int]:
+    """Divisors of GPUs per node (common to every group), or of the GPU count across nodes."""
+    cluster = scenario.cluster
+    if scenario.search.allow_cross_node_tp:
+        options = divisors(cluster.num_gpus)
+    else:
+        options = divisors(math.gcd(*(group.gpus_per_node for group in cluster.nodes)))
+    heads = scenario.model.shape.get("num_heads")
+    return [tp for tp in options if not heads or heads % tp == 0]
+
+
+def node_orders(scenario: Scenario, limit: int = 120) -> list[tuple[int, ...]]:
+    """Orders of node groups along the pipeline that differ in hardware. Groups with identical
+    hardware are interchangeable, so orders giving the same per-node hardware sequence count once.
+    Beyond `limit` distinct orders, only rank order and the groups sorted by GPU speed both ways."""
+    groups = scenario.cluster.nodes
+    rank = tuple(range(len(groups)))
+    if not scenario.search.reorder_nodes or len({g.hardware_key() for g in groups}) == 1:
+        return [rank]
+    seen: dict[tuple, tuple[int, ...]] = {}
+    for order in itertools.permutations(rank):
+        key = tuple((groups[g].hardware_key(), groups[g].count) for g in order)
+        seen.setdefault(_merge_runs(key), order)
+        if len(seen) > limit:
+            speed = sorted(rank, key=lambda g: groups[g].gpu.peak_flops_16 * groups[g].gpu.peak_fraction)
+            return list(dict.fromkeys([rank, tuple(speed), tuple(reversed(speed))]))
+    return sorted(seen.values(), key=lambda order: (order != rank, order))
+
+
+def _merge_runs(key: tuple) -> tuple:
+    """Adjacent groups of identical hardware form one run of nodes: (A,2),(A,1) == (A,3)."""
+    merged: list[list] = []
+    for hardware, count in key:
+        if merged and merged[-1][0] == hardware:
+            merged[-1][1] += count
+        else:
+            merged.append([hardware, count])
+    return tuple((hw, n) for hw, n in merged)
+
+
+def enumerate_candidates(scenario: Scenario) -> list[tuple[int, int, int, int, tuple[int, ...]]]:
+    n = scenario.cluster.num_gpus
+    layers = scenario.model.num_layers
+    gbs = scenario.training.global_batch_size
+    out = []
+    orders = node_orders(scenario)
+    for tp in tp_degrees(scenario):
+        if n % tp:
+            continue
+        for pp in divisors(n // tp):
+            if pp > layers:
+                break
+            dp = n // (tp * pp)
+            if gbs % dp:
+                continue
+            for mbs in divisors(gbs // dp):
+                if mbs > scenario.search.max_micro_batch_size:
+                    break
+                for order in (orders if pp > 1 or dp > 1 else orders[:1]):
+                    out.append((tp, pp, dp, mbs, order))
+    return out
+
+
+def _state_memory_floor(candidate: Candidate) -> float:
+    """A lower bound on the fullest stage's memory: state split evenly, or the largest layer's."""
+    params = candidate.cost.model.columns["params"] / candidate.tp
+    per_stage = max(params.sum() / candidate.pp, params.max())
+    return candidate.state.total * per_stage + candidate.cost.training.runtime_reserve_bytes
+
+
+def _time_floor(candidate: Candidate) -> float:
+    """A lower bound on the iteration time over every partition (see cost.py for the terms)."""
+    cost = candidate.cost
+    groups = sorted({g for stage in candidate.layout.stage_groups for g in stage})
+    spb = float(candidate.layout.stage_tp_seconds_per_byte.min())
+    fastest = np.min([cost.layer_times(g, candidate.tp, candidate.mbs)[0]
+                      + cost.layer_times(g, candidate.tp, candidate.mbs)[1] * spb for g in groups], axis=0)
+    total = float(fastest.sum())
+    bottleneck = max(total / candidate.pp, float(fastest.max()))
+    coef = candidate.e_coef
+    params = float(candidate.param_prefix[-1])
+    tail = params / float(np.sum(1.0 / coef)) if np.all(coef > 0) else 0.0
+    return (candidate.num_micro_batches - 1) * bottleneck + total + tail
+
+
+def search(scenario: Scenario, *, top: int | None = None,
+           should_cancel: Callable[[], bool] | None = None,
+           progress: Callable[[float], None] | None = None) -> SearchResult:
+    """Rank strategies for `scenario`. `should_cancel` is polled often; when it turns true the search
+    raises Cancelled. `progress` receives the fraction of candidates settled, from 0 to 1."""
+    started = time.perf_counter()
+    top = top or scenario.search.top
+    cancel = should_cancel or (lambda: False)
+    report = progress or (lambda fraction: None)
+    cost = CostModel(scenario)
+    rank = tuple(range(len(scenario.cluster.nodes)))
+    keys = enumerate_candidates(scenario)
+
+    infeasible: list[Infeasible] = []
+    queue = []
+    for key in keys:
+        if cancel():
+            raise Cancelled
+        candidate = cost.candidate(*key)
+        floor = _state_memory_floor(candidate)
+        capacity = float(candidate.layout.stage_capacity.max())
+        if floor > capacity:
+            infeasible.append(Infeasible(
+                Strategy(*key[:4], placement=key[4]),
+                f"weights, gradients and optimizer state alone need {format_bytes(floor)} per GPU "
+                f"(even split over {key[1]} stages, incl. reserve) of {format_bytes(capacity)}"))
+            continue
+        queue.append((_time_floor(candidate), key, candidate))
+    queue.sort(key=lambda item: (item[0], item[1]))
+
+    best: list[tuple[float, tuple, tuple[int, ...]]] = []  # max-heap by -J of the top N
+    baseline: tuple[float, tuple] | None = None
+    evaluated = solves = pruned = 0
+    for index, (floor, key, candidate) in enumerate(queue):
+        if cancel():
+            raise Cancelled
+        report((len(keys) - len(queue) + index) / max(len(keys), 1))
+        cutoff = -best[0][0] if len(best) >= top else INF
+        need_baseline = key[4] == rank and (baseline is None or floor < baseline[0])
+        if floor >= cutoff and not need_baseline:
+            pruned += 1
+            continue
+        if need_baseline:
+            uniform = candidate.predict(even_partition(candidate.num_layers, candidate.pp))
+            if uniform.fits_memory and (baseline is None or (uniform.iteration_time_s, key) < baseline):
+                baseline = (uniform.iteration_time_s, key)
+        if floor >= cutoff:
+            pruned += 1
+            continue
+        tables = SegmentTables(candidate)
+        result = solve(tables, cutoff, cancel)
+        evaluated += 1
+        solves += result.solves
+        if not result.fits:
+            least = candidate.predict(tables.least_over_memory())
+            infeasible.append(Infeasible(least.strategy, least.reason or "does not fit in memory"))
+        elif result.partition is not None:
+            entry = (-result.iteration_time_s, _negate(key), result.partition)
+            if len(best) < top:
+                heapq.heappush(best, entry)
+            else:
+                heapq.heappushpop(best, entry)
+    report(1.0)
+
+    ranked = sorted(best, key=lambda item: (-item[0], _negate(item[1])))
+    strategies = tuple(cost.candidate(*_negate(k)).predict(part) for _, k, part in ranked)
+    baseline_prediction = None
+    if baseline is not None:
+        candidate = cost.candidate(*baseline[1])
+        baseline_prediction = candidate.predict(even_partition(candidate.num_layers, candidate.pp))
+    stats = SearchStats(candidates=len(keys), pruned=pruned, evaluated=evaluated, infeasible=len(infeasible),
+                        solves=solves, search_time_s=time.perf_counter() - started)
+    infeasible.sort(key=lambda entry: (entry.strategy.tp, entry.strategy.pp, entry.strategy.micro_batch_size,
+                                       entry.strategy.placement or ()))
+    return SearchResult(scenario, strategies, tuple(infeasible), baseline_prediction, stats)
+
+
+def _negate(key: tuple) -> tuple:
+    """Keys sort ascending on ties; the heap pops its largest, so store ties negated (and back)."""
+    tp, pp, dp, mbs, order = key
+    return (-tp, -pp, -dp, -mbs, tuple(-g - 1 for g in order))
