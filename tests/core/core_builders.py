@@ -1,0 +1,168 @@
+"""Builders and hypothesis strategies shared by the core tests.
+
+Scenarios are generated as plain dicts (the form a user writes) and parsed with `parse_scenario`, so a
+test can change one field of the dict (a bandwidth, a GPU's peak) and parse again.
+"""
+
+from __future__ import annotations
+
+import copy
+import itertools
+import math
+
+from hypothesis import strategies as st
+
+from amp_tui.core.scenario import Scenario, parse_scenario
+
+GBPS = 1e9 / 8  # bytes per second in one Gbps
+GIB = 2**30
+
+CATALOG_GPUS = ("T4", "V100", "A10G", "A100-40GB")
+
+
+def node(count=1, gpu="V100", gpus_per_node=1, intra=100.0, inter=10.0) -> dict:
+    """A node group; bandwidths are bare numbers, i.e. Gbps."""
+    return {"count": count, "gpu": gpu, "gpus_per_node": gpus_per_node,
+            "intra_node_bandwidth": intra, "inter_node_bandwidth": inter}
+
+
+def layer(params=0.0, flops=0.0, activation_bytes=0.0, output_bytes=0.0, **extra) -> dict:
+    return {"params": params, "flops": flops, "activation_bytes": activation_bytes,
+            "output_bytes": output_bytes, **extra}
+
+
+def scenario_dict(nodes: list[dict], layers: list[dict], global_batch_size: int, *,
+                  sequence_length: int = 1, search: dict | None = None, **training) -> dict:
+    out = {
+        "name": "test",
+        "cluster": {"nodes": nodes},
+        "model": {"name": "test-model", "sequence_length": sequence_length, "layers": layers},
+        "training": {"global_batch_size": global_batch_size, **training},
+    }
+    if search is not None:
+        out["search"] = search
+    return out
+
+
+def build(nodes, layers, global_batch_size, **kw) -> Scenario:
+    return parse_scenario(scenario_dict(nodes, layers, global_batch_size, **kw))
+
+
+def compositions(total: int, parts: int):
+    """Every tuple of `parts` positive integers summing to `total` (all partitions into stages)."""
+    for cuts in itertools.combinations(range(1, total), parts - 1):
+        bounds = (0, *cuts, total)
+        yield tuple(b - a for a, b in zip(bounds, bounds[1:]))
+
+
+def brute_force(candidate):
+    """(best iteration time, its partition) over every partition that fits in memory, or (None, None)."""
+    best_time, best_partition = None, None
+    for partition in compositions(candidate.num_layers, candidate.pp):
+        prediction = candidate.predict(partition)
+        if prediction.fits_memory and (best_time is None or prediction.iteration_time_s < best_time):
+            best_time, best_partition = prediction.iteration_time_s, partition
+    return best_time, best_partition
+
+
+def close(a: float, b: float, rel: float = 1e-9) -> bool:
+    return math.isclose(a, b, rel_tol=rel, abs_tol=0.0)
+
+
+# -- hypothesis strategies ------------------------------------------------------------------------
+
+_bandwidth_gbps = st.sampled_from([1.0, 5.0, 10.0, 25.0, 50.0, 100.0, 170.0, 400.0, 2400.0])
+
+
+@st.composite
+def gpus(draw, binding_memory: bool = True):
+    """A catalog GPU name or an inline mapping with `base:` and overrides (smaller memory binds)."""
+    name = draw(st.sampled_from(CATALOG_GPUS))
+    if not draw(st.booleans()):
+        return name
+    spec: dict = {"base": name, "fp16_tflops": draw(st.sampled_from([20.0, 65.0, 125.0, 312.0]))}
+    if binding_memory and draw(st.booleans()):
+        spec["memory"] = f"{draw(st.sampled_from([2, 3, 4, 6, 8]))} GiB"
+    return spec
+
+
+@st.composite
+def node_groups(draw, max_gpus: int = 8, max_groups: int = 3, binding_memory: bool = True):
+    """1 to `max_groups` node groups with at most `max_gpus` GPUs in all."""
+    groups, remaining = [], max_gpus
+    for i in range(draw(st.integers(1, max_groups))):
+        if remaining < 1:
+            break
+        per_node = draw(st.sampled_from([n for n in (1, 2, 4) if n <= remaining]))
+        count = draw(st.integers(1, max(1, min(2, remaining // per_node))))
+        remaining -= per_node * count
+        groups.append(node(count=count, gpu=draw(gpus(binding_memory)), gpus_per_node=per_node,
+                           intra=draw(_bandwidth_gbps), inter=draw(_bandwidth_gbps)))
+    return groups
+
+
+@st.composite
+def explicit_layers(draw, min_layers: int = 2, max_layers: int = 8, heavy: bool = True):
+    """Uneven explicit layers with random sizes, every one with a width so FLOPs cost time."""
+    count = draw(st.integers(min_layers, max_layers))
+    scale = 5e8 if heavy else 5e7
+    out = []
+    for i in range(count):
+        activation = float(draw(st.integers(0, 2000))) * 1e6 * (scale / 5e8)
+        entry = layer(
+            params=float(draw(st.integers(0, 1000))) * scale / 1000,
+            flops=float(draw(st.integers(0, 1000))) * 1e10,
+            activation_bytes=activation,
+            output_bytes=float(draw(st.integers(1, 1000))) * 1e5,
+            name=f"l{i}",
+            width=float(draw(st.sampled_from([64, 512, 1024, 4096]))),
+            tokens=float(draw(st.sampled_from([1, 128, 1024, 2048]))),
+        )
+        if draw(st.booleans()):
+            entry["tp_comm_bytes"] = float(draw(st.integers(0, 1000))) * 1e5
+        if draw(st.booleans()):
+            entry["activation_replicated_bytes"] = activation * draw(st.sampled_from([0.0, 0.25, 1.0]))
+        if draw(st.booleans()):
+            entry["workspace_bytes"] = float(draw(st.integers(0, 1000))) * 1e6
+        out.append(entry)
+    return out
+
+
+@st.composite
+def trainings(draw):
+    return {
+        "global_batch_size": draw(st.sampled_from([1, 2, 4, 6, 8, 12, 16])),
+        "precision": draw(st.sampled_from(["fp16", "bf16", "fp32"])),
+        "optimizer": draw(st.sampled_from(["adam", "sgd"])),
+        "schedule": draw(st.sampled_from(["1f1b", "gpipe"])),
+        "recompute": draw(st.sampled_from(["none", "full"])),
+        "zero_stage": draw(st.sampled_from([0, 1, 2])),
+        "runtime_reserve": draw(st.sampled_from(["256 MiB", "1 GiB", "2 GiB"])),
+    }
+
+
+@st.composite
+def scenario_dicts(draw, max_layers: int = 8, max_gpus: int = 8, max_groups: int = 3,
+                   binding_memory: bool = True):
+    """A small random scenario as a dict (parse it with `parse_scenario`)."""
+    nodes = draw(node_groups(max_gpus, max_groups, binding_memory))
+    layers = draw(explicit_layers(max_layers=max_layers, heavy=binding_memory))
+    training = draw(trainings())
+    search = {"max_micro_batch_size": 64, "reorder_nodes": draw(st.booleans())}
+    return {
+        "name": "generated",
+        "cluster": {"nodes": nodes},
+        "model": {"name": "generated", "sequence_length": 1, "layers": layers},
+        "training": training,
+        "search": search,
+    }
+
+
+def with_change(data: dict, path: tuple, value) -> dict:
+    """A deep copy of `data` with the item at `path` (keys and list indices) set to `value`."""
+    out = copy.deepcopy(data)
+    target = out
+    for key in path[:-1]:
+        target = target[key]
+    target[path[-1]] = value
+    return out
