@@ -111,7 +111,7 @@ def explicit_layers(draw, min_layers: int = 2, max_layers: int = 8, heavy: bool 
         activation = float(draw(st.integers(0, 2000))) * 1e6 * (scale / 5e8)
         entry = layer(
             params=float(draw(st.integers(0, 1000))) * scale / 1000,
-            flops=float(draw(st.integers(0, 1000))) * 1e10,
+            flops=float(draw(st.integers(1, 1000))) * 1e10,  # no layer is free
             activation_bytes=activation,
             output_bytes=float(draw(st.integers(1, 1000))) * 1e5,
             name=f"l{i}",
