@@ -1,0 +1,486 @@
+"""The amp-tui dashboard.
+
+The app holds the current Scenario (frozen) and the latest SearchResult. Panes are views: they show
+what the app gives them and post ScenarioEdited with a proposed new scenario; the app validates it,
+pushes the old one on the undo stack, swaps, and reruns the search in a background thread
+(debounced, cancellable, newest edit wins through a generation counter). Results flow back down.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable
+from pathlib import Path
+
+from rich.text import Text
+from textual import events, work
+from textual.app import App, ComposeResult, SystemCommand
+from textual.binding import Binding
+from textual.containers import Container, Horizontal, Vertical
+from textual.reactive import reactive
+from textual.screen import ModalScreen, Screen
+from textual.widgets import DataTable, Footer, TabbedContent, TabPane
+from textual.worker import Worker, WorkerState, get_current_worker
+
+from amp_tui.core.cost import Prediction
+from amp_tui.core.errors import Cancelled, SpecError
+from amp_tui.core.presets import load_preset
+from amp_tui.core.scenario import Scenario, load_scenario, parse_scenario
+from amp_tui.core.search import Infeasible, SearchResult, search
+from amp_tui.core.strategy import Strategy, parse_strategy
+from amp_tui.core.yamlio import atomic_write, dump_yaml, load_yaml_file
+from amp_tui.tui import edits
+from amp_tui.tui.messages import ScenarioEdited, SearchDone, SearchProgress, StrategySelected
+from amp_tui.tui.screens.confirm import ConfirmScreen
+from amp_tui.tui.screens.help import HelpScreen
+from amp_tui.tui.screens.preset_picker import PresetPickerScreen
+from amp_tui.tui.screens.save_dialog import SaveDialog, default_plan_name
+from amp_tui.tui.widgets.cluster_pane import ClusterPane
+from amp_tui.tui.widgets.model_pane import ModelPane
+from amp_tui.tui.widgets.pane import ScenarioPane
+from amp_tui.tui.widgets.selected_pane import SelectedPane
+from amp_tui.tui.widgets.status_bar import StatusBar
+from amp_tui.tui.widgets.strategy_table import StrategyTable
+from amp_tui.tui.widgets.training_pane import TrainingPane
+
+try:  # plan files and exports are written by another part of the project; fall back until they land
+    from amp_tui.core.planfile import save_plan
+except ImportError:  # pragma: no cover - depends on the checkout
+    save_plan = None
+try:
+    from amp_tui.core.exports import EXPORT_FORMATS, export_plan
+except ImportError:  # pragma: no cover
+    EXPORT_FORMATS, export_plan = (), None
+
+DEFAULT_TARGET = "paper-homogeneous"
+UNDO_LIMIT = 200
+# Below this size the panes become tabs (one pane at a time); above it inputs and results sit side by side.
+WIDE_MIN_WIDTH = 110
+WIDE_MIN_HEIGHT = 30
+
+PANES = {  # pane number -> (tab id, widget id, title)
+    1: ("tab-cluster", "cluster", "Cluster"),
+    2: ("tab-model", "model", "Model"),
+    3: ("tab-training", "training", "Training"),
+    4: ("tab-strategies", "strategies-pane", "Strategies"),
+    5: ("tab-selected", "selected", "Selected"),
+}
+
+
+class Dashboard(Container):
+    """The panes, laid out side by side (wide) or as tabs (compact). Recomposed when that changes;
+    every pane pulls the app's current state when it mounts, so nothing is lost."""
+
+    compact: reactive[bool] = reactive(False, recompose=True)
+
+    def compose(self) -> ComposeResult:
+        if self.compact:
+            with TabbedContent(id="tabs"):
+                with TabPane("1 Cluster", id="tab-cluster"):
+                    yield ClusterPane(id="cluster")
+                with TabPane("2 Model", id="tab-model"):
+                    yield ModelPane(id="model")
+                with TabPane("3 Training", id="tab-training"):
+                    yield TrainingPane(id="training")
+                with TabPane("4 Strategies", id="tab-strategies"):
+                    yield StrategyTable(id="strategies-pane")
+                with TabPane("5 Selected", id="tab-selected"):
+                    yield SelectedPane(id="selected")
+        else:
+            with Horizontal(id="wide"):
+                with TabbedContent(id="tabs"):
+                    with TabPane("1 Cluster", id="tab-cluster"):
+                        yield ClusterPane(id="cluster")
+                    with TabPane("2 Model", id="tab-model"):
+                        yield ModelPane(id="model")
+                    with TabPane("3 Training", id="tab-training"):
+                        yield TrainingPane(id="training")
+                with Vertical(id="results"):
+                    strategies = StrategyTable(id="strategies-pane")
+                    strategies.border_title = "4 Strategies"
+                    yield strategies
+                    selected = SelectedPane(id="selected")
+                    selected.border_title = "5 Selected strategy"
+                    yield selected
+
+
+class AmpApp(App):
+    """`AmpApp(scenario)`; `show_timings=False` keeps times out of the status line (snapshots)."""
+
+    CSS_PATH = "app.tcss"
+    TITLE = "amp-tui"
+    BINDINGS = [
+        Binding("ctrl+z", "undo", "Undo"),
+        Binding("ctrl+o", "open_preset", "Presets"),
+        Binding("ctrl+s", "save_plan", "Save plan"),
+        Binding("x", "export", "Export"),
+        Binding("f", "toggle_infeasible", "Infeasible"),
+        Binding("question_mark", "help", "Help"),
+        Binding("1", "go(1)", "Cluster", show=False),
+        Binding("2", "go(2)", "Model", show=False),
+        Binding("3", "go(3)", "Training", show=False),
+        Binding("4", "go(4)", "Strategies", show=False),
+        Binding("5", "go(5)", "Selected", show=False),
+    ]
+
+    def __init__(self, scenario: Scenario, *, preferred: Strategy | None = None, show_timings: bool = True,
+                 debounce_s: float = 0.15) -> None:
+        super().__init__()
+        self.animation_level = "none"
+        self.scenario = scenario
+        self.result: SearchResult | None = None
+        self.results_stale = False
+        self.selected_index = 0
+        self.show_infeasible = False
+        self.show_timings = show_timings
+        self.debounce_s = debounce_s
+        self.applied_generations: list[int] = []  # generations whose results were shown, oldest first
+        self._generation = 0
+        self._undo: list[tuple[Scenario, str]] = []
+        self._preferred = preferred
+
+    # -- layout ---------------------------------------------------------------------------------
+    def compose(self) -> ComposeResult:
+        dashboard = Dashboard(id="dashboard")
+        dashboard.set_reactive(Dashboard.compact, self._is_compact(self.size.width, self.size.height))
+        yield dashboard
+        yield StatusBar(id="status")
+        yield Footer()
+
+    @staticmethod
+    def _is_compact(width: int, height: int) -> bool:
+        return width < WIDE_MIN_WIDTH or height < WIDE_MIN_HEIGHT
+
+    def on_mount(self) -> None:
+        self.status.show_timings = self.show_timings
+        self.sub_title = self.scenario.name
+        self._focus_pane(1)
+        self.start_search(delay=0.0)
+
+    def on_resize(self, event: events.Resize) -> None:
+        compact = self._is_compact(event.size.width, event.size.height)
+        dashboard = self.query_one(Dashboard)
+        if dashboard.compact != compact:
+            dashboard.compact = compact
+            self.call_after_refresh(self._focus_pane, 1)
+
+    @property
+    def status(self) -> StatusBar:
+        return self.query_one(StatusBar)
+
+    @property
+    def compact(self) -> bool:
+        return self.query_one(Dashboard).compact
+
+    # -- state flowing down -----------------------------------------------------------------------
+    def selected_entry(self) -> Prediction | Infeasible | None:
+        if self.result is None:
+            return None
+        entries: list = list(self.result.strategies)
+        if self.show_infeasible:
+            entries += list(self.result.infeasible)
+        return entries[self.selected_index] if 0 <= self.selected_index < len(entries) else None
+
+    def selected_prediction(self) -> Prediction | None:
+        entry = self.selected_entry()
+        return entry if isinstance(entry, Prediction) else None
+
+    def _show_scenario(self) -> None:
+        self.sub_title = self.scenario.name
+        for pane in self.query(ScenarioPane):
+            pane.show(self.scenario)
+
+    def _show_result(self) -> None:
+        for table in self.query(StrategyTable):
+            table.show_result(self.result, self.selected_index, self.show_infeasible, self.results_stale)
+        self._show_selected()
+
+    def _show_selected(self) -> None:
+        baseline = self.result.baseline if self.result else None
+        for pane in self.query(SelectedPane):
+            pane.show(self.selected_entry(), baseline)
+
+    # -- edits flowing up ------------------------------------------------------------------------
+    def on_scenario_edited(self, message: ScenarioEdited) -> None:
+        message.stop()
+        proposed = message.scenario
+        if isinstance(proposed, dict):
+            try:
+                proposed = parse_scenario(proposed)
+            except SpecError as error:
+                self.refuse(str(error))
+                return
+        self.apply_scenario(proposed, message.what)
+
+    def refuse(self, message: str) -> None:
+        """An invalid edit: say why; the current scenario stays in force."""
+        self.status.set_error(message)
+        self.notify(message, title="Edit refused", severity="error", markup=False)
+
+    def apply_scenario(self, scenario: Scenario, what: str, *, undoable: bool = True) -> None:
+        self.status.set_error("")
+        if scenario == self.scenario:
+            return
+        if undoable:
+            self._undo.append((self.scenario, what))
+            del self._undo[:-UNDO_LIMIT]
+        self.scenario = scenario
+        self._show_scenario()
+        self.start_search(delay=self.debounce_s)
+
+    def action_undo(self) -> None:
+        if not self._undo:
+            self.notify("Nothing to undo")
+            return
+        previous, what = self._undo.pop()
+        self.apply_scenario(previous, what, undoable=False)
+        self.notify(f"Undone: {what}", markup=False)
+
+    # -- search ----------------------------------------------------------------------------------
+    def start_search(self, delay: float) -> None:
+        self._generation += 1
+        self.results_stale = self.result is not None
+        self.status.searching(0.0)
+        for table in self.query(StrategyTable):
+            table.set_class(self.results_stale, "-stale")
+        self._search(self.scenario, self._generation, delay)
+
+    @work(thread=True, exclusive=True, group="search", exit_on_error=False)
+    def _search(self, scenario: Scenario, generation: int, delay: float) -> None:
+        worker = get_current_worker()
+
+        def cancelled() -> bool:
+            return worker.is_cancelled or generation != self._generation
+
+        # Debounce: a newer edit within `delay` cancels this worker before it starts searching.
+        if delay > 0 and worker.cancelled_event.wait(delay):
+            return
+        if cancelled():
+            return
+        last_report = [0.0]
+
+        def progress(fraction: float) -> None:
+            now = time.monotonic()
+            if now - last_report[0] >= 0.1:
+                last_report[0] = now
+                self.post_message(SearchProgress(generation, fraction))
+
+        started = time.perf_counter()
+        try:
+            result = search(scenario, should_cancel=cancelled, progress=progress)
+        except Cancelled:
+            return
+        self.post_message(SearchDone(generation, result, time.perf_counter() - started))
+
+    def on_search_progress(self, message: SearchProgress) -> None:
+        if message.generation == self._generation and self.status.state == "searching":
+            self.status.searching(message.fraction)
+
+    def on_search_done(self, message: SearchDone) -> None:
+        if message.generation != self._generation:
+            return  # a newer edit came meanwhile: its search will report
+        previous = self.selected_entry()
+        self.result = message.result
+        self.results_stale = False
+        self.applied_generations.append(message.generation)
+        self.selected_index = self._index_after_search(previous)
+        self._show_result()
+        self.status.done(message.result, message.elapsed_s)
+
+    def _index_after_search(self, previous: Prediction | Infeasible | None) -> int:
+        """Keep the same strategy selected across a rerun when it is still listed (or a plan's)."""
+        wanted = self._preferred or (previous.strategy if previous is not None else None)
+        preferred, self._preferred = self._preferred, None
+        if wanted is None:
+            return 0
+        key = (wanted.tp, wanted.pp, wanted.dp, wanted.micro_batch_size)
+        for index, prediction in enumerate(self.result.strategies):
+            s = prediction.strategy
+            if (s.tp, s.pp, s.dp, s.micro_batch_size) == key:
+                return index
+        if preferred is not None:
+            self.notify(f"The plan's strategy {preferred.label} (micro-batch {preferred.micro_batch_size}) is not "
+                        f"among the top {len(self.result.strategies)}", severity="warning", markup=False)
+        return 0
+
+    def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
+        if event.worker.group == "search" and event.state == WorkerState.ERROR:
+            error = event.worker.error
+            message = f"Search failed: {type(error).__name__}: {error}"
+            self.status.failed(message)
+            self.notify(message, severity="error", markup=False, timeout=10)
+
+    def on_strategy_selected(self, message: StrategySelected) -> None:
+        if message.index != self.selected_index:
+            self.selected_index = message.index
+            self._show_selected()
+
+    def action_toggle_infeasible(self) -> None:
+        self.show_infeasible = not self.show_infeasible
+        if self.result is not None and self.selected_index >= len(self.result.strategies):
+            self.selected_index = 0
+        self._show_result()
+        if self.result is not None and not self.result.infeasible:
+            self.notify("Every strategy considered fits in memory")
+
+    # -- navigation ------------------------------------------------------------------------------
+    def action_go(self, number: int) -> None:
+        self._focus_pane(number)
+
+    def _focus_pane(self, number: int) -> None:
+        tab, widget_id, _ = PANES[number]
+        tabs = self.query_one("#tabs", TabbedContent)
+        if number <= 3 or self.compact:
+            tabs.active = tab
+        widget = self.query_one(f"#{widget_id}")
+        target = widget if widget.focusable else next(iter(widget.query(DataTable)), None)
+        if target is not None:
+            self.call_after_refresh(target.focus)
+
+    def action_help(self) -> None:
+        self.push_screen(HelpScreen())
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        # While a dialog is open, keys belong to it (quit and the palette still work).
+        if isinstance(self.screen, ModalScreen) and action not in ("quit", "command_palette"):
+            return False
+        return True
+
+    # -- presets ---------------------------------------------------------------------------------
+    def action_open_preset(self) -> None:
+        self.push_screen(PresetPickerScreen(), self._preset_picked)
+
+    def _preset_picked(self, picked: tuple[str, str] | None) -> None:
+        if picked is None:
+            return
+        kind, name = picked
+        try:
+            if kind == "scenarios":
+                scenario = parse_scenario(load_preset("scenarios", name))
+            elif kind == "clusters":
+                scenario = edits.use_cluster_preset(self.scenario, name)
+            else:
+                scenario = edits.use_model_preset(self.scenario, name)
+        except SpecError as error:
+            self.refuse(str(error))
+            return
+        what = {"scenarios": "scenario", "clusters": "cluster", "models": "model"}[kind]
+        self.apply_scenario(scenario, f"{what} preset {name}")
+        self.notify(f"Loaded {what} preset {name}", markup=False)
+
+    # -- save and export -------------------------------------------------------------------------
+    def _prediction_to_save(self) -> Prediction | None:
+        prediction = self.selected_prediction()
+        if self.result is None or prediction is None:
+            self.notify("Select a feasible strategy first", severity="warning")
+            return None
+        if self.results_stale:
+            self.notify("The search for the latest edit is still running; try again when it is done",
+                        severity="warning")
+            return None
+        return prediction
+
+    def action_save_plan(self) -> None:
+        prediction = self._prediction_to_save()
+        if prediction is None:
+            return
+        scenario = self.result.scenario
+        default = default_plan_name(scenario.name, prediction.strategy.label)
+        what = f"{prediction.strategy.label}, micro-batch {prediction.strategy.micro_batch_size}"
+
+        def chosen(path: Path | None) -> None:
+            if path is None:
+                return
+            if path.exists():
+                def answered(yes: bool | None) -> None:
+                    if yes:
+                        self.write_plan(path, scenario, prediction, overwrite=True)
+                    else:
+                        self.notify("Not saved: the file was kept", markup=False)
+                self.push_screen(ConfirmScreen(f"{path} already exists. Overwrite it?", "File exists"), answered)
+            else:
+                self.write_plan(path, scenario, prediction, overwrite=False)
+        self.push_screen(SaveDialog(default, what), chosen)
+
+    def write_plan(self, path: Path, scenario: Scenario, prediction: Prediction, *, overwrite: bool) -> Path | None:
+        try:
+            if save_plan is not None:
+                written = save_plan(path, scenario, prediction, overwrite=overwrite)
+            else:
+                data = {"format": "amp-tui/plan/1", "scenario": scenario.to_dict(),
+                        "strategy": prediction.strategy.to_dict(), "prediction": prediction.to_dict()}
+                written = atomic_write(path, dump_yaml(data), overwrite=overwrite)
+        except SpecError as error:
+            self.notify(str(error), title="Not saved", severity="error", markup=False)
+            return None
+        except OSError as error:
+            self.notify(f"{path}: {error.strerror or error}", title="Not saved", severity="error", markup=False)
+            return None
+        self.notify(f"Saved plan to {Path(written).resolve()}", title="Plan saved", markup=False)
+        return Path(written)
+
+    def action_export(self) -> None:
+        if export_plan is None:
+            self.notify("Exports are not available in this build yet", severity="warning")
+            return
+        prediction = self._prediction_to_save()
+        if prediction is None:
+            return
+        from amp_tui.tui.screens.export_picker import ExportScreen
+        self.push_screen(ExportScreen(self.result.scenario, prediction))
+
+    # -- command palette -------------------------------------------------------------------------
+    def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
+        yield from super().get_system_commands(screen)
+        yield SystemCommand("Undo last edit (ctrl+z)", "Revert the scenario to before the last edit", self.action_undo)
+        yield SystemCommand("Open preset (ctrl+o)", "Load a scenario, or swap in a cluster or a model preset",
+                            self.action_open_preset)
+        yield SystemCommand("Save plan (ctrl+s)", "Save the selected strategy and the scenario as a plan file",
+                            self.action_save_plan)
+        yield SystemCommand("Export (x)", "Export the selected strategy: megatron, deepspeed, torchrun, rankmap",
+                            self.action_export)
+        yield SystemCommand("Show / hide infeasible strategies (f)", "List the strategies that do not fit, with why",
+                            self.action_toggle_infeasible)
+        yield SystemCommand("Help (?)", "Every key and what it does", self.action_help)
+        for number, (_, _, title) in PANES.items():
+            yield SystemCommand(f"Go to {title} ({number})", f"Show and focus the {title} pane",
+                                lambda n=number: self._focus_pane(n))
+        yield SystemCommand("Add node group (a, in Cluster)", "Add a node group from the instance catalog or custom",
+                            lambda: self._pane_action(1, ClusterPane, "action_add"))
+        yield SystemCommand("Remove node group (d, in Cluster)", "Remove the node group under the cursor",
+                            lambda: self._pane_action(1, ClusterPane, "action_remove"))
+        yield SystemCommand("Edit value (enter / e)", "Edit the value under the cursor in the focused pane",
+                            self._edit_focused)
+
+    def _pane_action(self, number: int, pane_type: type, action: str) -> None:
+        self._focus_pane(number)
+        pane = self.query_one(pane_type)
+        self.call_after_refresh(getattr(pane, action))
+
+    def _edit_focused(self) -> None:
+        focused = self.focused
+        pane = next((node for node in (focused.ancestors_with_self if focused else []) if isinstance(node, ScenarioPane)),
+                    None)
+        if pane is None:
+            self.notify("Focus the Cluster, Model or Training pane first (1, 2, 3)")
+            return
+        pane.action_edit()
+
+
+def load_target(target: str | None) -> tuple[Scenario, Strategy | None]:
+    """The scenario to open (a preset name, a scenario file, or a plan file) and a plan's strategy."""
+    name = target or DEFAULT_TARGET
+    scenario = load_scenario(name)
+    preferred = None
+    path = Path(name)
+    if path.is_file():
+        data = load_yaml_file(path)
+        if isinstance(data, dict) and isinstance(data.get("strategy"), dict):
+            preferred = parse_strategy(data["strategy"], "strategy")
+    return scenario, preferred
+
+
+def run_app(target: str | None) -> None:
+    """Open the dashboard. A bad target raises SpecError before the terminal is taken over."""
+    scenario, preferred = load_target(target)
+    AmpApp(scenario, preferred=preferred).run()

@@ -1,0 +1,165 @@
+"""Edits as plain-dict surgery on `Scenario.to_dict()`, then one `parse_scenario` to validate.
+
+Pure functions (no Textual): each takes the current Scenario and returns a new, validated one or
+raises SpecError with the message the user sees. The app keeps the old scenario on any error.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+
+from amp_tui.core.errors import SpecError
+from amp_tui.core.hardware import instance_catalog
+from amp_tui.core.model import Model
+from amp_tui.core.scenario import Scenario, load_scenario, parse_scenario
+from amp_tui.core.presets import load_preset
+
+# Explicit-layer models may carry these shape keys beside their layers (see core/model.py).
+EXPLICIT_SHAPE_KEYS = ("hidden_size", "num_layers", "num_heads", "vocab_size", "ffn_hidden_size", "num_kv_heads")
+
+
+def apply(scenario: Scenario, change: Callable[[dict], None]) -> Scenario:
+    """Run `change` on a deep copy of the scenario's dict and parse the result."""
+    data = copy.deepcopy(scenario.to_dict())
+    change(data)
+    return parse_scenario(data)
+
+
+# -- cluster ------------------------------------------------------------------------------------
+
+def set_node_field(scenario: Scenario, index: int, key: str, value: object) -> Scenario:
+    def change(data: dict) -> None:
+        data["cluster"]["nodes"][index][key] = value
+    return apply(scenario, change)
+
+
+def add_instance(scenario: Scenario, instance: str, count: int = 1) -> Scenario:
+    if instance not in instance_catalog():
+        raise SpecError("instance", instance, f"unknown instance; known: {', '.join(instance_catalog())}")
+
+    def change(data: dict) -> None:
+        data["cluster"]["nodes"].append({"instance": instance, "count": count})
+    return apply(scenario, change)
+
+
+def add_custom_node(scenario: Scenario, like: int | None = None) -> Scenario:
+    """A node group without an instance name, starting from the hardware of group `like` (or the last)."""
+    groups = scenario.cluster.nodes
+    template = groups[like if like is not None and 0 <= like < len(groups) else -1].to_dict()
+    template.pop("instance", None)
+    template["count"] = 1
+
+    def change(data: dict) -> None:
+        data["cluster"]["nodes"].append(template)
+    return apply(scenario, change)
+
+
+def remove_node_group(scenario: Scenario, index: int) -> Scenario:
+    if len(scenario.cluster.nodes) == 1:
+        raise SpecError("cluster.nodes", 1, "the last node group cannot be removed; add another first")
+
+    def change(data: dict) -> None:
+        del data["cluster"]["nodes"][index]
+    return apply(scenario, change)
+
+
+def use_cluster_preset(scenario: Scenario, name: str) -> Scenario:
+    load_preset("clusters", name)  # raises SpecError naming the known presets
+
+    def change(data: dict) -> None:
+        data["cluster"] = {"preset": name}
+    return apply(scenario, change)
+
+
+# -- model --------------------------------------------------------------------------------------
+
+def use_model_preset(scenario: Scenario, name: str) -> Scenario:
+    load_preset("models", name)
+
+    def change(data: dict) -> None:
+        data["model"] = {"preset": name}
+    return apply(scenario, change)
+
+
+def set_model_field(scenario: Scenario, key: str, value: object) -> Scenario:
+    """A family hyperparameter (hidden_size, num_layers, ..., flash_attention) or the model's name."""
+    if not scenario.model.family and key not in ("name",):
+        raise SpecError(f"model.{key}", value,
+                        "this model is given by explicit layers: edit its layers, or pick a family preset (ctrl+o)")
+
+    def change(data: dict) -> None:
+        data["model"][key] = value
+    return apply(scenario, change)
+
+
+def explicit_model_dict(model: Model) -> dict:
+    """The model as an explicit layer list (a family model's layers become editable this way)."""
+    out: dict = {"name": model.name}
+    if model.description:
+        out["description"] = model.description
+    out["sequence_length"] = model.sequence_length
+    out.update({k: v for k, v in model.shape.items() if k in EXPLICIT_SHAPE_KEYS})
+    out["layers"] = [layer.to_dict() for layer in model.groups]
+    return out
+
+
+def _edit_layers(scenario: Scenario, change_layers: Callable[[list], None]) -> Scenario:
+    def change(data: dict) -> None:
+        data["model"] = explicit_model_dict(scenario.model)
+        change_layers(data["model"]["layers"])
+    return apply(scenario, change)
+
+
+def set_layer_field(scenario: Scenario, group: int, key: str, value: object) -> Scenario:
+    def change(layers: list) -> None:
+        layers[group][key] = value
+    return _edit_layers(scenario, change)
+
+
+def duplicate_layer(scenario: Scenario, group: int) -> Scenario:
+    def change(layers: list) -> None:
+        layers.insert(group + 1, copy.deepcopy(layers[group]))
+    return _edit_layers(scenario, change)
+
+
+def insert_layer(scenario: Scenario, group: int) -> Scenario:
+    """A new empty layer after `group`, passing on that layer's output (edit its numbers next)."""
+    def change(layers: list) -> None:
+        layers.insert(group + 1, {"name": "layer", "kind": "other", "params": 0.0, "flops": 0.0,
+                                  "activation_bytes": 0.0, "output_bytes": layers[group]["output_bytes"]})
+    return _edit_layers(scenario, change)
+
+
+def delete_layer(scenario: Scenario, group: int) -> Scenario:
+    if len(scenario.model.groups) == 1:
+        raise SpecError("model.layers", 1, "the last layer cannot be deleted")
+
+    def change(layers: list) -> None:
+        del layers[group]
+    return _edit_layers(scenario, change)
+
+
+# -- training and search options ----------------------------------------------------------------
+
+def set_training_field(scenario: Scenario, key: str, value: object) -> Scenario:
+    def change(data: dict) -> None:
+        data["training"][key] = value
+    return apply(scenario, change)
+
+
+def set_search_field(scenario: Scenario, key: str, value: object) -> Scenario:
+    def change(data: dict) -> None:
+        data["search"][key] = value
+    return apply(scenario, change)
+
+
+def use_scenario_preset(name: str) -> Scenario:
+    return load_scenario(name) if name.endswith((".yaml", ".yml")) else parse_scenario(load_preset("scenarios", name))
+
+
+def set_node_group(scenario: Scenario, index: int, fields: dict) -> Scenario:
+    """Replace node group `index` wholesale (e.g. another instance type, keeping the count)."""
+    def change(data: dict) -> None:
+        data["cluster"]["nodes"][index] = dict(fields)
+    return apply(scenario, change)

@@ -1,0 +1,47 @@
+"""Messages that carry edits up to the app and search results back to it from the worker thread."""
+
+from __future__ import annotations
+
+from textual.message import Message
+
+from amp_tui.core.scenario import Scenario
+from amp_tui.core.search import SearchResult
+
+
+class ScenarioEdited(Message):
+    """A pane proposes a new scenario: either a validated Scenario or a plain dict for the app to parse.
+
+    `what` is a short description of the edit for the status bar and the undo notification.
+    """
+
+    def __init__(self, scenario: Scenario | dict, what: str) -> None:
+        super().__init__()
+        self.scenario = scenario
+        self.what = what
+
+
+class SearchProgress(Message):
+    """The running search of `generation` has settled `fraction` of its candidates."""
+
+    def __init__(self, generation: int, fraction: float) -> None:
+        super().__init__()
+        self.generation = generation
+        self.fraction = fraction
+
+
+class SearchDone(Message):
+    """The search of `generation` finished; the app drops it if a newer edit came since."""
+
+    def __init__(self, generation: int, result: SearchResult, elapsed_s: float) -> None:
+        super().__init__()
+        self.generation = generation
+        self.result = result
+        self.elapsed_s = elapsed_s
+
+
+class StrategySelected(Message):
+    """The cursor in the strategies table moved to row `index` (feasible strategies first)."""
+
+    def __init__(self, index: int) -> None:
+        super().__init__()
+        self.index = index

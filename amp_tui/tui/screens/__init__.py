@@ -1,0 +1,1 @@
+"""Modal screens: value editor, pickers, save and export dialogs, help."""

@@ -1,0 +1,69 @@
+"""A small modal that edits one value: Enter validates through the core parser, Escape cancels.
+
+The caller passes `validate(text) -> result`; a SpecError keeps the dialog open and shows its
+message (field, value and what is allowed) under the input. Only a valid result is returned.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Vertical
+from textual.screen import ModalScreen
+from textual.widgets import Input, Label, Static
+
+from amp_tui.core.errors import SpecError
+
+
+class EditValueScreen(ModalScreen):
+    DEFAULT_CSS = """
+    EditValueScreen { align: center middle; }
+    EditValueScreen > Vertical {
+        width: 70; max-width: 95%; height: auto; border: round $accent; padding: 0 1;
+        background: $surface;
+    }
+    EditValueScreen .hint { color: $text-muted; }
+    EditValueScreen #error { color: $error; height: auto; }
+    """
+    BINDINGS = [Binding("escape", "cancel", "Cancel")]
+
+    def __init__(self, title: str, value: str, validate: Callable[[str], object], hint: str = "") -> None:
+        super().__init__()
+        self._title = title
+        self._value = value
+        self._validate = validate
+        self._hint = hint
+
+    def compose(self) -> ComposeResult:
+        with Vertical() as box:
+            box.border_title = self._title
+            if self._hint:
+                yield Static(Text(self._hint), classes="hint")
+            yield Input(value=self._value, id="value", select_on_focus=True)
+            yield Static("", id="error")
+            yield Label(Text("Enter apply · Escape cancel"), classes="hint")
+
+    def on_mount(self) -> None:
+        self.query_one(Input).cursor_blink = False
+
+    @property
+    def error_text(self) -> str:
+        return str(self.query_one("#error", Static).content)
+
+    def on_input_changed(self, event: Input.Changed) -> None:
+        self.query_one("#error", Static).update("")
+
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        event.stop()
+        try:
+            result = self._validate(event.value)
+        except SpecError as error:
+            self.query_one("#error", Static).update(Text(str(error)))
+            return
+        self.dismiss(result)
+
+    def action_cancel(self) -> None:
+        self.dismiss(None)

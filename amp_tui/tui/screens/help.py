@@ -1,0 +1,76 @@
+"""`?`: what every key does, and how the dashboard works."""
+
+from __future__ import annotations
+
+from rich.table import Table
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import VerticalScroll
+from textual.screen import ModalScreen
+from textual.widgets import Static
+
+SECTIONS: list[tuple[str, list[tuple[str, str]]]] = [
+    ("Anywhere", [
+        ("1 2 3", "show the Cluster, Model, Training pane"),
+        ("4 5", "go to the Strategies table, the selected strategy"),
+        ("tab / shift+tab", "move between panes"),
+        ("ctrl+o", "open a preset: a scenario, or a cluster / model to swap in"),
+        ("ctrl+z", "undo the last edit"),
+        ("ctrl+s", "save the selected strategy as a plan file"),
+        ("x", "export the selected strategy (megatron, deepspeed, torchrun, rankmap)"),
+        ("f", "show or hide infeasible strategies with their reason"),
+        ("ctrl+p", "command palette: every action by name"),
+        ("?", "this help"),
+        ("ctrl+q", "quit"),
+    ]),
+    ("Cluster", [
+        ("enter / e", "edit the value under the cursor (count, GPU type, GPUs per node, bandwidths)"),
+        ("a", "add a node group from the instance catalog, or a custom node"),
+        ("d / delete", "remove the node group"),
+        ("+ / -", "one node more / fewer in the group"),
+    ]),
+    ("Model", [
+        ("enter / e", "edit a hyperparameter (family model) or a layer's value"),
+        ("space", "expand or collapse a repeated layer (block x 24)"),
+        ("c", "duplicate the layer"),
+        ("i", "insert an empty layer after it"),
+        ("d / delete", "delete the layer"),
+        ("", "editing the layers of a family model turns it into an explicit layer list"),
+    ]),
+    ("Training", [
+        ("enter / e / space", "edit the setting (choices open a list, switches toggle)"),
+    ]),
+    ("Strategies", [
+        ("↑ ↓", "select a strategy: its stages, memory and time breakdown show below"),
+    ]),
+]
+
+ABOUT = ("Every valid edit reruns the search in the background; results from before the edit stay "
+         "visible, marked stale, until the new ones arrive. Invalid values are refused with a message "
+         "saying what is allowed, and the last good scenario stays in force.")
+
+
+class HelpScreen(ModalScreen):
+    DEFAULT_CSS = """
+    HelpScreen { align: center middle; }
+    HelpScreen > VerticalScroll {
+        width: 100; max-width: 95%; height: 90%; border: round $accent; padding: 0 1; background: $surface;
+    }
+    """
+    BINDINGS = [Binding("escape,q,question_mark", "close", "Close")]
+
+    def compose(self) -> ComposeResult:
+        with VerticalScroll() as box:
+            box.border_title = "Help · Escape to close"
+            yield Static(Text(ABOUT))
+            for title, rows in SECTIONS:
+                table = Table(title=title, title_justify="left", show_header=False, box=None, padding=(0, 1))
+                table.add_column(style="bold", no_wrap=True)
+                table.add_column()
+                for key, text in rows:
+                    table.add_row(Text(key), Text(text))
+                yield Static(table)
+
+    def action_close(self) -> None:
+        self.dismiss(None)

@@ -1,0 +1,1 @@
+"""One widget per file; each pane is a view of the app's scenario or search result."""

@@ -1,0 +1,185 @@
+"""Cluster pane: one row per node group, editable cell by cell, with the cluster's totals."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.widgets import DataTable, Static
+
+from amp_tui.core.hardware import gpu_catalog, instance_catalog
+from amp_tui.core.scenario import NodeGroup, parse_node_group
+from amp_tui.core.units import format_bandwidth, format_bytes
+from amp_tui.tui import edits
+from amp_tui.tui.format import cell
+from amp_tui.tui.screens.picker import PickItem
+from amp_tui.tui.widgets.pane import ScenarioPane
+
+# (header, node-group field edited from that column, what the edit dialog says is allowed)
+COLUMNS: list[tuple[str, str | None, str]] = [
+    ("node", "instance", ""),
+    ("GPU", "gpu", ""),
+    ("/node", "gpus_per_node", "A whole number of GPUs per node, at least 1."),
+    ("count", "count", "A whole number of nodes, at least 1."),
+    ("intra", "intra_node_bandwidth",
+     "Bandwidth between GPUs of one node, e.g. '50 Gbps', '300 GB/s' (a bare number means Gbps); greater than 0."),
+    ("network", "inter_node_bandwidth",
+     "Bandwidth between nodes, e.g. '100 Gbps', '25 GB/s' (a bare number means Gbps); greater than 0."),
+    ("memory", None, ""),
+]
+
+
+def _catalog_group(instance: str) -> NodeGroup | None:
+    try:
+        return parse_node_group({"instance": instance}, "instance")
+    except Exception:  # a broken catalog entry only loses the override marker
+        return None
+
+
+def instance_items() -> list[PickItem]:
+    items = [PickItem(("custom", None), "custom node",
+                      "a node group with no instance name: starts as a copy of the selected group; edit its fields")]
+    for name, entry in instance_catalog().items():
+        detail = (f"{entry.get('provider', '')}: {entry['gpus_per_node']} x {entry['gpu']}, "
+                  f"intra {entry['intra_node_bandwidth']}, network {entry['inter_node_bandwidth']}")
+        if entry.get("description"):
+            detail += f" ({entry['description']})"
+        items.append(PickItem(("instance", name), name, detail))
+    return items
+
+
+def gpu_items() -> list[PickItem]:
+    return [PickItem(name, name, f"{format_bytes(gpu.memory_bytes)}, {gpu.peak_flops_16 / 1e12:g} TFLOP/s fp16, "
+                                 f"{gpu.memory_bandwidth / 1e9:g} GB/s" + (f" - {gpu.description}" if gpu.description else ""))
+            for name, gpu in gpu_catalog().items()]
+
+
+class ClusterPane(ScenarioPane):
+    DEFAULT_CSS = """
+    ClusterPane { height: 1fr; }
+    ClusterPane DataTable { height: auto; max-height: 1fr; }
+    ClusterPane #cluster-totals { height: auto; color: $text-muted; padding: 0 1; }
+    """
+    BINDINGS = [
+        Binding("e", "edit", "Edit"),
+        Binding("a", "add", "Add node"),
+        Binding("d,delete", "remove", "Remove"),
+        Binding("plus,equals_sign", "count(1)", "+1 node"),
+        Binding("minus", "count(-1)", "-1 node"),
+    ]
+
+    def compose(self) -> ComposeResult:
+        yield DataTable(id="cluster-table", cursor_type="cell", zebra_stripes=True, cell_padding=0)
+        yield Static(id="cluster-totals")
+
+    def on_mount(self) -> None:
+        table = self.query_one(DataTable)
+        for header, _, _ in COLUMNS:
+            table.add_column(cell(header + " "), key=header)
+        super().on_mount()
+
+    @property
+    def table(self) -> DataTable:
+        return self.query_one(DataTable)
+
+    def refresh_view(self) -> None:
+        cluster = self.scenario.cluster
+        overridden: list[bool] = []
+
+        def fill() -> None:
+            for index, group in enumerate(cluster.nodes):
+                reference = _catalog_group(group.instance) if group.instance else None
+
+                def marked(text: str, same: bool = True, justify: str = "left") -> Text:
+                    if not same:
+                        overridden.append(True)
+                    return cell(text + ("" if same else "*"), style="" if same else "bold", justify=justify)
+                self.table.add_row(
+                    cell(group.instance or "custom", style="" if group.instance else "italic"),
+                    marked(group.gpu.name, reference is None or reference.gpu == group.gpu),
+                    marked(str(group.gpus_per_node),
+                           reference is None or reference.gpus_per_node == group.gpus_per_node, "right"),
+                    cell(str(group.count), justify="right"),
+                    marked(format_bandwidth(group.intra_node_bandwidth),
+                           reference is None or reference.intra_node_bandwidth == group.intra_node_bandwidth),
+                    marked(format_bandwidth(group.inter_node_bandwidth),
+                           reference is None or reference.inter_node_bandwidth == group.inter_node_bandwidth),
+                    cell(format_bytes(group.gpu.memory_bytes)),
+                    key=str(index),
+                )
+        self.keep_cursor(self.table, fill)
+        by_type = Counter()
+        for group in cluster.nodes:
+            by_type[group.gpu.name] += group.num_gpus
+        memory = sum(group.num_gpus * group.gpu.memory_bytes for group in cluster.nodes)
+        types = ", ".join(f"{n} x {name}" for name, n in by_type.items())
+        totals = Text(f"{cluster.name}: {cluster.num_gpus} GPUs on {cluster.num_nodes} nodes ({types}), "
+                      f"{format_bytes(memory)} GPU memory")
+        totals.append("\n/node GPUs per node · intra GPU-to-GPU bandwidth in a node · network between nodes"
+                      " · memory per GPU")
+        if overridden:
+            totals.append(" · * differs from the instance catalog")
+        self.query_one("#cluster-totals", Static).update(totals)
+
+    # -- actions -----------------------------------------------------------------------------
+    def _group_index(self) -> int:
+        return min(self.table.cursor_row, len(self.scenario.cluster.nodes) - 1)
+
+    def on_data_table_cell_selected(self, event: DataTable.CellSelected) -> None:
+        event.stop()
+        self.action_edit()
+
+    def action_edit(self) -> None:
+        if self.scenario is None:
+            return
+        index = self._group_index()
+        group = self.scenario.cluster.nodes[index]
+        header, key, hint = COLUMNS[self.table.cursor_column]
+        where = f"node group {index} ({group.label})"
+        if key is None:
+            self.app.notify(f"{header!r} is computed; move to count, GPU, GPU/node or a bandwidth to edit",
+                            markup=False)
+        elif key == "instance":
+            self.pick(f"Node type of {where}", instance_items()[1:],
+                      lambda value: edits.set_node_group(self.scenario, index, {"instance": value[1], "count": group.count}),
+                      f"{where}: node type", current=("instance", group.instance))
+        elif key == "gpu":
+            self.pick(f"GPU type of {where}", gpu_items(),
+                      lambda name: edits.set_node_field(self.scenario, index, "gpu", name),
+                      f"{where}: GPU type", current=group.gpu.name)
+        else:
+            current = {"gpus_per_node": str(group.gpus_per_node), "count": str(group.count),
+                       "intra_node_bandwidth": format_bandwidth(group.intra_node_bandwidth),
+                       "inter_node_bandwidth": format_bandwidth(group.inter_node_bandwidth)}[key]
+            self.edit_value(f"{header} of {where}", current,
+                            lambda text: edits.set_node_field(self.scenario, index, key, text.strip()),
+                            f"{where}: {header} changed", hint=hint)
+
+    def action_add(self) -> None:
+        if self.scenario is None:
+            return
+        like = self._group_index()
+
+        def build(value: tuple) -> object:
+            kind, name = value
+            if kind == "custom":
+                return edits.add_custom_node(self.scenario, like)
+            return edits.add_instance(self.scenario, name)
+        self.pick("Add a node group", instance_items(), build, "node group added")
+
+    def action_remove(self) -> None:
+        if self.scenario is None:
+            return
+        index = self._group_index()
+        label = self.scenario.cluster.nodes[index].label
+        self.attempt(lambda: edits.remove_node_group(self.scenario, index), f"node group {index} ({label}) removed")
+
+    def action_count(self, step: int) -> None:
+        if self.scenario is None:
+            return
+        index = self._group_index()
+        group = self.scenario.cluster.nodes[index]
+        self.attempt(lambda: edits.set_node_field(self.scenario, index, "count", group.count + step),
+                     f"node group {index} ({group.label}): {group.count + step} nodes")

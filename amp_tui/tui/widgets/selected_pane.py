@@ -1,0 +1,74 @@
+"""Selected strategy: its summary line, per-stage load bars and the time chart."""
+
+from __future__ import annotations
+
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.containers import VerticalScroll
+from textual.widgets import Static
+
+from amp_tui.core.cost import Prediction
+from amp_tui.core.search import Infeasible
+from amp_tui.core.units import format_seconds
+from amp_tui.tui.widgets.stage_bars import StageBars
+from amp_tui.tui.widgets.time_chart import TimeChart
+
+
+def summary(prediction: Prediction, baseline: Prediction | None) -> Text:
+    strategy = prediction.strategy
+    text = Text()
+    text.append(f"{strategy.label}", style="bold")
+    text.append(f" micro-batch {strategy.micro_batch_size} x {prediction.num_micro_batches}: ")
+    text.append(format_seconds(prediction.iteration_time_s), style="bold")
+    text.append(f" per iteration, {prediction.samples_per_s:.1f} samples/s\n")
+    text.append(f"= steady {format_seconds(prediction.steady_state_s)} + fill/drain "
+                f"{format_seconds(prediction.fill_drain_s)} + dp/optimizer {format_seconds(prediction.dp_and_optimizer_s)}")
+    text.append(f" · bubble {prediction.bubble_fraction * 100:.1f}%", style="bold")
+    text.append(" · dp all-reduce ")
+    text.append(format_seconds(prediction.dp_allreduce_s), style="bold")
+    text.append("\n")
+    if strategy.partition:
+        text.append(f"layers per stage {'/'.join(map(str, strategy.partition))}")
+    if strategy.placement and len(strategy.placement) > 1:
+        text.append(f" · node-group order {','.join(map(str, strategy.placement))}")
+    if baseline is not None:
+        text.append(f" · {baseline.iteration_time_s / prediction.iteration_time_s:.2f}x the uniform baseline")
+    if not prediction.fits_memory and prediction.reason:
+        text.append(f"\n{prediction.reason}", style="bold red")
+    return text
+
+
+class SelectedPane(VerticalScroll):
+    DEFAULT_CSS = """
+    SelectedPane { height: 1fr; }
+    SelectedPane #selected-summary { height: auto; }
+    """
+
+    def compose(self) -> ComposeResult:
+        yield Static(Text("No strategy selected yet.", style="dim"), id="selected-summary")
+        yield StageBars(id="stage-bars")
+        yield TimeChart(id="time-chart")
+
+    def on_mount(self) -> None:
+        app = self.app
+        if getattr(app, "result", None) is not None:
+            self.show(app.selected_entry(), app.result.baseline)
+
+    def show(self, entry: Prediction | Infeasible | None, baseline: Prediction | None) -> None:
+        bars, chart, text = self.query_one(StageBars), self.query_one(TimeChart), self.query_one("#selected-summary", Static)
+        if isinstance(entry, Prediction):
+            text.update(summary(entry, baseline))
+            bars.show(entry)
+            chart.show(entry)
+            bars.display = chart.display = True
+        else:
+            if isinstance(entry, Infeasible):
+                message = Text(f"{entry.strategy.label} micro-batch {entry.strategy.micro_batch_size} is infeasible:\n",
+                               style="bold")
+                message.append(entry.reason, style="red")
+            else:
+                message = Text("No feasible strategy: nothing fits in memory (press f to see why).", style="dim")
+            text.update(message)
+            bars.show(None)
+            chart.show(None)
+            bars.display = chart.display = False

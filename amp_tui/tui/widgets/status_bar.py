@@ -1,0 +1,62 @@
+"""Status line: searching (with progress) / done in N ms, candidates evaluated, the last error."""
+
+from __future__ import annotations
+
+from rich.text import Text
+from textual.widget import Widget
+
+from amp_tui.core.search import SearchResult
+
+
+class StatusBar(Widget):
+    DEFAULT_CSS = """
+    StatusBar { height: 1; background: $panel; padding: 0 1; }
+    """
+
+    def __init__(self, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.state = "idle"            # idle, searching, done, failed
+        self.fraction = 0.0
+        self.result: SearchResult | None = None
+        self.elapsed_s = 0.0
+        self.error = ""
+        self.show_timings = True
+
+    def searching(self, fraction: float = 0.0) -> None:
+        self.state, self.fraction = "searching", fraction
+        self.refresh()
+
+    def done(self, result: SearchResult, elapsed_s: float) -> None:
+        self.state, self.result, self.elapsed_s = "done", result, elapsed_s
+        self.refresh()
+
+    def failed(self, message: str) -> None:
+        self.state, self.error = "failed", message
+        self.refresh()
+
+    def set_error(self, message: str) -> None:
+        self.error = message
+        self.refresh()
+
+    def render(self) -> Text:
+        text = Text(no_wrap=True, overflow="ellipsis")
+        if self.state == "searching":
+            filled = int(self.fraction * 10)
+            text.append("searching ", style="bold yellow")
+            text.append("▰" * filled + "▱" * (10 - filled), style="yellow")
+            text.append(f" {self.fraction * 100:3.0f}%")
+            if self.result is not None:
+                text.append(" · results shown are stale", style="yellow")
+        elif self.state == "done" and self.result is not None:
+            stats = self.result.stats
+            text.append("done", style="bold green")
+            if self.show_timings:
+                text.append(f" in {self.elapsed_s * 1e3:.0f} ms")
+            text.append(f" · {stats.evaluated} of {stats.candidates} candidates evaluated, {stats.pruned} pruned, "
+                        f"{len(self.result.infeasible)} infeasible")
+        elif self.state == "failed":
+            text.append("search failed", style="bold red")
+        if self.error:
+            text.append(" · ")
+            text.append(self.error, style="bold red")
+        return text

@@ -1,0 +1,83 @@
+"""Where the iteration time goes, per stage: a plotext stacked bar chart.
+
+plotext 5 keeps global state, so the chart is built on the UI thread, in `render`, and cached by
+(prediction, size). 256-colour codes only (no true colour); Text.from_ansi turns them into Rich text.
+"""
+
+from __future__ import annotations
+
+import plotext as plt
+from rich.text import Text
+from textual.widget import Widget
+
+from amp_tui.core.cost import Prediction
+
+# (name, 256-colour index, Rich colour for the legend)
+PARTS = [
+    ("compute", 33, "color(33)"),
+    ("tp comm", 214, "color(214)"),
+    ("pipeline send", 178, "color(178)"),
+    ("dp all-reduce", 141, "color(141)"),
+    ("optimizer", 70, "color(70)"),
+    ("idle (bubble)", 245, "color(245)"),
+]
+
+
+def stage_breakdown(prediction: Prediction) -> list[list[float]]:
+    """Seconds per part (rows of PARTS) per stage over one iteration; they sum to the iteration time."""
+    rows: list[list[float]] = [[] for _ in PARTS]
+    micro_batches = prediction.num_micro_batches
+    for stage in prediction.stages:
+        values = [micro_batches * (stage.compute_s - stage.tp_comm_s), micro_batches * stage.tp_comm_s,
+                  micro_batches * stage.comm_s, stage.dp_allreduce_s, stage.optimizer_step_s]
+        values.append(max(0.0, prediction.iteration_time_s - sum(values)))
+        for row, value in zip(rows, values):
+            row.append(max(0.0, value))
+    return rows
+
+
+def build_chart(prediction: Prediction, width: int, height: int) -> str:
+    rows = stage_breakdown(prediction)
+    scale, unit = (1.0, "s") if prediction.iteration_time_s >= 1 else (1e3, "ms")
+    plt.clear_figure()
+    plt.plotsize(width, height)
+    plt.theme("clear")
+    labels = [str(stage.index) for stage in prediction.stages]
+    plt.stacked_bar(labels, [[v * scale for v in row] for row in rows], color=[p[1] for p in PARTS],
+                    orientation="vertical")
+    plt.title(f"where the iteration goes, per stage ({unit})")
+    return plt.build()
+
+
+class TimeChart(Widget):
+    DEFAULT_CSS = """
+    TimeChart { height: 1fr; min-height: 11; }
+    """
+
+    def __init__(self, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.prediction: Prediction | None = None
+        self._cache: tuple[tuple, Text] | None = None
+
+    def show(self, prediction: Prediction | None) -> None:
+        self.prediction = prediction
+        self.refresh()
+
+    def render(self) -> Text:
+        if self.prediction is None:
+            return Text("")
+        width, height = self.content_size.width, self.content_size.height
+        if width < 20 or height < 6:
+            return Text("(too small for the chart)", style="dim")
+        key = (id(self.prediction), width, height)
+        if self._cache is None or self._cache[0] != key:
+            chart = Text.from_ansi(build_chart(self.prediction, width, height - 1), no_wrap=True)
+            chart.rstrip()
+            legend = Text()
+            for name, _, colour in PARTS:
+                legend.append("█", style=colour)
+                legend.append(f" {name}  ")
+            chart.append("\n")
+            chart.append_text(legend)
+            self._cache = (key, chart)
+        return self._cache[1]

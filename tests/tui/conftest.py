@@ -1,0 +1,38 @@
+"""Fixtures for the dashboard's pilot and snapshot tests."""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+
+import pytest
+
+from amp_tui.core.scenario import load_scenario
+from amp_tui.tui.app import AmpApp
+
+
+@pytest.fixture
+def make_app():
+    """AmpApp on a preset, with timings hidden and a short debounce so tests stay fast."""
+    def make(preset: str = "paper-homogeneous", **kwargs) -> AmpApp:
+        kwargs.setdefault("show_timings", False)
+        kwargs.setdefault("debounce_s", 0.02)
+        return AmpApp(load_scenario(preset), **kwargs)
+    return make
+
+
+async def settle(app, pilot) -> None:
+    """Wait until every search has finished and its result message is handled."""
+    await app.workers.wait_for_complete()
+    await pilot.pause()
+    await pilot.pause()
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_pyfunc_call(pyfuncitem):
+    """Run `async def` tests in a fresh event loop (the project adds no asyncio plugin for this)."""
+    if inspect.iscoroutinefunction(pyfuncitem.obj):
+        arguments = {name: pyfuncitem.funcargs[name] for name in pyfuncitem._fixtureinfo.argnames}
+        asyncio.run(pyfuncitem.obj(**arguments))
+        return True
+    return None
