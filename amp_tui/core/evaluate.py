@@ -12,10 +12,11 @@ def rank_order(scenario: Scenario) -> tuple[int, ...]:
     return tuple(range(len(scenario.cluster.nodes)))
 
 
-def evaluate(scenario: Scenario, strategy: Strategy, cost: CostModel | None = None) -> Prediction:
+def evaluate(scenario: Scenario, strategy: Strategy, cost: CostModel | None = None,
+             field: str = "strategy") -> Prediction:
     """Predict one strategy. Placement defaults to rank order; a missing partition is the one the
-    search finds best for these degrees and placement."""
-    validate_strategy(scenario, strategy)
+    search finds best for these degrees and placement. Errors name fields under `field`."""
+    validate_strategy(scenario, strategy, field)
     cost = cost or CostModel(scenario)
     order = strategy.placement or rank_order(scenario)
     candidate = cost.candidate(strategy.tp, strategy.pp, strategy.dp, strategy.micro_batch_size, order)

@@ -40,102 +40,105 @@ class PartitionResult:
 
 
 class SegmentTables:
-    """Every candidate segment as (stage s, end j, length w + 1): it holds layers [j - w - 1, j).
+    """Every candidate segment of every stage, indexed (stage s, row r, length w + 1).
 
-    Arrays have shape (pp, L + 1, W) with W the longest stage that leaves one layer to each other stage.
+    Stage s can only end at j = s + 1 + r with r in [0, R), R = L - pp + 1 (it needs s layers
+    before it and pp - 1 - s after it); the segment holds layers [j - w - 1, j). Arrays have shape
+    (pp, R, W), W the longest segment that fits in memory on any stage.
     """
 
     def __init__(self, candidate: Candidate):
         c = candidate
         pp, L = c.pp, c.num_layers
+        R = L - pp + 1
         self.candidate = c
-        self.pp, self.L = pp, L
-        W = L - pp + 1
-        self.W = W
+        self.pp, self.L, self.R = pp, L, R
+        # Per (end j, length w + 1) over all ends first: memory needs no stage index but in-flight.
         j = np.arange(L + 1)[:, None]
-        w = np.arange(W)[None, :]
-        start = j - w - 1                                   # (L + 1, W)
+        w = np.arange(R)[None, :]
+        start = j - w - 1
         valid = start >= 0
-        self.start = np.where(valid, start, 0)
-        s = np.arange(pp)[:, None, None]
-        # Stage s needs s layers before it and pp - 1 - s after it; the first starts at 0, the last ends at L.
-        structural = valid[None] & (start[None] >= s) & (j[None] <= L - (pp - 1 - s))
-        structural &= (s != 0) | (start[None] == 0)
-        structural &= (s != pp - 1) | (j[None] == L)
-
-        prefix = c.time_prefix                               # (pp, L + 1)
-        compute = prefix[:, j] - prefix[:, self.start]       # (pp, L + 1, W)
-        cut_in = np.zeros((pp, L + 1, W))
-        cut_out = np.zeros((pp, L + 1, W))
-        if pp > 1:
-            cut_in[1:] = c.cut_cost[:, self.start]           # boundary s - 1 follows layer start - 1
-            cut_out[:-1] = np.broadcast_to(c.cut_cost[:, :, None], (pp - 1, L + 1, W))
-        params = c.param_prefix[j] - c.param_prefix[self.start]      # (L + 1, W)
+        start = np.where(valid, start, 0)
+        params = c.param_prefix[j] - c.param_prefix[start]
         act_prefix, peak, in_flight = c.memory_arrays
-        acts = act_prefix[j] - act_prefix[self.start]
-        layer = np.where(valid, j - 1 - w, 0)
-        seg_peak = np.maximum.accumulate(np.where(valid, peak[layer], 0.0), axis=1)
-        memory = (c.state.total * params[None] + in_flight[:, None, None] * acts[None] + seg_peak[None]
-                  + c.cost.training.runtime_reserve_bytes)
-        fits = memory <= c.layout.stage_capacity[:, None, None]
+        acts = act_prefix[j] - act_prefix[start]
+        seg_peak = np.maximum.accumulate(np.where(valid, peak[np.where(valid, j - 1 - w, 0)], 0.0), axis=1)
+        fixed = c.state.total * params + seg_peak + c.cost.training.runtime_reserve_bytes
+        # No stage holds a longer segment than the longest that fits on the roomiest stage with the
+        # fewest micro-batches in flight; cutting the tables there drops only infeasible segments.
+        capacity = c.layout.stage_capacity
+        fits_somewhere = valid & (fixed + in_flight.min() * acts <= capacity.max())
+        W = int(np.nonzero(fits_somewhere.any(axis=0))[0].max()) + 1 if fits_somewhere.any() else 0
+        self.W = W
+        r = np.arange(R)[:, None]
+        self.offset = np.maximum(r - np.arange(W)[None, :], 0)       # start - s, shape (R, W)
+        stage = np.arange(pp)[:, None, None]
+        if W == 0 or W * pp < L:
+            self.feasible = np.zeros((pp, R, W), dtype=bool)
+            return
+        ends = np.arange(pp)[:, None] + 1 + np.arange(R)[None, :]     # (pp, R)
+        starts = stage + self.offset[None]                              # (pp, R, W)
+        structural = (r >= np.arange(W)[None, :])[None] & np.ones((pp, 1, 1), dtype=bool)
+        structural[0] &= self.offset == 0                               # the first stage starts at 0
+        structural[-1, :-1] = False                                     # the last stage ends at L
+        rows = ends[:, :, None]
+        cols = np.arange(W)[None, None, :]
+        memory = fixed[rows, cols] + in_flight[:, None, None] * acts[rows, cols]
+        self.feasible = structural & (memory <= capacity[:, None, None])
 
-        self.structural = structural
-        self.memory = np.where(structural, memory, INF)
-        self.feasible = structural & fits
-        self.tau = compute + cut_in + cut_out
-        self.g = compute + cut_out
-        self.e = c.e_coef[:, None, None] * params[None]
+        prefix = c.time_prefix                                          # (pp, L + 1)
+        compute = np.take_along_axis(prefix, ends, axis=1)[:, :, None] - prefix[stage, starts]
+        self.g = compute.copy()
+        self.tau = compute
+        if pp > 1:
+            cut = c.cut_cost                                            # (pp - 1, L + 1)
+            cut_out = np.take_along_axis(cut, ends[:-1], axis=1)[:, :, None]
+            self.g[:-1] += cut_out
+            self.tau[:-1] += cut_out
+            self.tau[1:] += cut[stage[:-1], starts[1:]]                # boundary s - 1 before start
+        self.e = c.e_coef[:, None, None] * params[rows, cols]
 
     def minsum(self, allowed: np.ndarray) -> tuple[float, tuple[int, ...] | None]:
         """Minimum sum of g over partitions using only allowed segments, and one such partition."""
-        pp, L = self.pp, self.L
-        value = np.full(L + 1, INF)
-        value[0] = 0.0
-        choice = np.zeros((pp, L + 1), dtype=np.int64)
-        for s in range(pp):
-            total = np.where(allowed[s], value[self.start] + self.g[s], INF)
-            choice[s] = total.argmin(axis=1)
-            value = total[np.arange(L + 1), choice[s]]
-        if not np.isfinite(value[L]):
-            return INF, None
-        return float(value[L]), self._trace(choice)
+        masked = np.where(allowed, self.g, INF)
+        return self._dp(masked, np.add)
 
     def minmax(self, cost: np.ndarray, allowed: np.ndarray) -> float:
         """Minimum over allowed partitions of the largest per-stage `cost`."""
         return self.minmax_partition(cost, allowed)[0]
 
     def minmax_partition(self, cost: np.ndarray, allowed: np.ndarray) -> tuple[float, tuple[int, ...] | None]:
-        L = self.L
+        return self._dp(np.where(allowed, cost, INF), np.maximum, start_value=-INF)
+
+    def _dp(self, masked: np.ndarray, combine, start_value: float = 0.0) -> tuple[float, tuple[int, ...] | None]:
+        pp, L, R = self.pp, self.L, self.R
+        rows = np.arange(R)
         value = np.full(L + 1, INF)
-        value[0] = -INF
-        choice = np.zeros((self.pp, L + 1), dtype=np.int64)
-        for s in range(self.pp):
-            total = np.where(allowed[s], np.maximum(value[self.start], cost[s]), INF)
+        value[0] = start_value
+        choice = np.empty((pp, R), dtype=np.int64)
+        for s in range(pp):
+            total = combine(value[s + self.offset], masked[s])
             choice[s] = total.argmin(axis=1)
-            value = total[np.arange(L + 1), choice[s]]
+            value = np.full(L + 1, INF)
+            value[s + 1:s + 1 + R] = total[rows, choice[s]]
         if not np.isfinite(value[L]):
             return INF, None
         return float(value[L]), self._trace(choice)
 
-    def least_over_memory(self) -> tuple[int, ...]:
-        """The partition whose worst stage is least over its memory capacity (for the reason)."""
-        over = self.memory - self.candidate.layout.stage_capacity[:, None, None]
-        return self.minmax_partition(over, self.structural)[1]
-
     def _trace(self, choice: np.ndarray) -> tuple[int, ...]:
         sizes, j = [], self.L
         for s in range(self.pp - 1, -1, -1):
-            w = int(choice[s, j])
-            sizes.append(w + 1)
-            j -= w + 1
+            size = int(choice[s, j - s - 1]) + 1
+            sizes.append(size)
+            j -= size
         return tuple(reversed(sizes))
 
     def measures(self, partition: tuple[int, ...]) -> tuple[float, float, float]:
         """(max tau, sum g, max E) of a partition."""
-        ends = np.cumsum(partition)
         s = np.arange(self.pp)
+        r = np.cumsum(partition) - s - 1
         w = np.asarray(partition) - 1
-        return float(self.tau[s, ends, w].max()), float(self.g[s, ends, w].sum()), float(self.e[s, ends, w].max())
+        return float(self.tau[s, r, w].max()), float(self.g[s, r, w].sum()), float(self.e[s, r, w].max())
 
     @cached_property
     def min_max_tau(self) -> float:
@@ -165,6 +168,8 @@ def solve(tables: SegmentTables, upper_bound: float = INF,
     best - (B - 1) min max tau - sigma, cannot beat the best found, so those are skipped too.
     """
     B = tables.candidate.num_micro_batches
+    if not tables.feasible.any():
+        return PartitionResult(None, INF, 0, fits=False)
     t_star, start = tables.minmax_partition(tables.tau, tables.feasible)
     if start is None:
         return PartitionResult(None, INF, 1, fits=False)

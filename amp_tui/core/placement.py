@@ -12,6 +12,7 @@ not four times faster than one.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 
@@ -33,6 +34,20 @@ class Layout:
     stage_tp_seconds_per_byte: np.ndarray   # slowest tensor-parallel ring link per stage (0 if tp = 1)
     boundary_seconds_per_byte: np.ndarray   # pipeline send after each stage but the last
     dp_seconds_per_byte: np.ndarray         # slowest data-parallel ring link per stage (0 if dp = 1)
+
+    @cached_property
+    def serving_groups(self) -> tuple[int, ...]:
+        """Node groups that serve any stage, ascending."""
+        return tuple(sorted({g for stage in self.stage_groups for g in stage}))
+
+    @cached_property
+    def stage_membership(self) -> np.ndarray:
+        """(pp, len(serving_groups)) 1.0 where the group serves the stage, else 0."""
+        index = {g: i for i, g in enumerate(self.serving_groups)}
+        out = np.zeros((self.pp, len(index)))
+        for s, groups in enumerate(self.stage_groups):
+            out[s, [index[g] for g in groups]] = 1.0
+        return out
 
     def rank(self, stage: np.ndarray | int, replica: np.ndarray | int, tp_rank: np.ndarray | int):
         return tp_rank + self.tp * (replica + self.dp * stage)

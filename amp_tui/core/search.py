@@ -149,18 +149,57 @@ def _state_memory_floor(candidate: Candidate) -> float:
 
 
 def _time_floor(candidate: Candidate) -> float:
-    """A lower bound on the iteration time over every partition (see cost.py for the terms)."""
-    cost = candidate.cost
-    groups = sorted({g for stage in candidate.layout.stage_groups for g in stage})
-    spb = float(candidate.layout.stage_tp_seconds_per_byte.min())
-    fastest = np.min([cost.layer_times(g, candidate.tp, candidate.mbs)[0]
-                      + cost.layer_times(g, candidate.tp, candidate.mbs)[1] * spb for g in groups], axis=0)
+    """A lower bound on the iteration time over every partition (terms as in cost.py).
+
+    With b_l a layer's time on the fastest GPU serving the pipeline, rho_s the least slow-down of
+    stage s's GPUs against b, and f_s the cheapest sends on either side of stage s, a stage's busy
+    time is tau_s >= C_s + f_s with C_s >= rho_s x (its share of sum b). Then
+      (B - 1) max tau + sum C >= min over M of (B - 1) M + S(M), where S(M) fills stages fastest
+        first, each up to C_s = M - f_s, until all of sum b is placed (a fractional relaxation),
+        and M >= ceil(k / pp) x (k-th largest b) since k layers that slow must share pp stages;
+      fill adds the cheapest cut at every boundary; tail >= all parameters / sum_s (1 / e_coef_s).
+    """
+    cost, layout = candidate.cost, candidate.layout
+    tp, mbs, pp = candidate.tp, candidate.mbs, candidate.pp
+    spb = float(layout.stage_tp_seconds_per_byte.min())
+    groups = layout.serving_groups
+    times = np.array([cost.layer_times(g, tp, mbs)[0] + cost.layer_times(g, tp, mbs)[1] * spb for g in groups])
+    fastest = times.min(axis=0)
     total = float(fastest.sum())
-    bottleneck = max(total / candidate.pp, float(fastest.max()))
+    busy = fastest > 0
+    slowdown = (times[:, busy] / fastest[busy]).min(axis=1) if busy.any() else np.ones(len(groups))
+    rho = (layout.stage_membership * slowdown[None, :]).max(axis=1)
+    cheapest_cut = candidate.cut_cost[:, 1:-1].min(axis=1) if pp > 1 else np.zeros(0)
+    sends = np.zeros(pp)
+    sends[:-1] += cheapest_cut
+    sends[1:] += cheapest_cut
+    descending = np.sort(fastest)[::-1]
+    k = np.arange(1, len(descending) + 1)
+    pipeline = _pipeline_floor(rho, sends, total, float(np.max(np.ceil(k / pp) * descending)),
+                               candidate.num_micro_batches)
+    cuts = float(cheapest_cut.sum())
     coef = candidate.e_coef
-    params = float(candidate.param_prefix[-1])
-    tail = params / float(np.sum(1.0 / coef)) if np.all(coef > 0) else 0.0
-    return (candidate.num_micro_batches - 1) * bottleneck + total + tail
+    tail = float(candidate.param_prefix[-1]) / float(np.sum(1.0 / coef)) if np.all(coef > 0) else 0.0
+    return pipeline + cuts + tail
+
+
+def _pipeline_floor(rho: np.ndarray, sends: np.ndarray, work: float, m_floor: float, B: int) -> float:
+    """min over M of (B - 1) M + S(M) (see _time_floor). S is convex and piecewise linear in M, so
+    the minimum sits at the smallest allowed M or where one more stage fills up."""
+    order = np.argsort(rho, kind="stable")
+    rho, sends = rho[order], sends[order]
+    inverse = np.cumsum(1.0 / rho)                   # work the first k stages absorb per unit of M
+    offset = np.cumsum(sends / rho)                  # ... less what their sends take
+    lowest = max(m_floor, float(sends.max()), (work + offset[-1]) / inverse[-1])
+    m = np.concatenate([[lowest], (work + offset) / inverse])
+    m = m[m >= lowest]
+    capacity = m[:, None] * inverse[None, :] - offset[None, :]      # (M candidates, stages)
+    full = (capacity < work).sum(axis=1)              # stages filled to M before the rest fits
+    last = np.maximum(full - 1, 0)
+    placed = np.where(full > 0, capacity[np.arange(len(m)), last], 0.0)
+    filled = np.where(full > 0, full * m - np.cumsum(sends)[last], 0.0)
+    rest = np.where(full < len(rho), (work - placed) * rho[np.minimum(full, len(rho) - 1)], 0.0)
+    return float(np.min((B - 1) * m + filled + np.maximum(rest, 0.0)))
 
 
 def search(scenario: Scenario, *, top: int | None = None,
@@ -217,8 +256,9 @@ def search(scenario: Scenario, *, top: int | None = None,
         evaluated += 1
         solves += result.solves
         if not result.fits:
-            least = candidate.predict(tables.least_over_memory())
-            infeasible.append(Infeasible(least.strategy, least.reason or "does not fit in memory"))
+            even = candidate.predict(even_partition(candidate.num_layers, candidate.pp))
+            infeasible.append(Infeasible(even.strategy, f"no partition fits; with an even split {even.reason}"
+                                         if even.reason else "no partition fits in memory"))
         elif result.partition is not None:
             entry = (-result.iteration_time_s, _negate(key), result.partition)
             if len(best) < top:

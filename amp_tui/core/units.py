@@ -99,8 +99,13 @@ def format_bytes(num_bytes: float) -> str:
     """Binary units, three significant figures: '14.8 GiB'."""
     for unit, scale in (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
         if abs(num_bytes) >= scale:
-            return f"{num_bytes / scale:.3g} {unit}"
+            return f"{_three_figures(num_bytes / scale)} {unit}"
     return f"{num_bytes:.0f} B"
+
+
+def _three_figures(x: float) -> str:
+    """1.23, 12.3, 123, 1023: never scientific notation."""
+    return f"{x:.0f}" if abs(x) >= 100 else f"{x:.1f}" if abs(x) >= 10 else f"{x:.2f}"
 
 
 def format_seconds(seconds: float) -> str:

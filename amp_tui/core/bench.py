@@ -1,0 +1,95 @@
+"""`amp-tui bench`: time the search on fixed scenarios against the targets of the search issue."""
+
+from __future__ import annotations
+
+import resource
+import statistics
+import time
+import tracemalloc
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from amp_tui.core.scenario import load_scenario
+from amp_tui.core.search import search
+
+
+@dataclass(frozen=True)
+class Benchmark:
+    scenario: str
+    target_s: float
+    target_memory_bytes: float | None = None
+
+
+BENCHMARKS = (
+    Benchmark("paper-homogeneous", 0.050),
+    Benchmark("paper-het-cluster", 0.050),
+    Benchmark("paper-het-model", 0.050),
+    Benchmark("bench-128-gpus", 0.250),
+    Benchmark("bench-1024-gpus", 2.0),
+    Benchmark("bench-3072-a100-gpt-1t", 10.0, 2**30),
+)
+
+
+def run_bench(names: list[str], runs: int = 5, progress: Callable[[str], None] | None = None) -> list[dict]:
+    """Per scenario: median wall time of `runs` searches after one warm-up (scenario loading and
+    imports excluded), candidates per second, and the search's peak traced memory (one extra run
+    under tracemalloc, kept out of the timings because tracing slows allocation)."""
+    rows = []
+    for bench in BENCHMARKS:
+        if bench.scenario not in names:
+            continue
+        scenario = load_scenario(bench.scenario)
+        result = search(scenario)  # warm-up
+        times = []
+        for _ in range(runs):
+            started = time.perf_counter()
+            result = search(scenario)
+            times.append(time.perf_counter() - started)
+        tracemalloc.start()
+        search(scenario)
+        _, peak = tracemalloc.get_traced_memory()
+        tracemalloc.stop()
+        median = statistics.median(times)
+        top = result.strategies[0] if result.strategies else None
+        row = {
+            "scenario": bench.scenario,
+            "gpus": scenario.cluster.num_gpus,
+            "layers": scenario.model.num_layers,
+            "median_s": median,
+            "min_s": min(times),
+            "target_s": bench.target_s,
+            "meets_target": median <= bench.target_s and (bench.target_memory_bytes is None
+                                                          or peak <= bench.target_memory_bytes),
+            "candidates": result.stats.candidates,
+            "evaluated": result.stats.evaluated,
+            "pruned": result.stats.pruned,
+            "candidates_per_s": result.stats.candidates / median,
+            "peak_memory_bytes": peak,
+            "target_memory_bytes": bench.target_memory_bytes,
+            "top": (f"{top.strategy.label} mbs {top.strategy.micro_batch_size}, {top.iteration_time_s:.4g} s"
+                    if top else "none fits"),
+        }
+        rows.append(row)
+        if progress:
+            progress(f"{bench.scenario}: median {median * 1000:.1f} ms")
+    rows_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    for row in rows:
+        row["process_max_rss_bytes"] = rows_rss
+    return rows
+
+
+def render_bench(rows: list[dict]) -> str:
+    from amp_tui.core.units import format_bytes
+
+    header = (f"{'scenario':<24} {'GPUs':>5} {'layers':>6} {'median':>10} {'target':>8} {'ok':>3} "
+              f"{'candidates':>10} {'evaluated':>9} {'cand/s':>9} {'peak mem':>10}  top strategy")
+    lines = [header, "-" * len(header)]
+    for r in rows:
+        lines.append(
+            f"{r['scenario']:<24} {r['gpus']:>5} {r['layers']:>6} {r['median_s'] * 1000:>8.1f}ms "
+            f"{r['target_s'] * 1000:>6.0f}ms {'yes' if r['meets_target'] else 'NO':>3} {r['candidates']:>10} "
+            f"{r['evaluated']:>9} {r['candidates_per_s']:>9.0f} {format_bytes(r['peak_memory_bytes']):>10}  {r['top']}")
+    if rows:
+        lines.append(f"process peak RSS (all of the above, incl. Python and numpy): "
+                     f"{format_bytes(rows[0]['process_max_rss_bytes'])}")
+    return "\n".join(lines)
