@@ -3,7 +3,8 @@
 Sizes follow Megatron-LM (Narayanan et al. 2021) and Korthikanti et al. 2022 ("Reducing activation
 recomputation"): per sample, s tokens, hidden h, FFN width f, a heads, vocabulary V, and e bytes per
 element (2 for fp16/bf16). Activation constants are for 16-bit training with 1-byte dropout masks;
-fp32 doubles them.
+fp32 doubles them. The loss needs three fp32 s x V buffers at its peak (the logits cast to fp32,
+their softmax, and the fp32 gradient), as Megatron's vocab-parallel cross-entropy does.
 """
 
 from __future__ import annotations
@@ -73,7 +74,7 @@ def build_family(family: str, spec: dict, e: int, field: str) -> tuple[dict, tup
         name=head_name, kind="head", params=v * h + 2 * h + (h * h + h if transform else 0),
         flops=2 * s * h * v + (2 * s * h * h if transform else 0),
         activation_bytes=(2 * s * h + 2 * s * v) * scale, activation_replicated_bytes=2 * s * h * scale,
-        output_bytes=4 * s, workspace_bytes=4 * s * v, tokens=s, width=h,
+        output_bytes=4 * s, workspace_bytes=12 * s * v, tokens=s, width=h,
     )
     return shape, (embedding, block, head)
 

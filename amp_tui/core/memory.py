@@ -10,12 +10,16 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from amp_tui.core.scenario import Training
+if TYPE_CHECKING:  # scenario.py imports this module's defaults
+    from amp_tui.core.scenario import Training
 
-# Mixed precision keeps fp32 master weights beside the 16-bit ones: Adam is 2 + 2 + 4 + 4 + 4 = 16
-# bytes per parameter (weights, gradients, master, two moments); SGD with momentum 2 + 2 + 4 + 4.
-_OPTIMIZER_BYTES = {("adam", True): 12, ("adam", False): 8, ("sgd", True): 8, ("sgd", False): 4}
+# Bytes per parameter for weights + gradients + optimizer state before ZeRO sharding. Mixed
+# precision keeps fp32 master weights beside the 16-bit ones: Adam is 2 + 2 + 4 + 4 + 4 = 16
+# (weights, gradients, master, two moments); SGD with momentum 2 + 2 + 4 + 4 (fp32: 4 + 4 + 4). Engines that keep an
+# fp32 gradient copy too (DeepSpeed's fp16 optimizer) need 20: set training.state_bytes_per_param.
+DEFAULT_STATE_BYTES = {("adam", True): 16, ("adam", False): 16, ("sgd", True): 12, ("sgd", False): 12}
 # Bytes the optimizer step reads and writes per parameter (it is memory-bound).
 _OPTIMIZER_TRAFFIC = {"adam": 28, "sgd": 16}
 
@@ -35,8 +39,7 @@ class StateBytes:
 
 def state_bytes_per_param(training: Training, dp: int) -> StateBytes:
     e = training.bytes_per_element
-    mixed = training.precision != "fp32"
-    optimizer = _OPTIMIZER_BYTES[(training.optimizer, mixed)]
+    optimizer = training.state_bytes_per_param - 2 * e   # what is neither weights nor gradients
     return StateBytes(
         weights=e,
         gradients=e / dp if training.zero_stage >= 2 else e,

@@ -12,7 +12,8 @@ from amp_tui.core.errors import SpecError
 from amp_tui.core.hardware import GPU, gpu_catalog, instance_catalog, parse_gpu
 from amp_tui.core.model import Model, parse_model
 from amp_tui.core.presets import load_preset, preset_names
-from amp_tui.core.units import format_bandwidth, format_bytes, parse_bandwidth, parse_bytes, parse_int
+from amp_tui.core.memory import DEFAULT_STATE_BYTES
+from amp_tui.core.units import format_bandwidth, format_bytes, parse_bandwidth, parse_bytes, parse_int, parse_number
 from amp_tui.core.yamlio import load_yaml_file
 
 PRECISIONS = {"fp16": 2, "bf16": 2, "fp32": 4}
@@ -89,6 +90,7 @@ class Training:
     recompute: str = "none"
     zero_stage: int = 0
     runtime_reserve_bytes: float = 2**30  # CUDA context, NCCL buffers, allocator slack
+    state_bytes_per_param: float = 16.0     # weights + gradients + optimizer state, before ZeRO
 
     @property
     def bytes_per_element(self) -> int:
@@ -97,7 +99,8 @@ class Training:
     def to_dict(self) -> dict:
         return {"global_batch_size": self.global_batch_size, "precision": self.precision,
                 "optimizer": self.optimizer, "schedule": self.schedule, "recompute": self.recompute,
-                "zero_stage": self.zero_stage, "runtime_reserve": format_bytes(self.runtime_reserve_bytes)}
+                "zero_stage": self.zero_stage, "runtime_reserve": format_bytes(self.runtime_reserve_bytes),
+                "state_bytes_per_param": self.state_bytes_per_param}
 
 
 @dataclass(frozen=True)
@@ -203,20 +206,30 @@ def parse_cluster(value: object, field_name: str = "cluster") -> Cluster:
 def parse_training(value: object, field_name: str = "training") -> Training:
     if not isinstance(value, dict):
         raise SpecError(field_name, value, "expected a mapping with at least global_batch_size")
-    allowed = {"global_batch_size", "precision", "optimizer", "schedule", "recompute", "zero_stage", "runtime_reserve"}
+    allowed = {"global_batch_size", "precision", "optimizer", "schedule", "recompute", "zero_stage", "runtime_reserve",
+               "state_bytes_per_param"}
     _check_keys(value, allowed, field_name, "training")
     if "global_batch_size" not in value:
         raise SpecError(f"{field_name}.global_batch_size", None, "required")
     reserve = value.get("runtime_reserve")
+    precision = _choice(value.get("precision", "fp16"), tuple(PRECISIONS), f"{field_name}.precision")
+    optimizer = _choice(value.get("optimizer", "adam"), OPTIMIZERS, f"{field_name}.optimizer")
+    default_state = DEFAULT_STATE_BYTES[(optimizer, precision != "fp32")]
+    state = float(parse_number(value.get("state_bytes_per_param", default_state),
+                               f"{field_name}.state_bytes_per_param", positive=True))
+    if state < 2 * PRECISIONS[precision]:
+        raise SpecError(f"{field_name}.state_bytes_per_param", state,
+                        f"must hold at least the weights and gradients ({2 * PRECISIONS[precision]} bytes at {precision})")
     return Training(
         global_batch_size=parse_int(value["global_batch_size"], f"{field_name}.global_batch_size"),
-        precision=_choice(value.get("precision", "fp16"), tuple(PRECISIONS), f"{field_name}.precision"),
-        optimizer=_choice(value.get("optimizer", "adam"), OPTIMIZERS, f"{field_name}.optimizer"),
+        precision=precision,
+        optimizer=optimizer,
         schedule=_choice(value.get("schedule", "1f1b"), SCHEDULES, f"{field_name}.schedule"),
         recompute=_choice(value.get("recompute", "none"), RECOMPUTE, f"{field_name}.recompute"),
         zero_stage=_choice(value.get("zero_stage", 0), ZERO_STAGES, f"{field_name}.zero_stage"),
         runtime_reserve_bytes=(parse_bytes(reserve, f"{field_name}.runtime_reserve") if reserve is not None
                                else Training.runtime_reserve_bytes),
+        state_bytes_per_param=state,
     )
 
 
