@@ -5,7 +5,7 @@ from __future__ import annotations
 from amp_tui.core.cost import CostModel, Prediction
 from amp_tui.core.errors import SpecError
 from amp_tui.core.scenario import Scenario
-from amp_tui.core.strategy import Strategy, parse_strategy, validate_strategy
+from amp_tui.core.strategy import Strategy, even_partition, parse_strategy, validate_strategy
 
 
 def rank_order(scenario: Scenario) -> tuple[int, ...]:
@@ -15,7 +15,8 @@ def rank_order(scenario: Scenario) -> tuple[int, ...]:
 def evaluate(scenario: Scenario, strategy: Strategy, cost: CostModel | None = None,
              field: str = "strategy") -> Prediction:
     """Predict one strategy. Placement defaults to rank order; a missing partition is the one the
-    search finds best for these degrees and placement. Errors name fields under `field`."""
+    search finds best for these degrees and placement, or the even split when none fits in memory
+    (the prediction then says why). Errors name fields under `field`."""
     validate_strategy(scenario, strategy, field)
     cost = cost or CostModel(scenario)
     order = strategy.placement or rank_order(scenario)
@@ -24,7 +25,7 @@ def evaluate(scenario: Scenario, strategy: Strategy, cost: CostModel | None = No
     if partition is None:
         from amp_tui.core.partition import best_partition
 
-        partition = best_partition(candidate).partition
+        partition = best_partition(candidate).partition or even_partition(candidate.num_layers, strategy.pp)
     return candidate.predict(partition)
 
 

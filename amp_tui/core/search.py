@@ -66,7 +66,8 @@ class SearchResult:
         return {
             "scenario": self.scenario.name,
             "search_time_s": self.stats.search_time_s,
-            "candidates": self.stats.to_dict(),
+            "candidates": self.stats.candidates,
+            "statistics": self.stats.to_dict(),
             "strategies": [{"rank": i + 1, **p.to_dict()} for i, p in enumerate(self.strategies)],
             "infeasible": [entry.to_dict() for entry in self.infeasible],
             "baseline": self.baseline.to_dict() if self.baseline else None,
