@@ -9,6 +9,7 @@ from __future__ import annotations
 import copy
 import itertools
 import math
+import os
 
 from hypothesis import strategies as st
 
@@ -18,6 +19,11 @@ GBPS = 1e9 / 8  # bytes per second in one Gbps
 GIB = 2**30
 
 CATALOG_GPUS = ("T4", "V100", "A10G", "A100-40GB")
+
+
+def examples(n: int) -> int:
+    """Hypothesis example count: `n`, times AMP_HYPOTHESIS_SCALE for a longer hunt (default 1)."""
+    return n * int(os.environ.get("AMP_HYPOTHESIS_SCALE", "1"))
 
 
 def node(count=1, gpu="V100", gpus_per_node=1, intra=100.0, inter=10.0) -> dict:
@@ -102,8 +108,21 @@ def node_groups(draw, max_gpus: int = 8, max_groups: int = 3, binding_memory: bo
 
 
 @st.composite
-def explicit_layers(draw, min_layers: int = 2, max_layers: int = 8, heavy: bool = True):
-    """Uneven explicit layers with random sizes, every one with a width so FLOPs cost time."""
+def profiles(draw):
+    """Measured forward seconds per sample for one or two catalog GPUs at some tp degrees."""
+    names = draw(st.lists(st.sampled_from(CATALOG_GPUS), min_size=1, max_size=2, unique=True))
+    out = {}
+    for name in names:
+        degrees = draw(st.lists(st.sampled_from([1, 2, 4]), min_size=1, max_size=3, unique=True))
+        out[name] = {tp: float(draw(st.integers(1, 1000))) * 1e-5 for tp in degrees}
+    return out
+
+
+@st.composite
+def explicit_layers(draw, min_layers: int = 2, max_layers: int = 8, heavy: bool = True,
+                    measured: bool = False):
+    """Uneven explicit layers with random sizes, every one with a width so FLOPs cost time; with
+    `measured`, some layers carry measured times (profiles) that override the analytic estimate."""
     count = draw(st.integers(min_layers, max_layers))
     scale = 5e8 if heavy else 5e7
     out = []
@@ -124,6 +143,8 @@ def explicit_layers(draw, min_layers: int = 2, max_layers: int = 8, heavy: bool 
             entry["activation_replicated_bytes"] = activation * draw(st.sampled_from([0.0, 0.25, 1.0]))
         if draw(st.booleans()):
             entry["workspace_bytes"] = float(draw(st.integers(0, 1000))) * 1e6
+        if measured and draw(st.booleans()):
+            entry["profile"] = draw(profiles())
         out.append(entry)
     return out
 
@@ -143,12 +164,14 @@ def trainings(draw):
 
 @st.composite
 def scenario_dicts(draw, max_layers: int = 8, max_gpus: int = 8, max_groups: int = 3,
-                   binding_memory: bool = True):
+                   binding_memory: bool = True, measured: bool = True):
     """A small random scenario as a dict (parse it with `parse_scenario`)."""
     nodes = draw(node_groups(max_gpus, max_groups, binding_memory))
-    layers = draw(explicit_layers(max_layers=max_layers, heavy=binding_memory))
+    layers = draw(explicit_layers(max_layers=max_layers, heavy=binding_memory, measured=measured))
     training = draw(trainings())
-    search = {"max_micro_batch_size": 64, "reorder_nodes": draw(st.booleans())}
+    search = {"max_micro_batch_size": draw(st.sampled_from([64, 64, 2, 1])),
+              "reorder_nodes": draw(st.booleans()),
+              "allow_cross_node_tp": draw(st.booleans())}
     return {
         "name": "generated",
         "cluster": {"nodes": nodes},

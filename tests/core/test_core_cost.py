@@ -12,7 +12,7 @@ from amp_tui.core.hardware import gpu_catalog
 from amp_tui.core.scenario import parse_scenario
 from amp_tui.core.search import enumerate_candidates
 from amp_tui.core.strategy import Strategy
-from core_builders import GBPS, build, close, layer, node, scenario_dicts, with_change
+from core_builders import GBPS, build, close, examples, layer, node, scenario_dicts, with_change
 
 V100 = gpu_catalog()["V100"]
 T4 = gpu_catalog()["T4"]
@@ -169,9 +169,9 @@ def test_a_model_without_work_is_rejected_or_predicted():
 # -- properties on generated scenarios ------------------------------------------------------------
 
 @st.composite
-def planned(draw, max_layers=8):
+def planned(draw, max_layers=8, measured=True):
     """(scenario dict, scenario, strategy with partition and placement) for a random candidate."""
-    spec = draw(scenario_dicts(max_layers=max_layers))
+    spec = draw(scenario_dicts(max_layers=max_layers, measured=measured))
     scn = parse_scenario(spec)
     keys = enumerate_candidates(scn)
     assume(keys)
@@ -183,7 +183,7 @@ def planned(draw, max_layers=8):
     return spec, scn, Strategy(tp, pp, dp, mbs, partition, order)
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(50), deadline=None)
 @given(plan=planned(), data=st.data())
 def test_a_slower_link_never_makes_a_strategy_faster(plan, data):
     spec, scn, strategy = plan
@@ -208,8 +208,8 @@ def _slower_gpu(gpu, factor):
             "fp32_tflops": gpu.get("fp32_tflops", base.peak_flops_32 / 1e12) * factor}
 
 
-@settings(max_examples=60, deadline=None)
-@given(plan=planned(), data=st.data())
+@settings(max_examples=examples(50), deadline=None)
+@given(plan=planned(measured=False), data=st.data())
 def test_a_slower_gpu_never_makes_a_strategy_faster(plan, data):
     spec, scn, strategy = plan
     before = evaluate(scn, strategy)
@@ -226,7 +226,7 @@ def test_a_slower_gpu_never_makes_a_strategy_faster(plan, data):
     assert [a.memory for a in after.stages] == [b.memory for b in before.stages]
 
 
-@settings(max_examples=80, deadline=None)
+@settings(max_examples=examples(50), deadline=None)
 @given(plan=planned())
 def test_prediction_terms_add_up(plan):
     spec, scn, strategy = plan
@@ -257,7 +257,7 @@ def test_prediction_terms_add_up(plan):
         assert p.stages[0].comm_s == 0
 
 
-@settings(max_examples=80, deadline=None)
+@settings(max_examples=examples(40), deadline=None)
 @given(plan=planned())
 def test_stages_cover_every_layer_once_in_order(plan):
     _, scn, strategy = plan
@@ -269,24 +269,23 @@ def test_stages_cover_every_layer_once_in_order(plan):
     assert [s.index for s in p.stages] == list(range(strategy.pp))
 
 
-@settings(max_examples=60, deadline=None)
-@given(plan=planned())
+@settings(max_examples=examples(60), deadline=None)
+@given(plan=planned(measured=False))
 def test_no_stage_computes_faster_than_peak(plan):
     """Without measured times, a stage needs at least its FLOPs over its GPUs' peak rate."""
     _, scn, strategy = plan
     p = evaluate(scn, strategy)
     flops = scn.model.columns["flops"]
     passes = 4 if scn.training.recompute == "full" else 3
-    gpus = {g.gpu.name: g.gpu for g in scn.cluster.nodes}
     for s in p.stages:
-        peak = max(gpus_peak.peak_flops(scn.training.precision) for gpus_peak in
-                   (g.gpu for g in scn.cluster.nodes if g.gpu.name in s.gpu_types))
+        # the fastest peak among the GPUs that might serve the stage (inline GPUs share base names)
+        peak = max(g.gpu.peak_flops(scn.training.precision) for g in scn.cluster.nodes
+                   if g.gpu.name in s.gpu_types)
         work = passes * strategy.micro_batch_size * flops[s.first_layer:s.last_layer + 1].sum()
         assert s.compute_s >= work / (strategy.tp * peak) * (1 - 1e-12)
-    assert gpus  # the cluster has GPUs
 
 
-@settings(max_examples=30, deadline=None)
+@settings(max_examples=examples(30), deadline=None)
 @given(plan=planned())
 def test_evaluate_is_deterministic_and_cached_cost_models_agree(plan):
     _, scn, strategy = plan

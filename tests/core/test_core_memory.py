@@ -10,7 +10,7 @@ from amp_tui.core.memory import micro_batches_in_flight, state_bytes_per_param
 from amp_tui.core.scenario import parse_scenario
 from amp_tui.core.search import divisors, enumerate_candidates
 from amp_tui.core.units import format_bytes
-from core_builders import build, layer, node, scenario_dicts
+from core_builders import build, examples, layer, node, scenario_dicts
 
 # Four uneven layers: (params, activation bytes, replicated part, output bytes, workspace bytes)
 LAYERS = [
@@ -189,7 +189,7 @@ def test_capacity_is_the_usable_memory_of_the_smallest_gpu_in_the_stage():
     assert [st_.capacity_bytes for st_ in c.predict((2, 2)).stages] == [64 * 2**30, 8 * 2**30]
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=examples(40), deadline=None)
 @given(data=st.data(), spec=scenario_dicts(max_layers=6))
 def test_memory_never_shrinks_with_a_bigger_micro_batch(data, spec):
     scn = parse_scenario(spec)

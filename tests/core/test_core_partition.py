@@ -1,0 +1,137 @@
+"""partition.best_partition is exact: it equals brute force over every partition of the layers into
+pp contiguous non-empty stages that fits in memory (or finds none when none fits)."""
+
+import math
+
+import pytest
+from hypothesis import assume, event, given, settings
+from hypothesis import strategies as st
+
+from amp_tui.core.cost import CostModel
+from amp_tui.core.partition import best_partition
+from amp_tui.core.scenario import load_scenario, parse_scenario
+from amp_tui.core.search import enumerate_candidates
+from core_builders import brute_force, build, close, compositions, examples, layer, node, scenario_dicts
+
+
+def test_compositions_helper():
+    assert sorted(compositions(4, 2)) == [(1, 3), (2, 2), (3, 1)]
+    assert list(compositions(3, 3)) == [(1, 1, 1)]
+    assert len(list(compositions(10, 4))) == math.comb(9, 3)
+
+
+def _check(candidate, note=event):
+    expected_time, expected_partition = brute_force(candidate)
+    result = best_partition(candidate)
+    if expected_time is None:
+        note("nothing fits")
+        assert result.partition is None
+        assert not result.fits
+        assert result.iteration_time_s == math.inf
+        return
+    unconstrained = min(candidate.predict(p).iteration_time_s
+                        for p in compositions(candidate.num_layers, candidate.pp))
+    note("memory binds" if unconstrained < expected_time * (1 - 1e-9) else "memory free")
+    assert result.partition is not None, f"brute force found {expected_partition}"
+    assert len(result.partition) == candidate.pp and sum(result.partition) == candidate.num_layers
+    assert all(n >= 1 for n in result.partition)
+    prediction = candidate.predict(result.partition)
+    assert prediction.fits_memory
+    assert close(prediction.iteration_time_s, expected_time), (result.partition, expected_partition)
+    assert close(result.iteration_time_s, expected_time)
+
+
+def _with_memory(spec, num_bytes):
+    """Every node group's GPU given `num_bytes` of memory (times unchanged)."""
+    nodes = []
+    for group in spec["cluster"]["nodes"]:
+        gpu = group["gpu"] if isinstance(group["gpu"], dict) else {"base": group["gpu"]}
+        nodes.append({**group, "gpu": {**gpu, "memory": f"{num_bytes} B"}})
+    return {**spec, "cluster": {"nodes": nodes}}
+
+
+@st.composite
+def candidates(draw, max_layers=10, max_pp=4):
+    """A candidate of a generated scenario; in `binding` mode every GPU gets a memory size between the
+    least any partition needs and what the fastest partition needs, so memory decides the answer."""
+    spec = draw(scenario_dicts(max_layers=max_layers))
+    scn = parse_scenario(spec)
+    keys = [k for k in enumerate_candidates(scn) if k[1] <= max_pp]
+    assume(keys)
+    pp = draw(st.sampled_from(sorted({k[1] for k in keys})))   # every depth equally likely
+    key = draw(st.sampled_from([k for k in keys if k[1] == pp]))
+    event(f"pp={key[1]}")
+    candidate = CostModel(scn).candidate(*key)
+    mode = draw(st.sampled_from(["as generated", "binding", "binding", "starved"]))
+    if mode == "starved":       # one byte less than the leanest partition needs: nothing fits
+        least = min(candidate.predict(p).peak_memory_bytes
+                    for p in compositions(candidate.num_layers, candidate.pp))
+        scn = parse_scenario(_with_memory(spec, math.floor(least) - 1))
+        candidate = CostModel(scn).candidate(*key)
+    elif mode == "binding" and key[1] > 1:
+        predictions = [candidate.predict(p) for p in compositions(candidate.num_layers, candidate.pp)]
+        fastest = min(predictions, key=lambda p: p.iteration_time_s).peak_memory_bytes
+        least = min(p.peak_memory_bytes for p in predictions)
+        if least < fastest:
+            fraction = draw(st.floats(0, 1, exclude_max=True))
+            capacity = math.ceil(least + fraction * (fastest - least))
+            if capacity < fastest:
+                scn = parse_scenario(_with_memory(spec, capacity))
+                candidate = CostModel(scn).candidate(*key)
+    return candidate
+
+
+@settings(max_examples=examples(100), deadline=None)
+@given(candidate=candidates())
+def test_best_partition_equals_brute_force(candidate):
+    _check(candidate)
+
+
+@settings(max_examples=examples(25), deadline=None)
+@given(candidate=candidates(max_layers=10, max_pp=4), bound_scale=st.sampled_from([0.5, 1.0, 1.5]))
+def test_upper_bound_only_prunes_what_cannot_beat_it(candidate, bound_scale):
+    """With a finite bound, the result is the exact best when it beats the bound, else nothing."""
+    expected_time, _ = brute_force(candidate)
+    assume(expected_time is not None)
+    bound = expected_time * bound_scale
+    result = best_partition(candidate, upper_bound=bound)
+    if expected_time < bound * (1 - 1e-9):
+        assert result.partition is not None
+        assert close(candidate.predict(result.partition).iteration_time_s, expected_time)
+    elif expected_time > bound * (1 + 1e-9):
+        assert result.partition is None and result.iteration_time_s == math.inf
+
+
+def test_nothing_fits():
+    tiny = {"base": "V100", "memory": "1 MiB"}
+    layers = [layer(params=1e6, flops=1e9, activation_bytes=1e3, output_bytes=1e3, width=64)] * 4
+    scn = build([node(2, tiny, 1)], layers, 2)
+    result = best_partition(CostModel(scn).candidate(1, 2, 1, 1, (0,)))
+    assert result.partition is None and not result.fits and result.iteration_time_s == math.inf
+
+
+def test_memory_forces_an_uneven_split():
+    """Stage 1 sits on a small GPU: the best partition moves layers to stage 0 although it is slower."""
+    big, small = {"base": "V100", "memory": "64 GiB"}, {"base": "V100", "memory": "2 GiB"}
+    layers = [layer(params=2.5e7, flops=1e12, activation_bytes=1e6, output_bytes=1e6, width=1024,
+                    tokens=1024)] * 6
+    scn = build([node(1, big, 1), node(1, small, 1)], layers, 4, runtime_reserve="256 MiB")
+    candidate = CostModel(scn).candidate(1, 2, 1, 1, (0, 1))
+    # 2.5e7 params x 16 B = 400 MB per layer: the small GPU (2 GiB - reserve) holds at most 4
+    assert not candidate.predict((2, 4)).fits_memory or not candidate.predict((1, 5)).fits_memory
+    result = best_partition(candidate)
+    assert result.partition == brute_force(candidate)[1] == (3, 3)
+    fast = CostModel(scn.with_training(runtime_reserve_bytes=2**30 * 1.5)).candidate(1, 2, 1, 1, (0, 1))
+    expected = brute_force(fast)
+    assert expected[1] is not None and best_partition(fast).partition[0] >= 3
+
+
+@pytest.mark.parametrize("name", ["paper-het-cluster", "paper-het-model"])
+def test_paper_settings_against_brute_force(name):
+    """A few real candidates (30 and 56 layers) whose brute force is cheap (pp <= 3)."""
+    scn = load_scenario(name)
+    cost = CostModel(scn)
+    keys = [k for k in enumerate_candidates(scn) if k[1] == 2 or (k[1] == 3 and k[3] == 4)][:6]
+    assert keys
+    for key in keys:
+        _check(cost.candidate(*key), note=lambda _: None)
