@@ -45,6 +45,8 @@ class CostModel:
         self.model = scenario.model
         self.training = scenario.training
         self.gpus: list[GPU] = [group.gpu for group in scenario.cluster.nodes]
+        # Groups with the same GPU share layer times: key the cache by the first such group.
+        self._gpu_id = [self.gpus.index(gpu) for gpu in self.gpus]
         self._layer_times: dict[tuple, tuple[np.ndarray, np.ndarray]] = {}
         self._layouts: dict[tuple, Layout] = {}
         cols = self.model.columns
@@ -76,7 +78,7 @@ class CostModel:
         """(compute seconds, tensor-parallel ring bytes) per layer per micro-batch, forward + backward,
         on node group `group`'s GPU. The bytes still need the stage's link: see `stage_layer_times`."""
         gpu = self.gpus[group]
-        key = (gpu.name, gpu, tp, mbs)
+        key = (self._gpu_id[group], tp, mbs)
         cached = self._layer_times.get(key)
         if cached is not None:
             return cached

@@ -119,8 +119,9 @@ class SegmentTables:
         for s in range(pp):
             total = combine(value[s + self.offset], masked[s])
             choice[s] = total.argmin(axis=1)
-            value = np.full(L + 1, INF)
-            value[s + 1:s + 1 + R] = total[rows, choice[s]]
+            best = total[rows, choice[s]]
+            value[:s + 1] = INF                      # positions no later stage can start from
+            value[s + 1:s + 1 + R] = best
         if not np.isfinite(value[L]):
             return INF, None
         return float(value[L]), self._trace(choice)
