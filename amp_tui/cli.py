@@ -258,9 +258,9 @@ def _prediction_row(scenario, p, rank: str, best: float | None) -> list[str]:
     from amp_tui.core.units import format_bytes, format_seconds
 
     s = p.strategy
-    capacity = min(stage.capacity_bytes for stage in p.stages)
+    tight = p.tightest_stage
     row = [rank, s.label, str(s.micro_batch_size), str(p.num_micro_batches), format_seconds(p.iteration_time_s),
-           f"{p.samples_per_s:.1f}", f"{format_bytes(p.peak_memory_bytes)} / {format_bytes(capacity)}"
+           f"{p.samples_per_s:.1f}", f"{format_bytes(tight.memory.total_bytes)} / {format_bytes(tight.capacity_bytes)}"
            + ("" if p.fits_memory else " OVER")]
     if best is not None:
         row.append(f"+{(p.iteration_time_s / best - 1) * 100:.1f}%" if p.iteration_time_s > best else "best")
@@ -271,7 +271,7 @@ def _prediction_row(scenario, p, rank: str, best: float | None) -> list[str]:
 def render_predictions(scenario, predictions) -> str:
     from amp_tui.core.units import format_seconds
 
-    headers = ["#", "tp x pp x dp", "mbs", "B", "iteration", "samples/s", "peak memory / capacity",
+    headers = ["#", "tp x pp x dp", "mbs", "B", "iteration", "samples/s", "fullest stage memory",
                "partition", "placement"]
     rows = [_prediction_row(scenario, p, str(i + 1), None) for i, p in enumerate(predictions)]
     out = [_summary(scenario), "", _table(headers, rows, {0, 2, 3, 4, 5})]
@@ -309,7 +309,7 @@ def render_search(result, top: int) -> str:
         out.append("no strategy fits in memory; see the reasons below")
     else:
         best = result.strategies[0].iteration_time_s
-        headers = ["rank", "tp x pp x dp", "mbs", "B", "iteration", "samples/s", "peak memory / capacity", "gap",
+        headers = ["rank", "tp x pp x dp", "mbs", "B", "iteration", "samples/s", "fullest stage memory", "gap",
                    "partition", "placement"]
         rows = [_prediction_row(scenario, p, str(i + 1), best) for i, p in enumerate(result.strategies[:top])]
         out.append(_table(headers, rows, {0, 2, 3, 4, 5}))
@@ -322,5 +322,6 @@ def render_search(result, top: int) -> str:
         out += ["", f"{len(result.infeasible)} candidates do not fit in memory, e.g.:"]
         for entry in result.infeasible[:3]:
             s = entry.strategy
-            out.append(f"  {s.label} micro-batch {s.micro_batch_size}: {entry.reason}")
+            out.append(f"  {s.label} micro-batch {s.micro_batch_size}, {_placement_text(scenario, s.placement)}: "
+                       f"{entry.reason}")
     return "\n".join(out)

@@ -167,6 +167,11 @@ class Prediction:
     reason: str | None = None       # why it does not fit
 
     @property
+    def tightest_stage(self) -> "StagePrediction":
+        """The stage using the largest share of its own GPUs' memory."""
+        return max(self.stages, key=lambda st: st.memory.total_bytes / st.capacity_bytes)
+
+    @property
     def bottleneck_stage(self) -> int:
         return max(range(len(self.stages)), key=lambda s: self.stages[s].stage_time_s)
 
