@@ -85,6 +85,17 @@ def test_zero_2_also_shards_gradients():
     assert m.optimizer_bytes == pytest.approx(12 * params / 4)
 
 
+@pytest.mark.parametrize("zero, per_param", [(0, (2, 2, 16)), (1, (2, 2, 4)), (2, (2, 0.5, 4))])
+def test_engine_state_bytes_20(zero, per_param):
+    """An engine keeping an fp32 gradient copy too needs 20 bytes per parameter; ZeRO shards the
+    20 - 2 - 2 bytes that are neither weights nor gradients."""
+    scn = scenario(zero_stage=zero, state_bytes_per_param=20)
+    m = stage(scn, 1, 2, 4, 1, (2, 2), 0)
+    params = P[0] + P[1]
+    assert (m.weights_bytes, m.gradients_bytes, m.optimizer_bytes) == pytest.approx(
+        tuple(b * params for b in per_param), rel=1e-12)
+
+
 def test_zero_does_nothing_without_data_parallelism():
     for zero in (0, 1, 2):
         sb = state_bytes_per_param(scenario(zero_stage=zero).training, 1)

@@ -62,6 +62,24 @@ def test_with_training_changes_one_field():
 HET = load_scenario("paper-het-cluster").to_dict()
 
 
+def test_default_state_bytes_follow_optimizer_and_precision():
+    data = load_scenario("dgx-a100-gpt3-13b").to_dict()
+    training = {k: v for k, v in data["training"].items() if k != "state_bytes_per_param"}
+    for optimizer, precision, expected in [("adam", "bf16", 16), ("adam", "fp32", 16), ("sgd", "fp16", 12)]:
+        parsed = parse_scenario({**data, "training": {**training, "optimizer": optimizer, "precision": precision}})
+        assert parsed.training.state_bytes_per_param == expected
+
+
+@pytest.mark.xfail(strict=True, reason="to_dict always writes state_bytes_per_param, so a default "
+                   "becomes explicit: with_training(optimizer='sgd') on a scenario that never set it keeps "
+                   "Adam's 16 B/param instead of SGD's default 12")
+def test_switching_optimizer_keeps_the_default_state_bytes():
+    data = load_scenario("dgx-a100-gpt3-13b").to_dict()
+    training = {k: v for k, v in data["training"].items() if k != "state_bytes_per_param"}
+    adam = parse_scenario({**data, "training": training})
+    assert adam.with_training(optimizer="sgd").training.state_bytes_per_param == 12
+
+
 @pytest.mark.xfail(strict=True, reason="Training.to_dict writes runtime_reserve with format_bytes (three "
                    "figures): 1500 MiB comes back as 1.46 GiB, so a round trip (and with_training) "
                    "changes the reserve")

@@ -107,6 +107,10 @@ SCENARIO_CASES = [
     (HET, ("training", "zero_stage"), -1, "training.zero_stage"),
     (HET, ("training", "runtime_reserve"), "lots", "training.runtime_reserve"),
     (HET, ("training", "runtime_reserve"), "-1 GiB", "training.runtime_reserve"),
+    (HET, ("training", "state_bytes_per_param"), "many", "training.state_bytes_per_param"),
+    (HET, ("training", "state_bytes_per_param"), 0, "training.state_bytes_per_param"),
+    (HET, ("training", "state_bytes_per_param"), -16, "training.state_bytes_per_param"),
+    (HET, ("training", "state_bytes_per_param"), 3, "training.state_bytes_per_param"),  # < 2 + 2 at fp16
     (HET, ("training", "colour"), "red", "training.colour"),
     # search options
     (HET, ("search", "allow_cross_node_tp"), "yes", "search.allow_cross_node_tp"),
