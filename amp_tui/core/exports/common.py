@@ -1,0 +1,86 @@
+"""What every export needs to know about a plan: stage boundaries, nodes in rank order, who runs where.
+
+Rank order is Megatron-LM / DeepSpeed's, the one the cost model assumed: global rank
+r = tp_rank + tp * (dp_rank + dp * stage), ranks handed out node by node in the plan's placement
+order. The layout comes from `build_layout`, so an export cannot disagree with the prediction.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from amp_tui import __version__
+from amp_tui.core.placement import Layout, build_layout
+from amp_tui.core.planfile import Plan
+
+
+@dataclass(frozen=True)
+class NodeSlot:
+    """One node of the cluster, in the order it takes global ranks."""
+
+    index: int          # node rank for the launcher: 0 .. num_nodes - 1
+    group: int          # index of its node group in the scenario's cluster
+    label: str          # instance name, or "8xA100-80GB"
+    gpu: str
+    gpus: int
+    first_rank: int
+    stages: tuple[int, ...]   # pipeline stages with at least one rank on this node
+
+    @property
+    def hostname(self) -> str:
+        """Placeholder name shared by every export (hostfile, launch lines, rank map)."""
+        return f"node-{self.index}"
+
+    def describe(self) -> str:
+        stages = ", ".join(str(s) for s in self.stages)
+        return (f"{self.hostname}: node group {self.group}, {self.label}, {self.gpus} x {self.gpu}, "
+                f"ranks {self.first_rank}-{self.first_rank + self.gpus - 1}, "
+                f"stage{'s' if len(self.stages) > 1 else ''} {stages}")
+
+
+def layout(plan: Plan) -> Layout:
+    strategy = plan.strategy
+    return build_layout(plan.scenario.cluster, strategy.tp, strategy.pp, strategy.dp, strategy.placement)
+
+
+def stage_bounds(plan: Plan) -> list[int]:
+    """[0, b1, ..., L]: stage s holds expanded layers bounds[s] .. bounds[s + 1] - 1."""
+    bounds = [0]
+    for count in plan.strategy.partition:
+        bounds.append(bounds[-1] + count)
+    return bounds
+
+
+def rank_coordinates(plan: Plan, rank: int) -> tuple[int, int, int]:
+    """(stage, data-parallel replica, tensor rank) of a global rank."""
+    tp, dp = plan.strategy.tp, plan.strategy.dp
+    return rank // (tp * dp), (rank // tp) % dp, rank % tp
+
+
+def nodes(plan: Plan) -> list[NodeSlot]:
+    lay = layout(plan)
+    groups = plan.scenario.cluster.nodes
+    slots = []
+    for index, group in enumerate(int(g) for g in lay.node_group):
+        ranks = [int(r) for r in np.flatnonzero(lay.rank_node == index)]
+        stages = tuple(sorted({rank_coordinates(plan, r)[0] for r in ranks}))
+        node_group = groups[group]
+        slots.append(NodeSlot(index=index, group=group, label=node_group.label, gpu=node_group.gpu.name,
+                              gpus=node_group.gpus_per_node, first_rank=ranks[0], stages=stages))
+    return slots
+
+
+def summary(plan: Plan) -> str:
+    """One line naming the plan, for file headers."""
+    s = plan.strategy
+    seconds = plan.saved_prediction.get("iteration_time_s")
+    predicted = f", predicted {seconds:.4g} s per iteration" if isinstance(seconds, (int, float)) else ""
+    return (f"amp-tui {__version__} plan for {plan.scenario.name}: tp={s.tp} pp={s.pp} dp={s.dp}, "
+            f"micro-batch {s.micro_batch_size}, global batch {plan.scenario.training.global_batch_size}"
+            f"{predicted}")
+
+
+def num_micro_batches(plan: Plan) -> int:
+    return plan.strategy.num_micro_batches(plan.scenario.training.global_batch_size)

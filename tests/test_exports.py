@@ -1,0 +1,491 @@
+"""Engine exports: every preset's best plan as Megatron, DeepSpeed, torchrun and rank-map files.
+
+Each check reads the exported text back the way the engine would (shell words, JSON, CSV, the
+DeepSpeed hostfile rule) and compares it with the plan and with `build_layout`. Tests at the end
+run the engines' own checkers (torch, DeepSpeed, Megatron-Core) when those are installed; the
+project does not depend on them, so they are skipped otherwise.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import re
+import shlex
+import shutil
+import socket
+import subprocess
+import sys
+from collections import Counter
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from amp_tui.core.cost import CostModel
+from amp_tui.core.errors import SpecError
+from amp_tui.core.evaluate import evaluate
+from amp_tui.core.exports import EXPORT_FORMATS, Export, export_plan
+from amp_tui.core.exports.megatron import (blocks_per_stage, expressible_splits, layer_partition, layout_string,
+                                           megatron_split)
+from amp_tui.core.placement import build_layout
+from amp_tui.core.planfile import Plan, load_plan, save_plan
+from amp_tui.core.presets import preset_names
+from amp_tui.core.scenario import load_scenario, parse_scenario
+from amp_tui.core.search import search
+from amp_tui.core.strategy import Strategy
+
+SCENARIOS = [name for name in preset_names("scenarios") if not name.startswith("bench-")]
+HOSTFILE_LINE = re.compile(r"^(\S+)\s+slots=(\d+)")   # DeepSpeed 0.19.8 launcher/runner.py:_parse_hostfile
+
+
+@pytest.fixture(scope="module")
+def plans(tmp_path_factory):
+    """name -> the plan of the scenario's best strategy, saved and loaded back (one search each)."""
+    cache: dict = {}
+    folder = tmp_path_factory.mktemp("plans")
+
+    def get(name: str) -> Plan:
+        if name not in cache:
+            scenario = load_scenario(name)
+            path = save_plan(folder / f"{name}.yaml", scenario, search(scenario).strategies[0])
+            cache[name] = load_plan(path)
+        return cache[name]
+
+    return get
+
+
+def plan_for(scenario, strategy: Strategy) -> Plan:
+    prediction = evaluate(scenario, strategy)
+    return Plan(scenario, prediction.strategy, prediction.to_dict(), "test", "now")
+
+
+def megatron_args(text: str) -> dict[str, list[str]]:
+    """The MEGATRON_ARGS array as bash would read it: flag -> its values."""
+    body = text[text.index("MEGATRON_ARGS=(") + len("MEGATRON_ARGS=("): text.index("\n)")]
+    words = shlex.split(body, comments=True)
+    args: dict[str, list[str]] = {}
+    for word in words:
+        if word.startswith("--"):
+            assert word not in args, f"{word} given twice"
+            args[word] = []
+            last = word
+        else:
+            args[last].append(word)
+    return args
+
+
+def torchrun_lines(text: str) -> list[list[str]]:
+    return [shlex.split(line[line.index("torchrun"):], comments=True)
+            for line in text.splitlines() if "exec torchrun" in line]
+
+
+def option(words: list[str], name: str) -> str:
+    return words[words.index(name) + 1]
+
+
+def bash_syntax_ok(text: str, tmp_path) -> None:
+    bash = shutil.which("bash")
+    if bash is None:
+        return
+    script = tmp_path / "script.sh"
+    script.write_text(text)
+    result = subprocess.run([bash, "-n", str(script)], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+
+
+# -- every preset ----------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("name", SCENARIOS)
+def test_every_format_exports(name, plans):
+    for fmt in EXPORT_FORMATS:
+        export = export_plan(plans(name), fmt)
+        assert isinstance(export, Export) and export.files
+        assert all(isinstance(text, str) and text.endswith("\n") for text in export.files.values())
+        assert all(isinstance(note, str) and "\n" not in note for note in export.notes)
+
+
+def test_unknown_format(plans):
+    with pytest.raises(SpecError) as info:
+        export_plan(plans("paper-homogeneous"), "slurm")
+    assert info.value.field == "format" and all(fmt in info.value.reason for fmt in EXPORT_FORMATS)
+
+
+@pytest.mark.parametrize("name", SCENARIOS)
+def test_deepspeed_config_batch_and_world(name, plans):
+    plan = plans(name)
+    s, scenario = plan.strategy, plan.scenario
+    files = export_plan(plan, "deepspeed").files
+    config = json.loads(files["ds_config.json"])
+    assert s.tp * s.pp * s.dp == scenario.cluster.num_gpus
+    assert config["train_batch_size"] == scenario.training.global_batch_size
+    assert config["train_batch_size"] == (config["train_micro_batch_size_per_gpu"]
+                                          * config["gradient_accumulation_steps"] * s.dp)
+    assert config["train_micro_batch_size_per_gpu"] == s.micro_batch_size
+    assert config["zero_optimization"]["stage"] == (scenario.training.zero_stage if s.pp == 1
+                                                    else min(scenario.training.zero_stage, 1))
+    precision = scenario.training.precision
+    assert ("fp16" in config) == (precision == "fp16") and ("bf16" in config) == (precision == "bf16")
+
+
+@pytest.mark.parametrize("name", SCENARIOS)
+def test_deepspeed_stage_boundaries_cover_every_layer_once(name, plans):
+    plan = plans(name)
+    partition = json.loads(export_plan(plan, "deepspeed").files["pipeline_partition.json"])
+    parts = partition["parts"]
+    num_layers = plan.scenario.model.num_layers
+    assert parts[0] == 0 and parts[-1] == num_layers == partition["num_layers"]
+    assert [b - a for a, b in zip(parts, parts[1:])] == list(plan.strategy.partition)
+    covered = [layer for a, b in zip(parts, parts[1:]) for layer in range(a, b)]
+    assert covered == list(range(num_layers))
+    assert [(st_["first_layer"], st_["last_layer"]) for st_ in partition["stages"]] == \
+        [(a, b - 1) for a, b in zip(parts, parts[1:])]
+    assert partition["topology"] == {"num_pp": plan.strategy.pp, "num_mp": plan.strategy.tp,
+                                     "num_dp": plan.strategy.dp}
+
+
+@pytest.mark.parametrize("name", SCENARIOS)
+def test_deepspeed_hostfile_in_placement_order(name, plans):
+    plan = plans(name)
+    text = export_plan(plan, "deepspeed").files["hostfile"]
+    entries = []
+    for line in text.splitlines():
+        line = line.strip()
+        if line.startswith("#") or not line:
+            continue
+        match = HOSTFILE_LINE.search(line)
+        assert match, line
+        entries.append((match.group(1), int(match.group(2))))
+    layout = build_layout(plan.scenario.cluster, plan.strategy.tp, plan.strategy.pp, plan.strategy.dp,
+                          plan.strategy.placement)
+    groups = plan.scenario.cluster.nodes
+    assert entries == [(f"node-{k}", groups[g].gpus_per_node) for k, g in enumerate(layout.node_group)]
+    assert sum(slots for _, slots in entries) == plan.scenario.cluster.num_gpus
+
+
+@pytest.mark.parametrize("name", SCENARIOS)
+def test_rank_map_agrees_with_build_layout(name, plans):
+    plan = plans(name)
+    s = plan.strategy
+    files = export_plan(plan, "rankmap").files
+    rows = list(csv.DictReader(io.StringIO(files["rankmap.csv"])))
+    document = json.loads(files["rankmap.json"])
+    world = plan.scenario.cluster.num_gpus
+    assert sorted(int(row["rank"]) for row in rows) == list(range(world))
+    assert len(document["ranks"]) == world and document["world_size"] == world
+    layout = build_layout(plan.scenario.cluster, s.tp, s.pp, s.dp, s.placement)
+    groups = plan.scenario.cluster.nodes
+    bounds = [0]
+    for count in s.partition:
+        bounds.append(bounds[-1] + count)
+    seats = Counter()
+    for row, entry in zip(rows, document["ranks"]):
+        rank = int(row["rank"])
+        assert {k: str(v) for k, v in entry.items()} == row
+        node = int(row["node"])
+        assert node == layout.rank_node[rank]
+        assert int(row["node_group"]) == layout.node_group[node]
+        assert int(row["local_gpu"]) == layout.rank_local_gpu[rank]
+        assert row["gpu"] == groups[int(row["node_group"])].gpu.name
+        stage, replica, tp_rank = int(row["stage"]), int(row["dp_replica"]), int(row["tp_rank"])
+        assert rank == tp_rank + s.tp * (replica + s.dp * stage)
+        assert (int(row["first_layer"]), int(row["last_layer"])) == (bounds[stage], bounds[stage + 1] - 1)
+        seats[(node, int(row["local_gpu"]))] += 1
+    assert max(seats.values()) == 1   # no GPU holds two ranks
+
+
+@pytest.mark.parametrize("name", SCENARIOS)
+def test_torchrun_lines(name, plans, tmp_path):
+    plan = plans(name)
+    text = export_plan(plan, "torchrun").files["launch.sh"]
+    lines = torchrun_lines(text)
+    cluster = plan.scenario.cluster
+    layout = build_layout(cluster, plan.strategy.tp, plan.strategy.pp, plan.strategy.dp, plan.strategy.placement)
+    assert len(lines) == cluster.num_nodes
+    assert sorted(int(option(w, "--node-rank")) for w in lines) == list(range(cluster.num_nodes))
+    for words in lines:
+        rank = int(option(words, "--node-rank"))
+        assert int(option(words, "--nnodes")) == cluster.num_nodes
+        assert int(option(words, "--nproc-per-node")) == cluster.nodes[layout.node_group[rank]].gpus_per_node
+        assert option(words, "--rdzv-backend") == "static"   # c10d would ignore --node-rank
+    assert sum(int(option(w, "--nproc-per-node")) for w in lines) == cluster.num_gpus
+    bash_syntax_ok(text, tmp_path)
+
+
+@pytest.mark.parametrize("name", SCENARIOS)
+def test_megatron_args_parse_back(name, plans, tmp_path):
+    plan = plans(name)
+    s, scenario = plan.strategy, plan.scenario
+    text = export_plan(plan, "megatron").files["megatron_args.sh"]
+    bash_syntax_ok(text, tmp_path)
+    args = megatron_args(text)
+    assert args["--tensor-model-parallel-size"] == [str(s.tp)]
+    assert args["--pipeline-model-parallel-size"] == [str(s.pp)]
+    assert args["--micro-batch-size"] == [str(s.micro_batch_size)]
+    assert args["--global-batch-size"] == [str(scenario.training.global_batch_size)]
+    if "--num-layers" not in args:
+        return
+    blocks = int(args["--num-layers"][0])
+    assert blocks == sum(1 for layer in scenario.model.layers if layer.kind == "block")
+    split = split_from_args(args, s.pp)
+    assert sum(split) == blocks and min(split) >= 1
+    planned = blocks_per_stage(scenario.model, s.partition)
+    if megatron_split(planned) is not None:
+        assert split == planned
+
+
+def split_from_args(args: dict[str, list[str]], pp: int) -> tuple[int, ...]:
+    """Blocks per stage as Megatron-Core derives them from the first/last flags."""
+    blocks = int(args["--num-layers"][0])
+    first = int(args["--decoder-first-pipeline-num-layers"][0]) if "--decoder-first-pipeline-num-layers" in args else None
+    last = int(args["--decoder-last-pipeline-num-layers"][0]) if "--decoder-last-pipeline-num-layers" in args else None
+    middle_stages = pp - (first is not None) - (last is not None)
+    rest = blocks - (first or 0) - (last or 0)
+    assert (middle_stages == 0) == (rest == 0)
+    if middle_stages:
+        assert rest % middle_stages == 0
+    middle = rest // middle_stages if middle_stages else 0
+    split = [middle] * pp
+    if first is not None:
+        split[0] = first
+    if last is not None:
+        split[-1] = last
+    return tuple(split)
+
+
+def test_megatron_llama_gqa_and_training_flags(plans):
+    plan = plans("mixed-h100-a100-llama3-8b")
+    args = megatron_args(export_plan(plan, "megatron").files["megatron_args.sh"])
+    assert args["--group-query-attention"] == [] and args["--num-query-groups"] == ["8"]
+    assert args["--num-attention-heads"] == ["32"] and args["--hidden-size"] == ["4096"]
+    assert args["--ffn-hidden-size"] == ["14336"] and args["--seq-length"] == ["8192"]
+    assert args["--normalization"] == ["RMSNorm"] and args["--position-embedding-type"] == ["rope"]
+    assert "--swiglu" in args and "--bf16" in args and "--fp16" not in args
+    assert args["--recompute-granularity"] == ["full"] and args["--recompute-method"] == ["uniform"]
+    assert args["--recompute-num-layers"] == ["1"]
+    assert "--use-distributed-optimizer" in args    # ZeRO-1
+
+
+def test_megatron_gpt_without_gqa_or_recompute(plans):
+    args = megatron_args(export_plan(plans("dgx-a100-gpt3-13b"), "megatron").files["megatron_args.sh"])
+    assert "--group-query-attention" not in args and "--swiglu" not in args
+    assert "--recompute-granularity" not in args and "--use-distributed-optimizer" not in args
+    assert args["--num-layers"] == ["40"] and args["--ffn-hidden-size"] == ["20480"]
+
+
+def test_megatron_model_without_a_gpt_shape(plans):
+    plan = plans("paper-het-model")    # TransGAN: explicit layers, no family, no num_heads
+    export = export_plan(plan, "megatron")
+    args = megatron_args(export.files["megatron_args.sh"])
+    assert "--num-layers" not in args and "--hidden-size" not in args
+    assert args["--tensor-model-parallel-size"] == [str(plan.strategy.tp)]
+    assert any("do not describe" in note for note in export.notes)
+
+
+# -- Megatron's uneven pipeline split ----------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def het_cluster():
+    scenario = load_scenario("paper-het-cluster")    # 30 layers: embedding, noop, 24 blocks, 4 others
+    return scenario, CostModel(scenario)
+
+
+def test_layer_partition_keeps_embedding_first_and_head_last(het_cluster):
+    scenario, _ = het_cluster
+    model = scenario.model
+    for split in expressible_splits(24, 4):
+        partition = layer_partition(model, split.blocks)
+        assert sum(partition) == model.num_layers and min(partition) >= 1
+        assert blocks_per_stage(model, partition) == split.blocks
+        kinds = [layer.kind for layer in model.layers]
+        assert kinds[: partition[0]].count("embedding") == kinds.count("embedding")
+        assert kinds[-partition[-1]:].count("head") == kinds.count("head")
+
+
+def test_expressible_splits_are_exactly_those_megatron_accepts():
+    for pp in (1, 2, 3, 4, 5):
+        found = {split.blocks for split in expressible_splits(12, pp)}
+        brute = set()
+        import itertools
+        for blocks in itertools.product(range(1, 13), repeat=pp):
+            if sum(blocks) == 12 and (pp < 3 or len(set(blocks[1:-1])) == 1):
+                brute.add(blocks)
+        assert found == brute
+        assert all(megatron_split(blocks) is not None for blocks in found)
+
+
+@settings(max_examples=25, deadline=None)
+@given(cuts=st.lists(st.integers(min_value=1, max_value=29), min_size=3, max_size=3, unique=True))
+def test_megatron_split_for_any_partition(het_cluster, cuts):
+    """Any 4-stage partition: its own split when Megatron can say it, else the fastest that it can."""
+    scenario, cost = het_cluster
+    bounds = [0, *sorted(cuts), 30]
+    partition = tuple(b - a for a, b in zip(bounds, bounds[1:]))
+    plan = plan_for(scenario, Strategy(1, 4, 4, 1, partition, (0, 1)))
+    export = export_plan(plan, "megatron")
+    split = split_from_args(megatron_args(export.files["megatron_args.sh"]), 4)
+    planned = blocks_per_stage(scenario.model, partition)
+    if megatron_split(planned) is not None:
+        assert split == planned
+        return
+    assert any("cannot be expressed" in note for note in export.notes)
+    assert any(layout_string(planned) in note for note in export.notes)
+    candidate = cost.candidate(1, 4, 4, 1, (0, 1))
+
+    def key(blocks):
+        prediction = candidate.predict(layer_partition(scenario.model, blocks))
+        return (not prediction.fits_memory, prediction.iteration_time_s)
+
+    assert key(split) == min(key(other.blocks) for other in expressible_splits(24, 4))
+    written = candidate.predict(layer_partition(scenario.model, split)).iteration_time_s
+    assert any(f"predicted {written:.4g} s per iteration" in note for note in export.notes)
+
+
+def test_layout_string():
+    assert layout_string((3, 1, 0, 2)) == "Et*3|t||t*2L"
+    assert layout_string((24,)) == "Et*24L"
+
+
+def test_deepspeed_zero2_with_a_pipeline_drops_to_stage_1():
+    scenario = load_scenario("paper-het-cluster").with_training(zero_stage=2)
+    plan = plan_for(scenario, Strategy(1, 2, 8, 1, None, (0, 1)))
+    export = export_plan(plan, "deepspeed")
+    assert json.loads(export.files["ds_config.json"])["zero_optimization"]["stage"] == 1
+    assert any("ZeRO stages 0 and 1" in note for note in export.notes)
+
+
+# -- optional: the engines' own checkers ----------------------------------------------------------------
+
+def test_torch_launcher_reads_the_lines(plans):
+    """torch.distributed.run parses each line into the node rank and process count the plan needs."""
+    run = pytest.importorskip("torch.distributed.run")
+    plan = plans("mixed-a100-a10g-llama2-13b")   # 2 nodes of 8 GPUs, 4 of 4
+    layout = build_layout(plan.scenario.cluster, plan.strategy.tp, plan.strategy.pp, plan.strategy.dp,
+                          plan.strategy.placement)
+    for words in torchrun_lines(export_plan(plan, "torchrun").files["launch.sh"]):
+        words = [w.replace("$MASTER_ADDR:$MASTER_PORT", "127.0.0.1:29500").replace("$TRAIN_SCRIPT", "train.py")
+                 for w in words[1:] if w != "$@"]
+        config, _, _ = run.config_from_args(run.get_args_parser().parse_args(words))
+        rank = int(option(words, "--node-rank"))
+        assert config.min_nodes == config.max_nodes == plan.scenario.cluster.num_nodes
+        assert config.rdzv_backend == "static" and config.rdzv_configs["rank"] == rank
+        assert config.nproc_per_node == plan.scenario.cluster.nodes[layout.node_group[rank]].gpus_per_node
+
+
+def test_deepspeed_reads_hostfile_and_uniform_parts(plans):
+    runner = pytest.importorskip("deepspeed.launcher.runner")
+    utils = pytest.importorskip("deepspeed.runtime.utils")
+    for name in SCENARIOS:
+        plan = plans(name)
+        files = export_plan(plan, "deepspeed").files
+        pool = runner._parse_hostfile(files["hostfile"].splitlines())
+        assert list(pool.values()) == [int(line.split("slots=")[1]) for line in files["hostfile"].splitlines()
+                                       if not line.startswith("#")]
+        parts = json.loads(files["pipeline_partition.json"])["parts"]
+        even = utils.partition_uniform(num_items=parts[-1], num_parts=plan.strategy.pp)
+        if [b - a for a, b in zip(even, even[1:])] == list(plan.strategy.partition):
+            assert parts == even   # same convention as DeepSpeed's own boundaries
+
+
+def test_deepspeed_config_is_accepted(plans, tmp_path):
+    """DeepSpeedConfig's batch assertion, with the data-parallel size given by a model-parallel unit."""
+    pytest.importorskip("deepspeed")
+    configs = {name: (json.loads(export_plan(plans(name), "deepspeed").files["ds_config.json"]), plans(name).strategy.dp)
+               for name in SCENARIOS}
+    path = tmp_path / "configs.json"
+    path.write_text(json.dumps(configs))
+    code = f"""
+import json, os
+os.environ.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", MASTER_ADDR="127.0.0.1", MASTER_PORT="{_free_port()}")
+import deepspeed
+from deepspeed.runtime.config import DeepSpeedConfig
+deepspeed.init_distributed(dist_backend="gloo", auto_mpi_discovery=False)
+class Mpu:
+    def __init__(self, dp): self.dp = dp
+    def get_data_parallel_world_size(self): return self.dp
+    def get_model_parallel_world_size(self): return 1
+for name, (config, dp) in json.load(open({str(path)!r})).items():
+    parsed = DeepSpeedConfig(config, mpu=Mpu(dp))
+    assert parsed.world_size == dp and parsed.train_batch_size == config["train_batch_size"], name
+    assert parsed.zero_optimization_stage == config["zero_optimization"]["stage"], name
+print("accepted", len(json.load(open({str(path)!r}))))
+"""
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert f"accepted {len(SCENARIOS)}" in result.stdout
+
+
+def test_megatron_core_accepts_the_split(plans):
+    """Megatron-Core's TransformerConfig checks the first/last split; its layout parser the exact one."""
+    config_module = pytest.importorskip("megatron.core.transformer.transformer_config")
+    layout_module = pytest.importorskip("megatron.core.transformer.pipeline_parallel_layer_layout")
+    torch = pytest.importorskip("torch")
+    scenario = load_scenario("paper-het-cluster")
+    cases = [plans(name) for name in SCENARIOS]
+    cases += [plan_for(scenario, Strategy(1, 4, 4, 1, p, (0, 1))) for p in [(9, 7, 7, 7), (1, 9, 10, 10), (3, 9, 9, 9)]]
+    for plan in cases:
+        args = megatron_args(export_plan(plan, "megatron").files["megatron_args.sh"])
+        if "--num-layers" not in args:
+            continue
+        get = lambda flag: int(args[flag][0]) if flag in args else None  # noqa: E731
+        config = config_module.TransformerConfig(
+            num_layers=get("--num-layers"), hidden_size=get("--hidden-size"),
+            num_attention_heads=get("--num-attention-heads"), num_query_groups=get("--num-query-groups"),
+            ffn_hidden_size=get("--ffn-hidden-size"),
+            tensor_model_parallel_size=plan.strategy.tp, pipeline_model_parallel_size=plan.strategy.pp,
+            num_layers_in_first_pipeline_stage=get("--decoder-first-pipeline-num-layers"),
+            num_layers_in_last_pipeline_stage=get("--decoder-last-pipeline-num-layers"),
+            recompute_granularity=args.get("--recompute-granularity", [None])[0],
+            recompute_method=args.get("--recompute-method", [None])[0],
+            recompute_num_layers=get("--recompute-num-layers"),
+            bf16="--bf16" in args, fp16="--fp16" in args,
+            pipeline_dtype=torch.bfloat16 if "--bf16" in args else torch.float16 if "--fp16" in args else torch.float32)
+        assert config.num_layers == sum(blocks_per_stage(plan.scenario.model, plan.strategy.partition))
+        planned = blocks_per_stage(plan.scenario.model, plan.strategy.partition)
+        layout = layout_module.PipelineParallelLayerLayout(layout_string(planned), plan.strategy.pp)
+        layout.validate_layer_layout(num_layers=config.num_layers, mtp_num_layers=None)
+        assert [row[0].count(layout_module.LayerType.decoder) for row in layout.layout] == list(planned)
+
+
+def test_deepspeed_runs_the_planned_pipeline(tmp_path):
+    """launch.sh starts torchrun, and planned_pipeline.py makes DeepSpeed build each stage's layers."""
+    pytest.importorskip("deepspeed")
+    if shutil.which("torchrun") is None or shutil.which("bash") is None:
+        pytest.skip("torchrun or bash not on PATH")
+    scenario = parse_scenario({
+        "name": "two-gpus",
+        "cluster": {"nodes": [{"count": 1, "gpu": "T4", "gpus_per_node": 2, "intra_node_bandwidth": "50 Gbps",
+                               "inter_node_bandwidth": "50 Gbps"}]},
+        "model": "gpt2-medium", "training": {"global_batch_size": 8}})
+    plan = plan_for(scenario, Strategy(1, 2, 1, 1, (7, 23), (0,)))
+    for fmt in ("deepspeed", "torchrun"):
+        for file_name, text in export_plan(plan, fmt).files.items():
+            (tmp_path / file_name).write_text(text)
+    (tmp_path / "worker.py").write_text("""
+import json, os, sys
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import torch, deepspeed
+deepspeed.init_distributed(dist_backend="gloo", auto_mpi_discovery=False)
+from deepspeed.runtime.pipe.topology import PipeModelDataParallelTopology
+from planned_pipeline import PlannedPipelineModule
+topology = PipeModelDataParallelTopology(num_pp=2, num_mp=1, num_dp=1)
+model = PlannedPipelineModule([torch.nn.Identity() for _ in range(30)], topology=topology)
+rank = int(os.environ["RANK"])
+with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), f"stage-{rank}.json"), "w") as out:
+    json.dump([rank, model._local_start, model._local_stop], out)
+""")
+    env = dict(os.environ, NODE_RANK="0", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port()),
+               TRAIN_SCRIPT=str(tmp_path / "worker.py"))
+    result = subprocess.run(["bash", str(tmp_path / "launch.sh")], cwd=tmp_path, env=env, capture_output=True,
+                            text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    stages = sorted(json.loads(path.read_text()) for path in tmp_path.glob("stage-*.json"))
+    assert stages == [[0, 0, 7], [1, 7, 30]]
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
