@@ -19,7 +19,7 @@ from textual.binding import Binding
 from textual.containers import Container, Horizontal, Vertical
 from textual.reactive import reactive
 from textual.screen import ModalScreen, Screen
-from textual.widgets import DataTable, Footer, TabbedContent, TabPane
+from textual.widgets import DataTable, TabbedContent, TabPane
 from textual.worker import Worker, WorkerState, get_current_worker
 
 from amp_tui.core.cost import Prediction
@@ -36,6 +36,7 @@ from amp_tui.tui.screens.help import HelpScreen
 from amp_tui.tui.screens.preset_picker import PresetPickerScreen
 from amp_tui.tui.screens.save_dialog import SaveDialog, default_plan_name
 from amp_tui.tui.widgets.cluster_pane import ClusterPane
+from amp_tui.tui.widgets.key_footer import KeyFooter
 from amp_tui.tui.widgets.model_pane import ModelPane
 from amp_tui.tui.widgets.pane import ScenarioPane
 from amp_tui.tui.widgets.selected_pane import SelectedPane
@@ -57,6 +58,9 @@ UNDO_LIMIT = 200
 # Below this size the panes become tabs (one pane at a time); above it inputs and results sit side by side.
 WIDE_MIN_WIDTH = 110
 WIDE_MIN_HEIGHT = 30
+# The search thread pauses YIELD_FOR_S every YIELD_EVERY_S so the UI thread gets the GIL (~20% slower search).
+YIELD_EVERY_S = 0.02
+YIELD_FOR_S = 0.004
 
 PANES = {  # pane number -> (tab id, widget id, title)
     1: ("tab-cluster", "cluster", "Cluster"),
@@ -121,6 +125,7 @@ class AmpApp(App):
         Binding("3", "go(3)", "Training", show=False),
         Binding("4", "go(4)", "Strategies", show=False),
         Binding("5", "go(5)", "Selected", show=False),
+        Binding("ctrl+q", "quit", "Quit", priority=True),
     ]
 
     def __init__(self, scenario: Scenario, *, preferred: Strategy | None = None, show_timings: bool = True,
@@ -145,7 +150,7 @@ class AmpApp(App):
         dashboard.set_reactive(Dashboard.compact, self._is_compact(self.size.width, self.size.height))
         yield dashboard
         yield StatusBar(id="status")
-        yield Footer()
+        yield KeyFooter(id="footer")
 
     @staticmethod
     def _is_compact(width: int, height: int) -> bool:
@@ -249,7 +254,15 @@ class AmpApp(App):
     def _search(self, scenario: Scenario, generation: int, delay: float) -> None:
         worker = get_current_worker()
 
+        last_yield = [time.perf_counter()]
+
         def cancelled() -> bool:
+            # Polled every few ms by the search. The search and the UI share the GIL; pausing the
+            # search briefly every YIELD_EVERY_S lets a keypress and a repaint through promptly.
+            now = time.perf_counter()
+            if now - last_yield[0] >= YIELD_EVERY_S:
+                time.sleep(YIELD_FOR_S)
+                last_yield[0] = time.perf_counter()
             return worker.is_cancelled or generation != self._generation
 
         # Debounce: a newer edit within `delay` cancels this worker before it starts searching.

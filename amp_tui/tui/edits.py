@@ -14,6 +14,7 @@ from amp_tui.core.hardware import instance_catalog
 from amp_tui.core.model import Model
 from amp_tui.core.scenario import Scenario, load_scenario, parse_scenario
 from amp_tui.core.presets import load_preset
+from amp_tui.core.units import parse_int
 
 # Explicit-layer models may carry these shape keys beside their layers (see core/model.py).
 EXPLICIT_SHAPE_KEYS = ("hidden_size", "num_layers", "num_heads", "vocab_size", "ffn_hidden_size", "num_kv_heads")
@@ -112,9 +113,26 @@ def _edit_layers(scenario: Scenario, change_layers: Callable[[list], None]) -> S
 
 
 def set_layer_field(scenario: Scenario, group: int, key: str, value: object) -> Scenario:
-    def change(layers: list) -> None:
-        layers[group][key] = value
+    """One field of layer group `group`. A new repeat count also resizes per-copy measured times
+    (dropping the extra copies' times, or giving new copies the mean of the measured ones)."""
+    if key == "repeat":
+        repeat = parse_int(value, f"model.layers[{group}].repeat")
+
+        def change(layers: list) -> None:
+            layers[group]["repeat"] = repeat
+            _resize_profile(layers[group], repeat)
+    else:
+        def change(layers: list) -> None:
+            layers[group][key] = value
     return _edit_layers(scenario, change)
+
+
+def _resize_profile(layer: dict, repeat: int) -> None:
+    for by_tp in layer.get("profile", {}).values():
+        for tp, times in by_tp.items():
+            if isinstance(times, list):
+                mean = sum(times) / len(times)
+                by_tp[tp] = (times + [mean] * repeat)[:repeat]
 
 
 def duplicate_layer(scenario: Scenario, group: int) -> Scenario:

@@ -22,8 +22,17 @@ def make_app():
 
 
 async def settle(app, pilot) -> None:
-    """Wait until every search has finished and its result message is handled."""
-    await app.workers.wait_for_complete()
+    """Wait until every search has finished and its result message is handled.
+
+    `WorkerManager.wait_for_complete` raises WorkerCancelled for a search that an edit cancelled,
+    which is the normal case here; wait on the workers' states instead.
+    """
+    from textual.worker import WorkerState
+
+    for _ in range(3000):
+        if not any(worker.state in (WorkerState.PENDING, WorkerState.RUNNING) for worker in app.workers):
+            break
+        await asyncio.sleep(0.01)
     await pilot.pause()
     await pilot.pause()
 

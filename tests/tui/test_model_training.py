@@ -1,0 +1,177 @@
+"""Model and training edits through the panes."""
+
+from __future__ import annotations
+
+from textual.widgets import Input
+
+from amp_tui.tui.screens.edit_value import EditValueScreen
+from amp_tui.tui.screens.picker import PickerScreen
+from amp_tui.tui.widgets.model_pane import LAYER_COLUMNS, ModelPane
+from amp_tui.tui.widgets.training_pane import SETTINGS, TrainingPane
+
+from .conftest import settle
+
+
+def layer_column(header: str) -> int:
+    return [c[0] for c in LAYER_COLUMNS].index(header)
+
+
+def block_row(pane: ModelPane) -> int:
+    groups = pane.scenario.model.groups
+    index = next(i for i, layer in enumerate(groups) if layer.repeat > 1)
+    return pane._rows.index((index, None))
+
+
+async def test_layers_expand_duplicate_insert_delete(make_app):
+    app = make_app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(app, pilot)
+        await pilot.press("2")
+        await pilot.pause()
+        pane = app.query_one(ModelPane)
+        table = pane.layers_table
+        table.focus()
+        table.move_cursor(row=block_row(pane))
+        groups_before = len(app.scenario.model.groups)
+        repeat = app.scenario.model.groups[2].repeat
+        assert repeat == 24 and "block x 24" in str(table.get_cell_at((block_row(pane), 0)))
+        rows_before = table.row_count
+        await pilot.press("space")
+        await pilot.pause()
+        assert table.row_count == rows_before + 24
+        await pilot.press("space")
+        await pilot.pause()
+        assert table.row_count == rows_before
+        await pilot.press("c")
+        await pilot.pause()
+        assert len(app.scenario.model.groups) == groups_before + 1
+        assert app.scenario.model.num_layers == 30 + 24
+        await pilot.press("ctrl+z")
+        await pilot.press("i")
+        await pilot.pause()
+        assert app.scenario.model.groups[3].name == "layer"
+        await pilot.press("ctrl+z")
+        table.move_cursor(row=0)
+        await pilot.press("d")
+        await pilot.pause()
+        assert app.scenario.model.groups[0].name == "noop"
+        await settle(app, pilot)
+        assert app.result.scenario is app.scenario
+
+
+async def test_change_repeat_count_and_refuse_bad_value(make_app):
+    app = make_app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(app, pilot)
+        await pilot.press("2")
+        pane = app.query_one(ModelPane)
+        table = pane.layers_table
+        table.focus()
+        table.move_cursor(row=block_row(pane), column=layer_column("x"))
+        await pilot.press("enter")
+        await pilot.pause()
+        assert isinstance(app.screen, EditValueScreen)
+        app.screen.query_one(Input).value = "twelve"
+        await pilot.press("enter")
+        await pilot.pause()
+        assert "model.layers[2].repeat" in app.screen.error_text
+        app.screen.query_one(Input).value = "12"
+        await pilot.press("enter")
+        await pilot.pause()
+        assert app.scenario.model.groups[2].repeat == 12
+        assert app.scenario.model.num_layers == 18
+        await settle(app, pilot)
+        assert app.result.scenario is app.scenario
+
+
+async def test_family_hyperparameter_edit_and_layer_edit_goes_explicit(make_app):
+    app = make_app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(app, pilot)
+        app._preset_picked(("models", "gpt3-1.3b"))
+        await settle(app, pilot)
+        assert app.scenario.model.family == "gpt"
+        await pilot.press("2")
+        pane = app.query_one(ModelPane)
+        shape = pane.shape_table
+        shape.focus()
+        headers = [c[0] for c in pane._shape_columns]
+        shape.move_cursor(row=0, column=headers.index("layers"))
+        await pilot.press("enter")
+        await pilot.pause()
+        app.screen.query_one(Input).value = "12"
+        await pilot.press("enter")
+        await pilot.pause()
+        assert app.scenario.model.shape["num_layers"] == 12
+        # heads must divide hidden: refused inline
+        shape.move_cursor(row=0, column=headers.index("heads"))
+        await pilot.press("enter")
+        await pilot.pause()
+        app.screen.query_one(Input).value = "7"
+        await pilot.press("enter")
+        await pilot.pause()
+        assert "must divide hidden_size" in app.screen.error_text
+        await pilot.press("escape")
+        # editing a layer of a family model turns it into explicit layers
+        table = pane.layers_table
+        table.focus()
+        table.move_cursor(row=block_row(pane), column=layer_column("params"))
+        await pilot.press("enter")
+        await pilot.pause()
+        app.screen.query_one(Input).value = "1e6"
+        await pilot.press("enter")
+        await pilot.pause()
+        assert app.scenario.model.family is None
+        assert app.scenario.model.groups[1].params == 1e6
+        await settle(app, pilot)
+        assert app.result.scenario is app.scenario
+
+
+async def test_training_settings(make_app):
+    app = make_app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(app, pilot)
+        await pilot.press("3")
+        await pilot.pause()
+        pane = app.query_one(TrainingPane)
+        keys = [s.key for s in SETTINGS]
+        pane.table.focus()
+        # a yes/no setting toggles
+        pane.table.move_cursor(row=keys.index("allow_cross_node_tp"))
+        await pilot.press("enter")
+        await pilot.pause()
+        assert app.scenario.search.allow_cross_node_tp is True
+        # a choice opens a list
+        pane.table.move_cursor(row=keys.index("precision"))
+        await pilot.press("enter")
+        await pilot.pause()
+        assert isinstance(app.screen, PickerScreen)
+        await pilot.press("down", "enter")
+        await pilot.pause()
+        assert app.scenario.training.precision == "bf16"
+        pane.table.move_cursor(row=keys.index("zero_stage"))
+        await pilot.press("enter")
+        await pilot.pause()
+        await pilot.press("down", "down", "enter")
+        await pilot.pause()
+        assert app.scenario.training.zero_stage == 2
+        # numbers go through the edit dialog
+        pane.table.move_cursor(row=keys.index("global_batch_size"))
+        await pilot.press("enter")
+        await pilot.pause()
+        app.screen.query_one(Input).value = "0"
+        await pilot.press("enter")
+        await pilot.pause()
+        assert "must be at least 1" in app.screen.error_text
+        app.screen.query_one(Input).value = "64"
+        await pilot.press("enter")
+        await pilot.pause()
+        assert app.scenario.training.global_batch_size == 64
+        pane.table.move_cursor(row=keys.index("top"))
+        await pilot.press("enter")
+        await pilot.pause()
+        app.screen.query_one(Input).value = "5"
+        await pilot.press("enter")
+        await settle(app, pilot)
+        assert len(app.result.strategies) == 5
+        assert app.result.scenario is app.scenario
