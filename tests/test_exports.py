@@ -96,6 +96,19 @@ def bash_syntax_ok(text: str, tmp_path) -> None:
     assert result.returncode == 0, result.stderr
 
 
+def test_exports_import_no_ui_and_no_engine():
+    """Plan files and exports belong to the pure core: no Textual/Rich, and no training engine."""
+    code = ("import sys, amp_tui.core.planfile, amp_tui.core.exports.megatron, amp_tui.core.exports.deepspeed, "
+            "amp_tui.core.exports.torchrun, amp_tui.core.exports.rankmap; "
+            "print(sorted({m.split('.')[0] for m in sys.modules} & "
+            "{'textual', 'rich', 'torch', 'deepspeed', 'megatron'}))")
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    done = subprocess.run([sys.executable, "-c", code], cwd=root, env={**os.environ, "PYTHONPATH": root},
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"
+
+
 # -- every preset ----------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("name", SCENARIOS)
@@ -343,9 +356,55 @@ def test_megatron_split_for_any_partition(het_cluster, cuts):
     assert any(f"predicted {written:.4g} s per iteration" in note for note in export.notes)
 
 
+def test_megatron_says_when_it_runs_other_layers_than_the_plan():
+    """Layers between blocks go with the block before them in Megatron; a plan that puts one after a
+    cut elsewhere gets a note with the cost of Megatron's layout."""
+    layer = {"params": 1e6, "flops": 1e9, "activation_bytes": 1e6, "output_bytes": 1e5}
+    scenario = parse_scenario({
+        "name": "mid-layer",
+        "cluster": {"nodes": [{"count": 1, "gpu": "T4", "gpus_per_node": 2, "intra_node_bandwidth": "50 Gbps",
+                               "inter_node_bandwidth": "50 Gbps"}]},
+        "model": {"name": "toy", "hidden_size": 64, "num_heads": 4, "sequence_length": 16, "layers": [
+            {"name": "embed", "kind": "embedding", **layer}, {"name": "block", "kind": "block", "repeat": 4, **layer},
+            {"name": "adapter", "kind": "other", **layer}, {"name": "block", "kind": "block", "repeat": 4, **layer},
+            {"name": "head", "kind": "head", **layer}]},
+        "training": {"global_batch_size": 8}})
+    plan = plan_for(scenario, Strategy(1, 2, 1, 1, (5, 6), (0,)))
+    assert layer_partition(scenario.model, (4, 4)) == (6, 5)
+    export = export_plan(plan, "megatron")
+    assert split_from_args(megatron_args(export.files["megatron_args.sh"]), 2) == (4, 4)
+    assert any("[6, 5] rather than the plan's [5, 6]" in note for note in export.notes)
+
+
+def test_no_split_when_there_are_fewer_blocks_than_stages():
+    assert list(expressible_splits(3, 4)) == []
+    assert megatron_split((1, 0, 1, 1)) is None
+
+
 def test_layout_string():
     assert layout_string((3, 1, 0, 2)) == "Et*3|t||t*2L"
     assert layout_string((24,)) == "Et*24L"
+
+
+def test_training_settings_without_an_engine_flag_get_notes():
+    scenario = load_scenario("paper-homogeneous").with_training(precision="fp32", schedule="gpipe", zero_stage=2,
+                                                                  recompute="full")
+    piped = plan_for(scenario, Strategy(1, 2, 8, 1, None, (0,)))
+    megatron = export_plan(piped, "megatron")
+    args = megatron_args(megatron.files["megatron_args.sh"])
+    assert "--fp16" not in args and "--bf16" not in args and "--use-distributed-optimizer" in args
+    assert args["--recompute-granularity"] == ["full"]
+    for word in ("fp32", "GPipe", "ZeRO-2"):
+        assert any(word in note for note in megatron.notes), word
+    deepspeed = export_plan(piped, "deepspeed")
+    config = json.loads(deepspeed.files["ds_config.json"])
+    assert "fp16" not in config and "bf16" not in config
+    assert config["pipeline"]["activation_checkpoint_interval"] == 1
+    assert any("GPipe" in note for note in deepspeed.notes)
+    flat = export_plan(plan_for(scenario, Strategy(1, 1, 16, 1, None, (0,))), "deepspeed")
+    assert json.loads(flat.files["ds_config.json"])["zero_optimization"]["stage"] == 2
+    assert "planned_pipeline.py" not in flat.files
+    assert any("checkpoint" in note for note in flat.notes)
 
 
 def test_deepspeed_zero2_with_a_pipeline_drops_to_stage_1():
@@ -354,6 +413,40 @@ def test_deepspeed_zero2_with_a_pipeline_drops_to_stage_1():
     export = export_plan(plan, "deepspeed")
     assert json.loads(export.files["ds_config.json"])["zero_optimization"]["stage"] == 1
     assert any("ZeRO stages 0 and 1" in note for note in export.notes)
+
+
+@settings(max_examples=30, deadline=None)
+@given(data=st.data())
+def test_launch_lines_hostfile_and_rank_map_agree_on_node_order(data):
+    """Any placement and degrees on a cluster with 8- and 4-GPU nodes: the three exports list the same
+    nodes in the same order, and that order is build_layout's."""
+    scenario = _mixed_scenario()
+    gpus = scenario.cluster.num_gpus
+    tp = data.draw(st.sampled_from([1, 2, 4]))
+    pp = data.draw(st.sampled_from([p for p in (1, 2, 4, 8) if gpus % (tp * p) == 0]))
+    dp = gpus // (tp * pp)
+    gbs = scenario.training.global_batch_size
+    mbs = data.draw(st.sampled_from([m for m in (1, 2, 4) if gbs % (dp * m) == 0]))
+    placement = tuple(data.draw(st.permutations(range(len(scenario.cluster.nodes)))))
+    plan = plan_for(scenario, Strategy(tp, pp, dp, mbs, None, placement))
+    layout = build_layout(scenario.cluster, tp, pp, dp, placement)
+    expected = [scenario.cluster.nodes[g].gpus_per_node for g in layout.node_group]
+    launch = sorted((int(option(w, "--node-rank")), int(option(w, "--nproc-per-node")))
+                    for w in torchrun_lines(export_plan(plan, "torchrun").files["launch.sh"]))
+    hosts = [int(line.split("slots=")[1]) for line in export_plan(plan, "deepspeed").files["hostfile"].splitlines()
+             if not line.startswith("#")]
+    nodes = json.loads(export_plan(plan, "rankmap").files["rankmap.json"])["nodes"]
+    assert [n for _, n in launch] == hosts == [node["gpus"] for node in nodes] == expected
+    assert [node["node_group"] for node in nodes] == [int(g) for g in layout.node_group]
+
+
+_MIXED: list = []
+
+
+def _mixed_scenario():
+    if not _MIXED:
+        _MIXED.append(load_scenario("mixed-a100-a10g-llama2-13b"))   # 2 x 8 A100 + 4 x 4 A10G
+    return _MIXED[0]
 
 
 # -- optional: the engines' own checkers ----------------------------------------------------------------

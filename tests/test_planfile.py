@@ -157,6 +157,14 @@ def test_truncated_file(saved, tmp_path):
     assert error.field.endswith(("strategy", "prediction")) or "malformed" in error.reason
 
 
+def test_binary_file(tmp_path):
+    path = tmp_path / "image.yaml"
+    path.write_bytes(b"\x89PNG\r\n\x1a\n\x00\xff\xfe")
+    with pytest.raises(SpecError) as info:
+        load_plan(path)
+    assert str(path) in str(info.value) and "\n" not in str(info.value)
+
+
 def test_malformed_yaml(tmp_path):
     error = _load_error(tmp_path, "format: amp-tui/plan/1\nscenario: [unclosed\n")
     assert "malformed YAML" in error.reason

@@ -23,6 +23,7 @@ class Export:
 
 def export_plan(plan: Plan, fmt: str) -> Export:
     """The files and notes of one export format for `plan`."""
+    # Imported here: the format modules import Export from this package.
     from amp_tui.core.exports import deepspeed, megatron, rankmap, torchrun
 
     exporters = {"megatron": megatron.export, "deepspeed": deepspeed.export,

@@ -190,7 +190,7 @@ def _pipeline_section(plan: Plan, notes: list[str]) -> tuple[str, list[str]]:
     split = megatron_split(blocks)
     cost = CostModel(scenario)
     candidate = cost.candidate(s.tp, s.pp, s.dp, s.micro_batch_size, s.placement)
-    planned = candidate.predict(s.partition)
+    planned = candidate.predict(s.partition)   # fresh, so both sides of a comparison use today's model
     if split is not None:
         runs = layer_partition(model, split.blocks)
         if runs != s.partition:
