@@ -234,3 +234,14 @@ def test_evaluate_without_partition_when_nothing_fits():
     assert prediction.fits_memory is False
     assert prediction.strategy.partition == (4,)
     assert "stage 0" in prediction.reason and "over" in prediction.reason
+
+
+def test_a_scenario_without_candidates_gives_an_empty_result():
+    """3 GPUs, global batch 1, 2 layers: dp must be 1 and pp = 3 exceeds the layers; nothing to rank."""
+    scn = build([node(3, "V100", 1)], TINY[:2], 1)
+    assert enumerate_candidates(scn) == []
+    seen = []
+    result = search(scn, progress=seen.append)
+    assert result.strategies == () and result.baseline is None and result.infeasible == ()
+    assert result.stats.candidates == 0
+    assert seen[-1] == 1.0
