@@ -43,6 +43,10 @@ SECTIONS: list[tuple[str, list[tuple[str, str]]]] = [
     ]),
     ("Strategies", [
         ("↑ ↓", "select a strategy: its stages, memory and time breakdown show below"),
+        ("columns", "tp×pp×dp parallel degrees · mbs micro-batch size · µbs micro-batches per iteration · "
+                    "iter predicted iteration time · smp/s samples per second · memory peak against capacity "
+                    "of the fullest stage · gap to the best · vs unif speedup over the uniform baseline "
+                    "(the best strategy with layers split evenly)"),
     ]),
 ]
 

@@ -27,7 +27,7 @@ COLUMNS: list[tuple[str, str | None, str]] = [
      "Bandwidth between GPUs of one node, e.g. '50 Gbps', '300 GB/s' (a bare number means Gbps); greater than 0."),
     ("network", "inter_node_bandwidth",
      "Bandwidth between nodes, e.g. '100 Gbps', '25 GB/s' (a bare number means Gbps); greater than 0."),
-    ("memory", None, ""),
+    ("mem", None, ""),
 ]
 
 
@@ -106,7 +106,7 @@ class ClusterPane(ScenarioPane):
                            reference is None or reference.intra_node_bandwidth == group.intra_node_bandwidth),
                     marked(format_bandwidth(group.inter_node_bandwidth),
                            reference is None or reference.inter_node_bandwidth == group.inter_node_bandwidth),
-                    cell(format_bytes(group.gpu.memory_bytes)),
+                    cell(f"{group.gpu.memory_bytes / 2**30:g}G "),
                     key=str(index),
                 )
         self.keep_cursor(self.table, fill)
@@ -118,7 +118,7 @@ class ClusterPane(ScenarioPane):
         totals = Text(f"{cluster.name}: {cluster.num_gpus} GPUs on {cluster.num_nodes} nodes ({types}), "
                       f"{format_bytes(memory)} GPU memory")
         totals.append("\n/node GPUs per node · intra GPU-to-GPU bandwidth in a node · network between nodes"
-                      " · memory per GPU")
+                      " · mem per GPU")
         if overridden:
             totals.append(" · * differs from the instance catalog")
         self.query_one("#cluster-totals", Static).update(totals)

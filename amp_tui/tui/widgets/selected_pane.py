@@ -18,21 +18,21 @@ def summary(prediction: Prediction, baseline: Prediction | None) -> Text:
     strategy = prediction.strategy
     text = Text()
     text.append(f"{strategy.label}", style="bold")
-    text.append(f" micro-batch {strategy.micro_batch_size} x {prediction.num_micro_batches}: ")
+    text.append(f" · micro-batch {strategy.micro_batch_size} x {prediction.num_micro_batches} · ")
     text.append(format_seconds(prediction.iteration_time_s), style="bold")
-    text.append(f" per iteration, {prediction.samples_per_s:.1f} samples/s\n")
-    text.append(f"= steady {format_seconds(prediction.steady_state_s)} + fill/drain "
+    text.append(f" per iteration · {prediction.samples_per_s:.1f} samples/s")
+    if baseline is not None:
+        text.append(f" · {baseline.iteration_time_s / prediction.iteration_time_s:.2f}x uniform")
+    text.append(f"\nsteady {format_seconds(prediction.steady_state_s)} + fill/drain "
                 f"{format_seconds(prediction.fill_drain_s)} + dp/optimizer {format_seconds(prediction.dp_and_optimizer_s)}")
-    text.append(f" · bubble {prediction.bubble_fraction * 100:.1f}%", style="bold")
+    text.append(" · bubble ")
+    text.append(f"{prediction.bubble_fraction * 100:.1f}%", style="bold")
     text.append(" · dp all-reduce ")
     text.append(format_seconds(prediction.dp_allreduce_s), style="bold")
-    text.append("\n")
     if strategy.partition:
-        text.append(f"layers per stage {'/'.join(map(str, strategy.partition))}")
+        text.append(f"\nlayers per stage {'/'.join(map(str, strategy.partition))}")
     if strategy.placement and len(strategy.placement) > 1:
         text.append(f" · node-group order {','.join(map(str, strategy.placement))}")
-    if baseline is not None:
-        text.append(f" · {baseline.iteration_time_s / prediction.iteration_time_s:.2f}x the uniform baseline")
     if not prediction.fits_memory and prediction.reason:
         text.append(f"\n{prediction.reason}", style="bold red")
     return text

@@ -9,11 +9,11 @@ from amp_tui.core.cost import Prediction
 from amp_tui.core.units import format_bytes, format_seconds
 from amp_tui.tui.format import format_memory_pair
 
-COMPUTE = "blue"
-COMM = "yellow"
-MEMORY = "green"
-OVER = "bold red"
-EMPTY = "bright_black"
+COMPUTE = "color(33)"
+COMM = "color(214)"
+MEMORY = "color(70)"
+OVER = "bold color(196)"
+EMPTY = "color(240)"
 
 
 def _bar(parts: list[tuple[float, str]], scale: float, width: int) -> Text:

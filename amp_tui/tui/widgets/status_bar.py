@@ -6,6 +6,7 @@ from rich.text import Text
 from textual.widget import Widget
 
 from amp_tui.core.search import SearchResult
+from amp_tui.core.units import format_seconds
 
 
 class StatusBar(Widget):
@@ -52,6 +53,13 @@ class StatusBar(Widget):
             text.append("done", style="bold green")
             if self.show_timings:
                 text.append(f" in {self.elapsed_s * 1e3:.0f} ms")
+            if self.result.strategies:
+                best = self.result.strategies[0]
+                text.append(" · best ")
+                text.append(f"{best.strategy.label} mbs {best.strategy.micro_batch_size}", style="bold")
+                text.append(f" {format_seconds(best.iteration_time_s)}")
+            else:
+                text.append(" · nothing fits in memory", style="bold red")
             text.append(f" · {stats.evaluated} of {stats.candidates} candidates evaluated, {stats.pruned} pruned, "
                         f"{len(self.result.infeasible)} infeasible")
         elif self.state == "failed":

@@ -14,8 +14,6 @@ from amp_tui.tui.format import cell, format_memory_pair
 from amp_tui.tui.messages import StrategySelected
 
 COLUMNS = ("#", "tp×pp×dp", "mbs", "µbs", "iter", "smp/s", "memory", "gap", "vs unif")
-LEGEND = ("mbs micro-batch size · µbs micro-batches per iteration · memory peak/capacity of the fullest stage · "
-          "vs unif speedup over the uniform baseline")
 
 
 def tightest_stage(prediction: Prediction):
@@ -106,13 +104,14 @@ class StrategyTable(Vertical):
         self.query_one("#strategies-note", Static).update(self._note(result, show_infeasible))
 
     def _note(self, result: SearchResult, show_infeasible: bool) -> Text:
-        parts = [LEGEND + "."]
+        parts = []
         if not result.strategies:
             parts.append("No strategy fits in memory: press f to see why each fails.")
         if result.baseline is not None:
-            parts.append(f"Uniform baseline: {result.baseline.strategy.label} mbs "
-                         f"{result.baseline.strategy.micro_batch_size}, layers split evenly, "
-                         f"{format_seconds(result.baseline.iteration_time_s)}.")
+            parts.append(f"vs unif: speedup over {result.baseline.strategy.label} mbs "
+                         f"{result.baseline.strategy.micro_batch_size} with layers split evenly "
+                         f"({format_seconds(result.baseline.iteration_time_s)}).")
+        parts.append("memory: fullest stage.")
         if result.infeasible:
             parts.append(f"{len(result.infeasible)} infeasible: f to {'hide' if show_infeasible else 'show'}.")
         return Text(" ".join(parts))

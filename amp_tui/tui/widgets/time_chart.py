@@ -42,16 +42,17 @@ def build_chart(prediction: Prediction, width: int, height: int) -> str:
     plt.clear_figure()
     plt.plotsize(width, height)
     plt.theme("clear")
-    labels = [str(stage.index) for stage in prediction.stages]
+    labels = [f"st {stage.index}" for stage in prediction.stages]
     plt.stacked_bar(labels, [[v * scale for v in row] for row in rows], color=[p[1] for p in PARTS],
-                    orientation="vertical")
-    plt.title(f"where the iteration goes, per stage ({unit})")
+                    orientation="horizontal", width=0.8)
+    plt.yreverse(True)  # stage 0 on top, as in the load bars
+    plt.title(f"where each stage's iteration time goes ({unit})")
     return plt.build()
 
 
 class TimeChart(Widget):
     DEFAULT_CSS = """
-    TimeChart { height: 1fr; min-height: 11; }
+    TimeChart { height: 8; }
     """
 
     def __init__(self, **kwargs) -> None:
@@ -61,7 +62,11 @@ class TimeChart(Widget):
 
     def show(self, prediction: Prediction | None) -> None:
         self.prediction = prediction
-        self.refresh()
+        if prediction is not None:
+            # title, frame and axis rows, the legend, and one or two rows per stage
+            stages = len(prediction.stages)
+            self.styles.height = 6 + (2 * stages if stages <= 6 else min(stages, 40))
+        self.refresh(layout=True)
 
     def render(self) -> Text:
         if self.prediction is None:
