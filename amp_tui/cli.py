@@ -146,6 +146,8 @@ def cmd_plan(args) -> int:
         raise SpecError("--top", args.top, "must be at least 1")
     if args.rank < 1:
         raise SpecError("--rank", args.rank, "must be at least 1")
+    if args.save and not args.force and Path(args.save).exists():
+        raise SpecError("--save", args.save, "already exists (use --force to overwrite)")
     scenario = load_scenario(args.scenario)
     top = max(args.top or scenario.search.top, args.rank if args.save else 1)
     result = search(scenario, top=top)

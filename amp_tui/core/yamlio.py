@@ -73,6 +73,12 @@ def dump_yaml(data: object) -> str:
     return yaml.dump(data, Dumper=_Dumper, sort_keys=False, allow_unicode=True, width=100)
 
 
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
 def atomic_write(path: str | Path, text: str, *, overwrite: bool = True) -> Path:
     """Write `text` to `path` via a temporary file in the same folder and a rename.
 
@@ -90,6 +96,7 @@ def atomic_write(path: str | Path, text: str, *, overwrite: bool = True) -> Path
     except OSError as exc:
         raise SpecError("file", str(path), f"cannot be written ({exc.strerror})") from None
     try:
+        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; give what open() would
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
             handle.write(text)
             handle.flush()
