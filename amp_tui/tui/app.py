@@ -302,7 +302,9 @@ class AmpApp(App):
 
     def _index_after_search(self, previous: Prediction | Infeasible | None) -> int:
         """Keep the same strategy selected across a rerun when it is still listed (or a plan's)."""
-        wanted = self._preferred or (previous.strategy if previous is not None else None)
+        # Row 0 means "the best": follow the new best. Another row was picked on purpose: keep it.
+        kept = previous.strategy if previous is not None and self.selected_index > 0 else None
+        wanted = self._preferred or kept
         preferred, self._preferred = self._preferred, None
         if wanted is None:
             return 0
@@ -377,6 +379,9 @@ class AmpApp(App):
         except SpecError as error:
             self.refuse(str(error))
             return
+        except Exception as error:  # pragma: no cover - a bug, shown rather than raised
+            self.refuse(f"{type(error).__name__}: {error}")
+            return
         what = {"scenarios": "scenario", "clusters": "cluster", "models": "model"}[kind]
         self.apply_scenario(scenario, f"{what} preset {name}")
         self.notify(f"Loaded {what} preset {name}", markup=False)
@@ -428,6 +433,9 @@ class AmpApp(App):
             return None
         except OSError as error:
             self.notify(f"{path}: {error.strerror or error}", title="Not saved", severity="error", markup=False)
+            return None
+        except Exception as error:  # pragma: no cover - a bug, shown rather than raised
+            self.notify(f"{type(error).__name__}: {error}", title="Not saved", severity="error", markup=False)
             return None
         self.notify(f"Saved plan to {Path(written).resolve()}", title="Plan saved", markup=False)
         return Path(written)

@@ -216,3 +216,26 @@ async def test_change_gpu_type(make_app):
         assert "A10G*" in str(table.get_cell_at((0, column("GPU"))))
         await settle(app, pilot)
         assert isinstance(app.focused, DataTable)
+
+
+async def test_selection_follows_the_best_or_keeps_a_picked_strategy(make_app):
+    from amp_tui.tui import edits
+    from amp_tui.tui.widgets.strategy_table import StrategyTable
+
+    app = make_app("paper-het-cluster")
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(app, pilot)
+        app.apply_scenario(edits.set_node_field(app.scenario, 0, "inter_node_bandwidth", "1 Gbps"), "slow network")
+        await settle(app, pilot)
+        assert app.selected_index == 0  # the best stays selected, whichever strategy it now is
+        table = app.query_one(StrategyTable).table
+        table.focus()
+        await pilot.press("down", "down")
+        await pilot.pause()
+        picked = app.selected_prediction().strategy
+        app.apply_scenario(edits.set_training_field(app.scenario, "schedule", "gpipe"), "gpipe")
+        await settle(app, pilot)
+        kept = app.selected_prediction().strategy
+        assert (kept.tp, kept.pp, kept.dp, kept.micro_batch_size) == (
+            picked.tp, picked.pp, picked.dp, picked.micro_batch_size)
+        assert table.cursor_row == app.selected_index

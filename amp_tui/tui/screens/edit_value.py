@@ -63,6 +63,10 @@ class EditValueScreen(ModalScreen):
         except SpecError as error:
             self.query_one("#error", Static).update(Text(str(error)))
             return
+        except Exception as error:  # never let a bug in an edit crash the app
+            self.query_one("#error", Static).update(Text(f"internal error (please report this): "
+                                                         f"{type(error).__name__}: {error}"))
+            return
         self.dismiss(result)
 
     def action_cancel(self) -> None:

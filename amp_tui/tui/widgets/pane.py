@@ -42,6 +42,10 @@ class ScenarioPane(Vertical):
         except SpecError as error:
             self.app.notify(str(error), title="Edit refused", severity="error", markup=False)
             return
+        except Exception as error:  # a bug must not take the dashboard down; say what happened
+            self.app.notify(f"{type(error).__name__}: {error}", title="Edit failed (please report this)",
+                            severity="error", markup=False)
+            return
         self.propose(scenario, what)
 
     def edit_value(self, title: str, current: str, build: Callable[[str], Scenario], what: str,

@@ -76,7 +76,11 @@ class TimeChart(Widget):
             return Text("(too small for the chart)", style="dim")
         key = (id(self.prediction), width, height)
         if self._cache is None or self._cache[0] != key:
-            chart = Text.from_ansi(build_chart(self.prediction, width, height - 1), no_wrap=True)
+            try:
+                drawn = build_chart(self.prediction, width, height - 1)
+            except Exception as error:  # plotext is a third-party drawing: never let it crash the app
+                return Text(f"(chart unavailable: {type(error).__name__})", style="dim")
+            chart = Text.from_ansi(drawn, no_wrap=True)
             chart.rstrip()
             legend = Text()
             for name, _, colour in PARTS:
