@@ -67,7 +67,8 @@ class CostModel:
     def _analytic_forward(self, gpu: GPU, tp: int, mbs: int) -> np.ndarray:
         cols = self.model.columns
         work = cols["tokens"] * cols["width"] * mbs / tp
-        efficiency = gpu.efficiency(work)
+        # A layer that does not say how wide it is gets the GPU's best efficiency.
+        efficiency = np.where(work > 0, gpu.efficiency(work), gpu.peak_fraction)
         peak = gpu.peak_flops(self.training.precision)
         with np.errstate(divide="ignore", invalid="ignore"):
             compute = np.where(cols["flops"] > 0, cols["flops"] * mbs / (tp * peak * efficiency), 0.0)

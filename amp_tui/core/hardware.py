@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from amp_tui.core.errors import SpecError
 from amp_tui.core.presets import catalog
-from amp_tui.core.units import parse_bandwidth, parse_bytes, parse_number
+from amp_tui.core.units import exact_bandwidth, exact_bytes, parse_bandwidth, parse_bytes, parse_number
 
 
 @dataclass(frozen=True)
@@ -33,9 +33,9 @@ class GPU:
     def to_dict(self) -> dict:
         return {
             "name": self.name,
-            "memory": f"{self.memory_bytes / 2**30:g} GiB",
-            "usable_memory": f"{self.usable_memory_bytes / 2**20:g} MiB",
-            "memory_bandwidth": f"{self.memory_bandwidth / 1e9:g} GB/s",
+            "memory": exact_bytes(self.memory_bytes),
+            "usable_memory": exact_bytes(self.usable_memory_bytes),
+            "memory_bandwidth": exact_bandwidth(self.memory_bandwidth),
             "fp16_tflops": self.peak_flops_16 / 1e12,
             "fp32_tflops": self.peak_flops_32 / 1e12,
             "efficiency": {"peak_fraction": self.peak_fraction, "half_work": self.half_work},

@@ -130,7 +130,7 @@ class Model:
 
 def _layer_number(value: object, key: str, field_name: str) -> float:
     if key.endswith("_bytes") and isinstance(value, str) and any(c.isalpha() for c in value):
-        return parse_bytes(value, field_name)
+        return parse_bytes(value, field_name, allow_zero=True)
     return float(parse_number(value, field_name, minimum=0))
 
 
@@ -144,7 +144,7 @@ def _parse_profile(value: object, field_name: str, repeat: int) -> dict:
             raise SpecError(where, by_tp, "expected {tp: forward seconds per sample}")
         times: dict = {}
         for tp, seconds in by_tp.items():
-            tp_int = parse_int(tp, f"{where} (tp)")
+            tp_int = parse_int(tp, f"{where}.{tp}")
             if isinstance(seconds, list):
                 if len(seconds) != repeat:
                     raise SpecError(f"{where}.{tp}", f"{len(seconds)} values",
@@ -222,4 +222,7 @@ def parse_model(value: object, bytes_per_element: int, field_name: str = "model"
     shape = {key: parse_int(value[key], f"{field_name}.{key}") for key in _SHAPE_KEYS if key in value}
     defaults = {"sequence_length": sequence_length, **shape}
     groups = tuple(parse_layer(layer, f"{field_name}.layers[{i}]", defaults) for i, layer in enumerate(layers))
+    if not any(layer.flops > 0 or layer.profile or layer.params > 0 for layer in groups):
+        raise SpecError(f"{field_name}.layers", f"{len(groups)} layers",
+                        "no layer has FLOPs, measured times or parameters, so there is no work to plan")
     return Model(name=name, groups=groups, sequence_length=sequence_length, shape=shape, description=description)

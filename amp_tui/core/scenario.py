@@ -13,7 +13,7 @@ from amp_tui.core.hardware import GPU, gpu_catalog, instance_catalog, parse_gpu
 from amp_tui.core.model import Model, parse_model
 from amp_tui.core.presets import load_preset, preset_names
 from amp_tui.core.memory import DEFAULT_STATE_BYTES
-from amp_tui.core.units import format_bandwidth, format_bytes, parse_bandwidth, parse_bytes, parse_int, parse_number
+from amp_tui.core.units import exact_bandwidth, exact_bytes, parse_bandwidth, parse_bytes, parse_int, parse_number
 from amp_tui.core.yamlio import load_yaml_file
 
 PRECISIONS = {"fp16": 2, "bf16": 2, "fp32": 4}
@@ -54,8 +54,8 @@ class NodeGroup:
         catalog_gpu = gpu_catalog().get(self.gpu.name)
         out["gpu"] = self.gpu.name if catalog_gpu == self.gpu else self.gpu.to_dict()
         out["gpus_per_node"] = self.gpus_per_node
-        out["intra_node_bandwidth"] = format_bandwidth(self.intra_node_bandwidth)
-        out["inter_node_bandwidth"] = format_bandwidth(self.inter_node_bandwidth)
+        out["intra_node_bandwidth"] = exact_bandwidth(self.intra_node_bandwidth)
+        out["inter_node_bandwidth"] = exact_bandwidth(self.inter_node_bandwidth)
         return out
 
 
@@ -90,17 +90,24 @@ class Training:
     recompute: str = "none"
     zero_stage: int = 0
     runtime_reserve_bytes: float = 2**30  # CUDA context, NCCL buffers, allocator slack
-    state_bytes_per_param: float = 16.0     # weights + gradients + optimizer state, before ZeRO
+    # Weights + gradients + optimizer state per parameter before ZeRO; None: the optimizer's default.
+    state_bytes_override: float | None = None
 
     @property
     def bytes_per_element(self) -> int:
         return PRECISIONS[self.precision]
 
+    @property
+    def state_bytes_per_param(self) -> float:
+        if self.state_bytes_override is not None:
+            return self.state_bytes_override
+        return float(DEFAULT_STATE_BYTES[(self.optimizer, self.precision != "fp32")])
+
     def to_dict(self) -> dict:
         return {"global_batch_size": self.global_batch_size, "precision": self.precision,
                 "optimizer": self.optimizer, "schedule": self.schedule, "recompute": self.recompute,
-                "zero_stage": self.zero_stage, "runtime_reserve": format_bytes(self.runtime_reserve_bytes),
-                "state_bytes_per_param": self.state_bytes_per_param}
+                "zero_stage": self.zero_stage, "runtime_reserve": exact_bytes(self.runtime_reserve_bytes),
+                **({"state_bytes_per_param": self.state_bytes_override} if self.state_bytes_override is not None else {})}
 
 
 @dataclass(frozen=True)
@@ -146,7 +153,7 @@ def _check_keys(value: dict, allowed: set[str], field_name: str, what: str) -> N
 
 
 def _choice(value: object, options: tuple, field_name: str):
-    if value not in options:
+    if isinstance(value, bool) or value not in options:  # YAML's true == 1 is not a ZeRO stage
         raise SpecError(field_name, value, f"expected one of {', '.join(str(o) for o in options)}")
     return value
 
@@ -214,10 +221,10 @@ def parse_training(value: object, field_name: str = "training") -> Training:
     reserve = value.get("runtime_reserve")
     precision = _choice(value.get("precision", "fp16"), tuple(PRECISIONS), f"{field_name}.precision")
     optimizer = _choice(value.get("optimizer", "adam"), OPTIMIZERS, f"{field_name}.optimizer")
-    default_state = DEFAULT_STATE_BYTES[(optimizer, precision != "fp32")]
-    state = float(parse_number(value.get("state_bytes_per_param", default_state),
-                               f"{field_name}.state_bytes_per_param", positive=True))
-    if state < 2 * PRECISIONS[precision]:
+    state = value.get("state_bytes_per_param")
+    if state is not None:
+        state = float(parse_number(state, f"{field_name}.state_bytes_per_param", positive=True))
+    if state is not None and state < 2 * PRECISIONS[precision]:
         raise SpecError(f"{field_name}.state_bytes_per_param", state,
                         f"must hold at least the weights and gradients ({2 * PRECISIONS[precision]} bytes at {precision})")
     return Training(
@@ -229,7 +236,7 @@ def parse_training(value: object, field_name: str = "training") -> Training:
         zero_stage=_choice(value.get("zero_stage", 0), ZERO_STAGES, f"{field_name}.zero_stage"),
         runtime_reserve_bytes=(parse_bytes(reserve, f"{field_name}.runtime_reserve") if reserve is not None
                                else Training.runtime_reserve_bytes),
-        state_bytes_per_param=state,
+        state_bytes_override=state,
     )
 
 

@@ -95,6 +95,8 @@ def validate_strategy(scenario: Scenario, strategy: Strategy, field: str = "stra
     if strategy.partition is not None:
         if len(strategy.partition) != pp:
             raise SpecError(f"{field}.partition", list(strategy.partition), f"needs {pp} entries, one per stage")
+        if min(strategy.partition) < 1:
+            raise SpecError(f"{field}.partition", list(strategy.partition), "every stage needs at least one layer")
         if sum(strategy.partition) != layers:
             raise SpecError(f"{field}.partition", list(strategy.partition),
                             f"sums to {sum(strategy.partition)}; the model has {layers} layers")

@@ -13,12 +13,11 @@ from amp_tui.core.errors import SpecError
 _NUMBER = r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?"
 _QUANTITY = re.compile(rf"^\s*({_NUMBER})\s*([A-Za-z/]*)\s*$")
 
-# Bandwidth units in bytes per second. A bare number means Gbps.
-_BANDWIDTH = {
-    "bps": 1 / 8, "kbps": 1e3 / 8, "mbps": 1e6 / 8, "gbps": 1e9 / 8, "tbps": 1e12 / 8,
-    "b/s": 1.0, "kb/s": 1e3, "mb/s": 1e6, "gb/s": 1e9, "tb/s": 1e12,
-    "kib/s": 2**10, "mib/s": 2**20, "gib/s": 2**30,
-}
+# Bandwidth units: an SI or binary prefix, then b (bits) or B (bytes), then "ps" or "/s".
+# The case of b/B matters (100 Gb/s is 12.5 GB/s); prefixes are read in either case.
+_BANDWIDTH_UNIT = re.compile(r"^([kKmMgGtT]?)(i?)([bB])(?:ps|/s)$")
+_PREFIX = {"": 1.0, "k": 1e3, "m": 1e6, "g": 1e9, "t": 1e12}
+_BINARY_PREFIX = {"k": 2.0**10, "m": 2.0**20, "g": 2.0**30, "t": 2.0**40}
 # Memory units in bytes. A bare number means bytes.
 _BYTES = {
     "b": 1, "kb": 1e3, "mb": 1e6, "gb": 1e9, "tb": 1e12,
@@ -57,12 +56,26 @@ def parse_int(value: object, field: str, *, minimum: int = 1) -> int:
     return int(parse_number(value, field, integer=True, minimum=minimum))
 
 
-_BANDWIDTH_NAMES = "Gbps, Mbps, Tbps, GB/s, MB/s, GiB/s"
+_BANDWIDTH_NAMES = "Gbps, Gb/s, Mbps, Tbps, GB/s, GBps, MB/s, GiB/s"
 _BYTES_NAMES = "B, KB, MB, GB, TB, KiB, MiB, GiB, TiB"
 
 
-def _parse_quantity(value: object, field: str, table: dict[str, float], default_unit: str,
-                    kind: str, names: str, example: str) -> float:
+def _bandwidth_scale(unit: str) -> float | None:
+    """Bytes per second in one `unit`, or None if it is not a bandwidth unit."""
+    if unit.lower() == "gbps" and unit not in ("Gbps", "gbps", "GBps"):
+        unit = "Gbps"  # 'GBPS', 'gBps'...: read as the common spelling, gigabits
+    match = _BANDWIDTH_UNIT.match(unit)
+    if not match:
+        return None
+    prefix, binary, bit = match.groups()
+    if binary and not prefix:
+        return None
+    scale = _BINARY_PREFIX[prefix.lower()] if binary else _PREFIX[prefix.lower()]
+    return scale / 8 if bit == "b" else scale
+
+
+def _parse_quantity(value: object, field: str, table, default_unit: str,
+                    kind: str, names: str, example: str, allow_zero: bool = False) -> float:
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         number, unit = float(value), default_unit
     elif isinstance(value, str):
@@ -72,22 +85,44 @@ def _parse_quantity(value: object, field: str, table: dict[str, float], default_
         number, unit = float(match.group(1)), (match.group(2) or default_unit)
     else:
         raise SpecError(field, value, f"expected a {kind}")
-    scale = table.get(unit.lower())
+    scale = table(unit) if callable(table) else table.get(unit.lower())
     if scale is None:
         raise SpecError(field, value, f"unknown unit {unit!r}; use one of {names}")
-    if not math.isfinite(number) or number <= 0:
-        raise SpecError(field, value, f"{kind} must be greater than 0")
+    if not math.isfinite(number) or number < 0 or (number == 0 and not allow_zero):
+        raise SpecError(field, value, f"{kind} must be {'at least' if allow_zero else 'greater than'} 0")
     return number * scale
 
 
 def parse_bandwidth(value: object, field: str) -> float:
     """Bandwidth in bytes per second. Accepts '50 Gbps', '25 GB/s', '400Mbps' or a bare number of Gbps."""
-    return _parse_quantity(value, field, _BANDWIDTH, "gbps", "bandwidth", _BANDWIDTH_NAMES, "50 Gbps")
+    return _parse_quantity(value, field, _bandwidth_scale, "Gbps", "bandwidth", _BANDWIDTH_NAMES, "50 Gbps")
 
 
-def parse_bytes(value: object, field: str) -> float:
+def parse_bytes(value: object, field: str, allow_zero: bool = False) -> float:
     """Memory size in bytes. Accepts '16 GiB', '24 GB', '512 MiB' or a bare number of bytes."""
-    return _parse_quantity(value, field, _BYTES, "b", "size", _BYTES_NAMES, "16 GiB")
+    return _parse_quantity(value, field, _BYTES, "b", "size", _BYTES_NAMES, "16 GiB", allow_zero)
+
+
+def exact_bytes(num_bytes: float) -> str | float:
+    """A size that parse_bytes reads back to exactly `num_bytes`: in GiB or MiB where that is
+    exact and short, else the bare number of bytes."""
+    return _shortest_exact(num_bytes, (("GiB", 2**30), ("MiB", 2**20), ("GB", 1e9), ("MB", 1e6)),
+                           float(num_bytes))
+
+
+def exact_bandwidth(bytes_per_s: float) -> str:
+    """A bandwidth that parse_bandwidth reads back to exactly `bytes_per_s`."""
+    return _shortest_exact(bytes_per_s, (("Gbps", 1e9 / 8), ("GB/s", 1e9), ("GiB/s", 2.0**30), ("Mbps", 1e6 / 8)),
+                           f"{bytes_per_s!r} B/s")
+
+
+def _shortest_exact(value: float, units: tuple, fallback):
+    exact = []
+    for unit, scale in units:
+        text = repr(value / scale).removesuffix(".0")
+        if float(text) * scale == value:
+            exact.append(f"{text} {unit}")
+    return min(exact, key=len) if exact else fallback
 
 
 def format_bandwidth(bytes_per_s: float) -> str:

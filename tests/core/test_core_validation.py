@@ -175,8 +175,6 @@ def test_node_without_instance_needs_its_figures():
     assert info.value.field == "cluster.nodes[0].inter_node_bandwidth"
 
 
-@pytest.mark.xfail(strict=True, reason="zero_stage accepts the YAML boolean true (True == 1 passes "
-                   "`value in (0, 1, 2)`), and keeps True in the spec")
 def test_zero_stage_rejects_a_boolean():
     with pytest.raises(SpecError):
         parse_scenario(with_change(HET, ("training", "zero_stage"), True))
@@ -228,16 +226,12 @@ def test_valid_strategy_passes():
     validate_strategy(SCENARIO, Strategy(4, 4, 1, 32))
 
 
-@pytest.mark.xfail(strict=True, reason="validate_strategy checks only the partition's length and sum: "
-                   "(0, 30) passes and evaluate then crashes with numpy's ValueError (zero-size array)")
 def test_partition_with_an_empty_stage_is_a_spec_error():
     with pytest.raises(SpecError) as info:
         validate_strategy(SCENARIO, Strategy(1, 2, 8, 1, (0, 30)))
     assert info.value.field.startswith("strategy.partition")
 
 
-@pytest.mark.xfail(strict=True, reason="validate_strategy accepts a negative stage size: (-1, 31) sums "
-                   "to 30 and evaluate returns a prediction for a nonsense partition")
 def test_partition_with_a_negative_stage_is_a_spec_error():
     with pytest.raises(SpecError):
         validate_strategy(SCENARIO, Strategy(1, 2, 8, 1, (-1, 31)))
