@@ -30,7 +30,7 @@ from amp_tui.core.search import Infeasible, SearchResult, search
 from amp_tui.core.strategy import Strategy, parse_strategy
 from amp_tui.core.yamlio import atomic_write, dump_yaml, load_yaml_file
 from amp_tui.tui import edits
-from amp_tui.tui.messages import ScenarioEdited, SearchDone, SearchProgress, StrategySelected
+from amp_tui.tui.messages import EditRefused, ScenarioEdited, SearchDone, SearchProgress, StrategySelected
 from amp_tui.tui.screens.confirm import ConfirmScreen
 from amp_tui.tui.screens.help import HelpScreen
 from amp_tui.tui.screens.preset_picker import PresetPickerScreen
@@ -216,6 +216,9 @@ class AmpApp(App):
                 self.refuse(str(error))
                 return
         self.apply_scenario(proposed, message.what)
+
+    def on_edit_refused(self, message: EditRefused) -> None:
+        self.status.set_error(message.reason)
 
     def refuse(self, message: str) -> None:
         """An invalid edit: say why; the current scenario stays in force."""

@@ -45,3 +45,11 @@ class StrategySelected(Message):
     def __init__(self, index: int) -> None:
         super().__init__()
         self.index = index
+
+
+class EditRefused(Message):
+    """An edit dialog refused a value; the status line shows the reason until the next valid edit."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__()
+        self.reason = reason

@@ -73,6 +73,7 @@ async def test_invalid_values_are_refused_inline(make_app):
             assert expected in dialog.error_text, (header, text, dialog.error_text)
             assert "cluster.nodes[0]" in dialog.error_text
             assert app.scenario is original
+            assert app.query_one(StatusBar).error == dialog.error_text  # the status line says it too
             await pilot.press("escape")
             await pilot.pause()
             assert not isinstance(app.screen, EditValueScreen)

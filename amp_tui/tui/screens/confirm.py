@@ -1,4 +1,4 @@
-"""A yes/no question; y or Enter confirms, n or Escape declines."""
+"""A yes/no question; only y confirms (Enter, n and Escape decline, so a double Enter never overwrites)."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ class ConfirmScreen(ModalScreen[bool]):
     }
     ConfirmScreen .hint { color: $text-muted; }
     """
-    BINDINGS = [Binding("y,enter", "answer(True)", "Yes"), Binding("n,escape", "answer(False)", "No")]
+    BINDINGS = [Binding("y", "answer(True)", "Yes"), Binding("n,escape,enter", "answer(False)", "No")]
 
     def __init__(self, question: str, title: str = "Confirm") -> None:
         super().__init__()
@@ -29,7 +29,7 @@ class ConfirmScreen(ModalScreen[bool]):
         with Vertical() as box:
             box.border_title = self._title
             yield Static(Text(self._question))
-            yield Static(Text("y / Enter: yes · n / Escape: no"), classes="hint")
+            yield Static(Text("y: yes · n / Escape / Enter: no"), classes="hint")
 
     def action_answer(self, yes: bool) -> None:
         self.dismiss(yes)

@@ -16,6 +16,7 @@ from textual.screen import ModalScreen
 from textual.widgets import Input, Label, Static
 
 from amp_tui.core.errors import SpecError
+from amp_tui.tui.messages import EditRefused
 
 
 class EditValueScreen(ModalScreen):
@@ -62,6 +63,7 @@ class EditValueScreen(ModalScreen):
             result = self._validate(event.value)
         except SpecError as error:
             self.query_one("#error", Static).update(Text(str(error)))
+            self.post_message(EditRefused(str(error)))
             return
         except Exception as error:  # never let a bug in an edit crash the app
             self.query_one("#error", Static).update(Text(f"internal error (please report this): "
