@@ -53,6 +53,7 @@ class CostModel:
         self._output = cols["output_bytes"]
         self._params = cols["params"]
         self._profiles = {}  # (gpu name, tp) -> forward seconds per sample, NaN where not measured
+        self.floor_cache: dict = {}  # search.py's lower-bound terms shared between candidates
 
     # -- layer times ------------------------------------------------------------------------
     def _measured(self, gpu_name: str, tp: int) -> np.ndarray:
@@ -278,6 +279,26 @@ class Candidate:
             workspace_bytes=float(peak[i:j].max()),
             reserve_bytes=self.cost.training.runtime_reserve_bytes,
         )
+
+    def quick_evaluate(self, partition: tuple[int, ...]) -> tuple[float, int, float]:
+        """(iteration time, fullest stage, its bytes over capacity) with numpy alone: the same
+        terms as `predict`, for the many partitions the search only needs to rank."""
+        pp, B = self.pp, self.num_micro_batches
+        bounds = np.concatenate([[0], np.cumsum(partition)]).astype(np.int64)
+        starts, ends, stages = bounds[:-1], bounds[1:], np.arange(pp)
+        compute = self.time_prefix[stages, ends] - self.time_prefix[stages, starts]
+        cuts = self.cut_cost[np.arange(pp - 1), ends[:-1]] if pp > 1 else np.zeros(0)
+        busy = compute.copy()
+        busy[:-1] += cuts
+        busy[1:] += cuts
+        params = self.param_prefix[ends] - self.param_prefix[starts]
+        act_prefix, peak, in_flight = self.memory_arrays
+        memory = (self.state.total * params + in_flight * (act_prefix[ends] - act_prefix[starts])
+                  + np.maximum.reduceat(peak, starts) + self.cost.training.runtime_reserve_bytes)
+        over = memory - self.layout.stage_capacity
+        fullest = int(np.argmax(over))
+        iteration = (B - 1) * busy.max() + compute.sum() + cuts.sum() + float((self.e_coef * params).max())
+        return float(iteration), fullest, float(over[fullest])
 
     def strategy(self, partition: tuple[int, ...]) -> Strategy:
         return Strategy(self.tp, self.pp, self.dp, self.mbs, tuple(int(n) for n in partition), self.layout.order)

@@ -160,15 +160,9 @@ def _time_floor(candidate: Candidate) -> float:
         and M >= ceil(k / pp) x (k-th largest b) since k layers that slow must share pp stages;
       fill adds the cheapest cut at every boundary; tail >= all parameters / sum_s (1 / e_coef_s).
     """
-    cost, layout = candidate.cost, candidate.layout
-    tp, mbs, pp = candidate.tp, candidate.mbs, candidate.pp
-    spb = float(layout.stage_tp_seconds_per_byte.min())
-    groups = layout.serving_groups
-    times = np.array([cost.layer_times(g, tp, mbs)[0] + cost.layer_times(g, tp, mbs)[1] * spb for g in groups])
-    fastest = times.min(axis=0)
+    layout, pp = candidate.layout, candidate.pp
+    fastest, slowdown = _fastest_times(candidate)
     total = float(fastest.sum())
-    busy = fastest > 0
-    slowdown = (times[:, busy] / fastest[busy]).min(axis=1) if busy.any() else np.ones(len(groups))
     rho = (layout.stage_membership * slowdown[None, :]).max(axis=1)
     cheapest_cut = candidate.cut_cost[:, 1:-1].min(axis=1) if pp > 1 else np.zeros(0)
     sends = np.zeros(pp)
@@ -182,6 +176,26 @@ def _time_floor(candidate: Candidate) -> float:
     coef = candidate.e_coef
     tail = float(candidate.param_prefix[-1]) / float(np.sum(1.0 / coef)) if np.all(coef > 0) else 0.0
     return pipeline + cuts + tail
+
+
+def _fastest_times(candidate: Candidate) -> tuple[np.ndarray, np.ndarray]:
+    """Per layer, the fastest serving GPU's time; per serving group, its least slow-down against
+    that. Shared by every candidate with the same tp, micro-batch, serving groups and tp link."""
+    cost, layout = candidate.cost, candidate.layout
+    spb = float(layout.stage_tp_seconds_per_byte.min())
+    key = (candidate.tp, candidate.mbs, layout.serving_groups, spb)
+    cache = cost.floor_cache
+    if key not in cache:
+        times = []
+        for g in layout.serving_groups:
+            compute, tp_bytes = cost.layer_times(g, candidate.tp, candidate.mbs)
+            times.append(compute + tp_bytes * spb)
+        times = np.array(times)
+        fastest = times.min(axis=0)
+        busy = fastest > 0
+        slowdown = (times[:, busy] / fastest[busy]).min(axis=1) if busy.any() else np.ones(len(times))
+        cache[key] = (fastest, slowdown)
+    return cache[key]
 
 
 def _pipeline_floor(rho: np.ndarray, sends: np.ndarray, work: float, m_floor: float, B: int) -> float:
@@ -246,9 +260,9 @@ def search(scenario: Scenario, *, top: int | None = None,
             pruned += 1
             continue
         if need_baseline:
-            uniform = candidate.predict(even_partition(candidate.num_layers, candidate.pp))
-            if uniform.fits_memory and (baseline is None or (uniform.iteration_time_s, key) < baseline):
-                baseline = (uniform.iteration_time_s, key)
+            uniform, _, over = candidate.quick_evaluate(even_partition(candidate.num_layers, candidate.pp))
+            if over <= 0 and (baseline is None or (uniform, key) < baseline):
+                baseline = (uniform, key)
         if floor >= cutoff:
             pruned += 1
             continue
@@ -257,9 +271,13 @@ def search(scenario: Scenario, *, top: int | None = None,
         evaluated += 1
         solves += result.solves
         if not result.fits:
-            even = candidate.predict(even_partition(candidate.num_layers, candidate.pp))
-            infeasible.append(Infeasible(even.strategy, f"no partition fits; with an even split {even.reason}"
-                                         if even.reason else "no partition fits in memory"))
+            even = even_partition(candidate.num_layers, candidate.pp)
+            _, stage, over = candidate.quick_evaluate(even)
+            first = sum(even[:stage])
+            gpu = "+".join(dict.fromkeys(cost.gpus[g].name for g in candidate.layout.stage_groups[stage]))
+            infeasible.append(Infeasible(candidate.strategy(even), (
+                f"no partition fits; with an even split stage {stage} (layers {first}-{first + even[stage] - 1}, "
+                f"{gpu}) is {format_bytes(over)} over its {format_bytes(candidate.layout.stage_capacity[stage])}")))
         elif result.partition is not None:
             entry = (-result.iteration_time_s, _negate(key), result.partition)
             if len(best) < top:
