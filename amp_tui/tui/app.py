@@ -12,7 +12,6 @@ import time
 from collections.abc import Iterable
 from pathlib import Path
 
-from rich.text import Text
 from textual import events, work
 from textual.app import App, ComposeResult, SystemCommand
 from textual.binding import Binding
@@ -43,15 +42,6 @@ from amp_tui.tui.widgets.selected_pane import SelectedPane
 from amp_tui.tui.widgets.status_bar import StatusBar
 from amp_tui.tui.widgets.strategy_table import StrategyTable
 from amp_tui.tui.widgets.training_pane import TrainingPane
-
-try:  # plan files and exports are written by another part of the project; fall back until they land
-    from amp_tui.core.planfile import save_plan
-except ImportError:  # pragma: no cover - depends on the checkout
-    save_plan = None
-try:
-    from amp_tui.core.exports import EXPORT_FORMATS, export_plan
-except ImportError:  # pragma: no cover
-    EXPORT_FORMATS, export_plan = (), None
 
 DEFAULT_TARGET = "paper-homogeneous"
 UNDO_LIMIT = 200
@@ -425,6 +415,7 @@ class AmpApp(App):
 
     def write_plan(self, path: Path, scenario: Scenario, prediction: Prediction, *, overwrite: bool) -> Path | None:
         try:
+            save_plan = _core_save_plan()
             if save_plan is not None:
                 written = save_plan(path, scenario, prediction, overwrite=overwrite)
             else:
@@ -444,13 +435,14 @@ class AmpApp(App):
         return Path(written)
 
     def action_export(self) -> None:
-        if export_plan is None:
-            self.notify("Exports are not available in this build yet", severity="warning")
+        try:
+            from amp_tui.tui.screens.export_picker import ExportScreen
+        except ImportError:  # pragma: no cover - the exports module ships with amp-tui
+            self.notify("Exports are not available in this build", severity="warning")
             return
         prediction = self._prediction_to_save()
         if prediction is None:
             return
-        from amp_tui.tui.screens.export_picker import ExportScreen
         self.push_screen(ExportScreen(self.result.scenario, prediction))
 
     # -- command palette -------------------------------------------------------------------------
@@ -489,6 +481,15 @@ class AmpApp(App):
             self.notify("Focus the Cluster, Model or Training pane first (1, 2, 3)")
             return
         pane.action_edit()
+
+
+def _core_save_plan():
+    """The core's plan writer (imported on first save to keep start-up fast), or None."""
+    try:
+        from amp_tui.core.planfile import save_plan
+    except ImportError:  # pragma: no cover - planfile ships with amp-tui
+        return None
+    return save_plan
 
 
 def load_target(target: str | None) -> tuple[Scenario, Strategy | None]:

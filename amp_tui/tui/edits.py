@@ -12,7 +12,7 @@ from collections.abc import Callable
 from amp_tui.core.errors import SpecError
 from amp_tui.core.hardware import instance_catalog
 from amp_tui.core.model import Model
-from amp_tui.core.scenario import Scenario, load_scenario, parse_scenario
+from amp_tui.core.scenario import Scenario, parse_scenario
 from amp_tui.core.presets import load_preset
 from amp_tui.core.units import parse_int
 
@@ -171,9 +171,6 @@ def set_search_field(scenario: Scenario, key: str, value: object) -> Scenario:
         data["search"][key] = value
     return apply(scenario, change)
 
-
-def use_scenario_preset(name: str) -> Scenario:
-    return load_scenario(name) if name.endswith((".yaml", ".yml")) else parse_scenario(load_preset("scenarios", name))
 
 
 def set_node_group(scenario: Scenario, index: int, fields: dict) -> Scenario:

@@ -6,7 +6,6 @@ plotext 5 keeps global state, so the chart is built on the UI thread, in `render
 
 from __future__ import annotations
 
-import plotext as plt
 from rich.text import Text
 from textual.widget import Widget
 
@@ -37,6 +36,8 @@ def stage_breakdown(prediction: Prediction) -> list[list[float]]:
 
 
 def build_chart(prediction: Prediction, width: int, height: int) -> str:
+    import plotext as plt  # on first draw: keeps start-up fast
+
     rows = stage_breakdown(prediction)
     scale, unit = (1.0, "s") if prediction.iteration_time_s >= 1 else (1e3, "ms")
     plt.clear_figure()
