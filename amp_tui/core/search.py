@@ -149,8 +149,8 @@ def _state_memory_floor(candidate: Candidate) -> float:
     return candidate.state.total * per_stage + candidate.cost.training.runtime_reserve_bytes
 
 
-def _time_floor(candidate: Candidate) -> float:
-    """A lower bound on the iteration time over every partition (terms as in cost.py).
+def _time_floors(candidates: list[Candidate]) -> list[float]:
+    """A lower bound on each candidate's iteration time over every partition (terms as in cost.py).
 
     With b_l a layer's time on the fastest GPU serving the pipeline, rho_s the least slow-down of
     stage s's GPUs against b, and f_s the cheapest sends on either side of stage s, a stage's busy
@@ -159,28 +159,77 @@ def _time_floor(candidate: Candidate) -> float:
         first, each up to C_s = M - f_s, until all of sum b is placed (a fractional relaxation),
         and M >= ceil(k / pp) x (k-th largest b) since k layers that slow must share pp stages;
       fill adds the cheapest cut at every boundary; tail >= all parameters / sum_s (1 / e_coef_s).
+    Candidates with the same pp are solved together.
     """
-    layout, pp = candidate.layout, candidate.pp
-    fastest, slowdown = _fastest_times(candidate)
-    total = float(fastest.sum())
-    rho = (layout.stage_membership * slowdown[None, :]).max(axis=1)
-    cheapest_cut = candidate.cut_cost[:, 1:-1].min(axis=1) if pp > 1 else np.zeros(0)
-    sends = np.zeros(pp)
-    sends[:-1] += cheapest_cut
-    sends[1:] += cheapest_cut
-    descending = np.sort(fastest)[::-1]
-    k = np.arange(1, len(descending) + 1)
-    pipeline = _pipeline_floor(rho, sends, total, float(np.max(np.ceil(k / pp) * descending)),
-                               candidate.num_micro_batches)
-    cuts = float(cheapest_cut.sum())
-    coef = candidate.e_coef
-    tail = float(candidate.param_prefix[-1]) / float(np.sum(1.0 / coef)) if np.all(coef > 0) else 0.0
-    return pipeline + cuts + tail
+    floors = [0.0] * len(candidates)
+    by_pp: dict[int, list[int]] = {}
+    for index, candidate in enumerate(candidates):
+        by_pp.setdefault(candidate.pp, []).append(index)
+    for pp, members in by_pp.items():
+        rho, sends, work, m_floor, B, extra = [], [], [], [], [], []
+        for index in members:
+            c = candidates[index]
+            _, slowdown, total, descending = _fastest_times(c)
+            unit_cut, tail = _layout_floor_terms(c)
+            cheapest_cut = unit_cut * c.mbs              # sends scale with the micro-batch size
+            around = np.zeros(pp)
+            around[:-1] += cheapest_cut
+            around[1:] += cheapest_cut
+            k = np.arange(1, len(descending) + 1)
+            rho.append((c.layout.stage_membership * slowdown[None, :]).max(axis=1))
+            sends.append(around)
+            work.append(total)
+            m_floor.append(float(np.max(np.ceil(k / pp) * descending)))
+            B.append(c.num_micro_batches)
+            extra.append(float(cheapest_cut.sum()) + tail)
+        pipeline = _pipeline_floors(np.array(rho), np.array(sends), np.array(work), np.array(m_floor), np.array(B))
+        for index, value, add in zip(members, pipeline, extra):
+            floors[index] = float(value) + add
+    return floors
 
 
-def _fastest_times(candidate: Candidate) -> tuple[np.ndarray, np.ndarray]:
+def _pipeline_floors(rho: np.ndarray, sends: np.ndarray, work: np.ndarray, m_floor: np.ndarray,
+                     B: np.ndarray) -> np.ndarray:
+    """Per row (candidate), min over M of (B - 1) M + S(M) (see _time_floors). S is convex and
+    piecewise linear in M, so the minimum sits at the smallest allowed M or where one more stage
+    (in order of speed) fills up. Arrays: rho, sends (n, pp); work, m_floor, B (n,)."""
+    n, pp = rho.shape
+    order = np.argsort(rho, axis=1, kind="stable")
+    rho = np.take_along_axis(rho, order, axis=1)
+    sends = np.take_along_axis(sends, order, axis=1)
+    inverse = np.cumsum(1.0 / rho, axis=1)          # work the first k stages absorb per unit of M
+    offset = np.cumsum(sends / rho, axis=1)         # ... less what their sends take
+    lowest = np.maximum.reduce([m_floor, sends.max(axis=1), (work + offset[:, -1]) / inverse[:, -1]])
+    m = np.concatenate([lowest[:, None], (work[:, None] + offset) / inverse], axis=1)   # (n, pp + 1)
+    capacity = m[:, :, None] * inverse[:, None, :] - offset[:, None, :]                # (n, pp + 1, pp)
+    full = (capacity < work[:, None, None]).sum(axis=2)     # stages filled to M before the rest fits
+    last = np.maximum(full - 1, 0)
+    placed = np.where(full > 0, np.take_along_axis(capacity, last[:, :, None], axis=2)[:, :, 0], 0.0)
+    filled = np.where(full > 0, full * m - np.take_along_axis(np.cumsum(sends, axis=1), last, axis=1), 0.0)
+    next_rho = np.take_along_axis(rho, np.minimum(full, pp - 1), axis=1)
+    rest = np.where(full < pp, (work[:, None] - placed) * next_rho, 0.0)
+    total = (B[:, None] - 1) * m + filled + np.maximum(rest, 0.0)
+    return np.where(m >= lowest[:, None], total, np.inf).min(axis=1)
+
+
+def _layout_floor_terms(candidate: Candidate) -> tuple[np.ndarray, float]:
+    """(cheapest send per boundary per sample of micro-batch, all-reduce floor): both depend on
+    the layout alone, so candidates differing only in micro-batch size share them."""
+    layout = candidate.layout
+    key = ("layout", layout.tp, layout.pp, layout.dp, layout.order)
+    cache = candidate.cost.floor_cache
+    if key not in cache:
+        unit_cut = candidate.cut_cost[:, 1:-1].min(axis=1) / candidate.mbs if layout.pp > 1 else np.zeros(0)
+        coef = candidate.e_coef
+        tail = float(candidate.param_prefix[-1]) / float(np.sum(1.0 / coef)) if np.all(coef > 0) else 0.0
+        cache[key] = (unit_cut, tail)
+    return cache[key]
+
+
+def _fastest_times(candidate: Candidate) -> tuple[np.ndarray, np.ndarray, float, np.ndarray]:
     """Per layer, the fastest serving GPU's time; per serving group, its least slow-down against
-    that. Shared by every candidate with the same tp, micro-batch, serving groups and tp link."""
+    that; their sum; the times in descending order. Shared by every candidate with the same tp,
+    micro-batch, serving groups and tensor-parallel link."""
     cost, layout = candidate.cost, candidate.layout
     spb = float(layout.stage_tp_seconds_per_byte.min())
     key = (candidate.tp, candidate.mbs, layout.serving_groups, spb)
@@ -194,27 +243,8 @@ def _fastest_times(candidate: Candidate) -> tuple[np.ndarray, np.ndarray]:
         fastest = times.min(axis=0)
         busy = fastest > 0
         slowdown = (times[:, busy] / fastest[busy]).min(axis=1) if busy.any() else np.ones(len(times))
-        cache[key] = (fastest, slowdown)
+        cache[key] = (fastest, slowdown, float(fastest.sum()), np.sort(fastest)[::-1])
     return cache[key]
-
-
-def _pipeline_floor(rho: np.ndarray, sends: np.ndarray, work: float, m_floor: float, B: int) -> float:
-    """min over M of (B - 1) M + S(M) (see _time_floor). S is convex and piecewise linear in M, so
-    the minimum sits at the smallest allowed M or where one more stage fills up."""
-    order = np.argsort(rho, kind="stable")
-    rho, sends = rho[order], sends[order]
-    inverse = np.cumsum(1.0 / rho)                   # work the first k stages absorb per unit of M
-    offset = np.cumsum(sends / rho)                  # ... less what their sends take
-    lowest = max(m_floor, float(sends.max()), (work + offset[-1]) / inverse[-1])
-    m = np.concatenate([[lowest], (work + offset) / inverse])
-    m = m[m >= lowest]
-    capacity = m[:, None] * inverse[None, :] - offset[None, :]      # (M candidates, stages)
-    full = (capacity < work).sum(axis=1)              # stages filled to M before the rest fits
-    last = np.maximum(full - 1, 0)
-    placed = np.where(full > 0, capacity[np.arange(len(m)), last], 0.0)
-    filled = np.where(full > 0, full * m - np.cumsum(sends)[last], 0.0)
-    rest = np.where(full < len(rho), (work - placed) * rho[np.minimum(full, len(rho) - 1)], 0.0)
-    return float(np.min((B - 1) * m + filled + np.maximum(rest, 0.0)))
 
 
 def search(scenario: Scenario, *, top: int | None = None,
@@ -231,7 +261,7 @@ def search(scenario: Scenario, *, top: int | None = None,
     keys = enumerate_candidates(scenario)
 
     infeasible: list[Infeasible] = []
-    queue = []
+    fitting = []
     for key in keys:
         if cancel():
             raise Cancelled
@@ -244,7 +274,9 @@ def search(scenario: Scenario, *, top: int | None = None,
                 f"weights, gradients and optimizer state alone need {format_bytes(floor)} per GPU "
                 f"(even split over {key[1]} stages, incl. reserve) of {format_bytes(capacity)}"))
             continue
-        queue.append((_time_floor(candidate), key, candidate))
+        fitting.append((key, candidate))
+    floors = _time_floors([candidate for _, candidate in fitting])
+    queue = [(floor, key, candidate) for floor, (key, candidate) in zip(floors, fitting)]
     queue.sort(key=lambda item: (item[0], item[1]))
 
     best: list[tuple[float, tuple, tuple[int, ...]]] = []  # max-heap by -J of the top N
