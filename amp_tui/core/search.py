@@ -142,11 +142,30 @@ def enumerate_candidates(scenario: Scenario) -> list[tuple[int, int, int, int, t
     return out
 
 
-def _state_memory_floor(candidate: Candidate) -> float:
-    """A lower bound on the fullest stage's memory: state split evenly, or the largest layer's."""
-    params = candidate.cost.model.columns["params"] / candidate.tp
-    per_stage = max(params.sum() / candidate.pp, params.max())
-    return candidate.state.total * per_stage + candidate.cost.training.runtime_reserve_bytes
+def _memory_shortfall(candidate: Candidate) -> str | None:
+    """Why no partition can fit, from two necessary conditions, or None if both hold.
+
+    The fullest stage holds at least an even share of the weights, gradients and optimizer state
+    (or the largest layer's). And stage s, holding its in-flight micro-batches' activations, has room
+    for at most (capacity_s - reserve) / in_flight_s bytes per micro-batch of them, so the stages
+    together must have room for every layer's activations plus the state.
+    """
+    cost = candidate.cost
+    params = cost.model.columns["params"] / candidate.tp
+    reserve = cost.training.runtime_reserve_bytes
+    capacity = candidate.layout.stage_capacity
+    state = candidate.state.total * params
+    per_stage = max(state.sum() / candidate.pp, state.max()) + reserve
+    if per_stage > capacity.max():
+        return (f"weights, gradients and optimizer state alone need {format_bytes(per_stage)} per GPU "
+                f"(even split over {candidate.pp} stages, incl. reserve) of {format_bytes(capacity.max())}")
+    act_prefix, _, in_flight = candidate.memory_arrays
+    room = float(np.sum((capacity - reserve) / in_flight))
+    need = float(act_prefix[-1]) + float(state.sum()) / float(in_flight.max())
+    if need > room:
+        return (f"activations of micro-batch {candidate.mbs} and the state need {format_bytes(need)} "
+                f"of room per micro-batch in flight; the {candidate.pp} stages have {format_bytes(room)}")
+    return None
 
 
 def _time_floors(candidates: list[Candidate]) -> list[float]:
@@ -266,13 +285,9 @@ def search(scenario: Scenario, *, top: int | None = None,
         if cancel():
             raise Cancelled
         candidate = cost.candidate(*key)
-        floor = _state_memory_floor(candidate)
-        capacity = float(candidate.layout.stage_capacity.max())
-        if floor > capacity:
-            infeasible.append(Infeasible(
-                Strategy(*key[:4], placement=key[4]),
-                f"weights, gradients and optimizer state alone need {format_bytes(floor)} per GPU "
-                f"(even split over {key[1]} stages, incl. reserve) of {format_bytes(capacity)}"))
+        shortfall = _memory_shortfall(candidate)
+        if shortfall:
+            infeasible.append(Infeasible(Strategy(*key[:4], placement=key[4]), shortfall))
             continue
         fitting.append((key, candidate))
     floors = _time_floors([candidate for _, candidate in fitting])
