@@ -75,6 +75,9 @@ class SearchResult:
         }
 
 
+PREPARATION = 0.2  # share of the progress bar for enumerating and bounding candidates
+
+
 def divisors(n: int) -> list[int]:
     return [d for d in range(1, n + 1) if n % d == 0]
 
@@ -270,7 +273,8 @@ def search(scenario: Scenario, *, top: int | None = None,
            should_cancel: Callable[[], bool] | None = None,
            progress: Callable[[float], None] | None = None) -> SearchResult:
     """Rank strategies for `scenario`. `should_cancel` is polled often; when it turns true the search
-    raises Cancelled. `progress` receives the fraction of candidates settled, from 0 to 1."""
+    raises Cancelled. `progress` receives a rising fraction from 0 to 1: the first fifth while
+    candidates are enumerated and bounded, the rest as they are settled (evaluated or pruned)."""
     started = time.perf_counter()
     top = top or scenario.search.top
     cancel = should_cancel or (lambda: False)
@@ -281,9 +285,11 @@ def search(scenario: Scenario, *, top: int | None = None,
 
     infeasible: list[Infeasible] = []
     fitting = []
-    for key in keys:
+    for index, key in enumerate(keys):
         if cancel():
             raise Cancelled
+        if index % 64 == 0:
+            report(PREPARATION * index / len(keys))
         candidate = cost.candidate(*key)
         shortfall = _memory_shortfall(candidate)
         if shortfall:
@@ -300,7 +306,7 @@ def search(scenario: Scenario, *, top: int | None = None,
     for index, (floor, key, candidate) in enumerate(queue):
         if cancel():
             raise Cancelled
-        report((len(keys) - len(queue) + index) / max(len(keys), 1))
+        report(PREPARATION + (1 - PREPARATION) * (len(keys) - len(queue) + index) / max(len(keys), 1))
         cutoff = -best[0][0] if len(best) >= top else INF
         need_baseline = key[4] == rank and (baseline is None or floor < baseline[0])
         if floor >= cutoff and not need_baseline:
