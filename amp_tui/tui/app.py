@@ -70,12 +70,7 @@ class Dashboard(Container):
     def compose(self) -> ComposeResult:
         if self.compact:
             with TabbedContent(id="tabs"):
-                with TabPane("1 Cluster", id="tab-cluster"):
-                    yield ClusterPane(id="cluster")
-                with TabPane("2 Model", id="tab-model"):
-                    yield ModelPane(id="model")
-                with TabPane("3 Training", id="tab-training"):
-                    yield TrainingPane(id="training")
+                yield from self._editor_tabs()
                 with TabPane("4 Strategies", id="tab-strategies"):
                     yield StrategyTable(id="strategies-pane")
                 with TabPane("5 Selected", id="tab-selected"):
@@ -83,12 +78,7 @@ class Dashboard(Container):
         else:
             with Horizontal(id="wide"):
                 with TabbedContent(id="tabs"):
-                    with TabPane("1 Cluster", id="tab-cluster"):
-                        yield ClusterPane(id="cluster")
-                    with TabPane("2 Model", id="tab-model"):
-                        yield ModelPane(id="model")
-                    with TabPane("3 Training", id="tab-training"):
-                        yield TrainingPane(id="training")
+                    yield from self._editor_tabs()
                 with Vertical(id="results"):
                     strategies = StrategyTable(id="strategies-pane")
                     strategies.border_title = "4 Strategies"
@@ -96,6 +86,14 @@ class Dashboard(Container):
                     selected = SelectedPane(id="selected")
                     selected.border_title = "5 Selected strategy"
                     yield selected
+
+    def _editor_tabs(self) -> ComposeResult:
+        with TabPane("1 Cluster", id="tab-cluster"):
+            yield ClusterPane(id="cluster")
+        with TabPane("2 Model", id="tab-model"):
+            yield ModelPane(id="model")
+        with TabPane("3 Training", id="tab-training"):
+            yield TrainingPane(id="training")
 
 
 class AmpApp(App):

@@ -16,13 +16,8 @@ from amp_tui.tui.messages import StrategySelected
 COLUMNS = ("#", "tp×pp×dp", "mbs", "µbs", "iter", "smp/s", "memory", "gap", "vs unif")
 
 
-def tightest_stage(prediction: Prediction):
-    """The stage closest to (or furthest over) its memory capacity."""
-    return max(prediction.stages, key=lambda stage: stage.memory.total_bytes / stage.capacity_bytes)
-
-
 def strategy_row(rank: int, prediction: Prediction, best_s: float, baseline_s: float | None) -> list[Text]:
-    stage = tightest_stage(prediction)
+    stage = prediction.tightest_stage
     memory = cell(format_memory_pair(stage.memory.total_bytes, stage.capacity_bytes, short=True), justify="right")
     if not stage.fits:
         memory.stylize("bold red")
