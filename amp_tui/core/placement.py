@@ -73,13 +73,16 @@ def build_layout(cluster: Cluster, tp: int, pp: int, dp: int, order: tuple[int, 
     ranks = tp_rank + tp * (replica + dp * stage)  # shape (pp, dp, tp)
 
     def flow_bandwidth(src: np.ndarray, dst: np.ndarray) -> np.ndarray:
-        """Bandwidth of each of a set of concurrent flows (src rank -> dst rank)."""
+        """Bandwidth of each flow (src rank -> dst rank). Each row of the arrays is one set of
+        concurrent flows: they share the network interfaces of the nodes they leave and enter."""
         src_node, dst_node = rank_node[src], rank_node[dst]
         crossing = src_node != dst_node
-        n_out = np.bincount(src_node[crossing], minlength=len(node_group))
-        n_in = np.bincount(dst_node[crossing], minlength=len(node_group))
-        shared = np.minimum(inter[src_node] / np.maximum(n_out[src_node], 1),
-                            inter[dst_node] / np.maximum(n_in[dst_node], 1))
+        row = np.arange(src.shape[0])[:, None] * len(node_group)
+        size = src.shape[0] * len(node_group)
+        n_out = np.bincount((row + src_node)[crossing], minlength=size)
+        n_in = np.bincount((row + dst_node)[crossing], minlength=size)
+        shared = np.minimum(inter[src_node] / np.maximum(n_out[row + src_node], 1),
+                            inter[dst_node] / np.maximum(n_in[row + dst_node], 1))
         return np.where(crossing, shared, intra[src_node])
 
     def ring_seconds_per_byte(ring_ranks: np.ndarray) -> np.ndarray:
@@ -87,22 +90,29 @@ def build_layout(cluster: Cluster, tp: int, pp: int, dp: int, order: tuple[int, 
         if ring_ranks.shape[-1] == 1:
             return np.zeros(ring_ranks.shape[:-1])
         nxt = np.roll(ring_ranks, -1, axis=-1)
-        bandwidth = flow_bandwidth(ring_ranks.ravel(), nxt.ravel()).reshape(ring_ranks.shape)
+        bandwidth = flow_bandwidth(ring_ranks.reshape(1, -1), nxt.reshape(1, -1)).reshape(ring_ranks.shape)
         return 1.0 / bandwidth.min(axis=-1)
 
     tp_spb = ring_seconds_per_byte(ranks).max(axis=1)                       # rings over tp ranks
     dp_spb = ring_seconds_per_byte(ranks.transpose(0, 2, 1)).max(axis=1)    # rings over replicas
-    boundary = np.array([1.0 / flow_bandwidth(ranks[s].ravel(), ranks[s + 1].ravel()).min()
-                         for s in range(pp - 1)])
+    # Boundary k's sends (stage k -> k + 1, every replica and tensor rank) run together.
+    boundary = np.zeros(0)
+    if pp > 1:
+        sends = flow_bandwidth(ranks[:-1].reshape(pp - 1, -1), ranks[1:].reshape(pp - 1, -1))
+        boundary = 1.0 / sends.min(axis=1)
 
     gpus = [g.gpu for g in cluster.nodes]
-    stage_groups = tuple(tuple(int(g) for g in np.unique(rank_group[ranks[s].ravel()])) for s in range(pp))
+    serves = np.zeros((pp, len(cluster.nodes)), dtype=bool)   # does group g serve stage s?
+    serves[np.repeat(np.arange(pp), dp * tp), rank_group[ranks.ravel()]] = True
+    stage_groups = tuple(tuple(int(g) for g in np.flatnonzero(row)) for row in serves)
+    usable = np.array([gpu.usable_memory_bytes for gpu in gpus])
+    bandwidth = np.array([gpu.memory_bandwidth for gpu in gpus])
     return Layout(
         tp=tp, pp=pp, dp=dp, order=tuple(order),
         rank_node=rank_node, node_group=node_group, rank_local_gpu=rank_local_gpu,
         stage_groups=stage_groups,
-        stage_capacity=np.array([min(gpus[g].usable_memory_bytes for g in groups) for groups in stage_groups]),
-        stage_memory_bandwidth=np.array([min(gpus[g].memory_bandwidth for g in groups) for groups in stage_groups]),
+        stage_capacity=np.where(serves, usable[None, :], np.inf).min(axis=1),
+        stage_memory_bandwidth=np.where(serves, bandwidth[None, :], np.inf).min(axis=1),
         stage_tp_seconds_per_byte=tp_spb,
         boundary_seconds_per_byte=boundary,
         dp_seconds_per_byte=dp_spb,
