@@ -308,11 +308,7 @@ def search(scenario: Scenario, *, top: int | None = None,
             raise Cancelled
         report(PREPARATION + (1 - PREPARATION) * (len(keys) - len(queue) + index) / max(len(keys), 1))
         cutoff = -best[0][0] if len(best) >= top else INF
-        need_baseline = key[4] == rank and (baseline is None or floor < baseline[0])
-        if floor >= cutoff and not need_baseline:
-            pruned += 1
-            continue
-        if need_baseline:
+        if key[4] == rank and (baseline is None or floor < baseline[0]):   # could be the best uniform one
             uniform, _, over = candidate.quick_evaluate(even_partition(candidate.num_layers, candidate.pp))
             if over <= 0 and (baseline is None or (uniform, key) < baseline):
                 baseline = (uniform, key)
@@ -324,13 +320,7 @@ def search(scenario: Scenario, *, top: int | None = None,
         evaluated += 1
         solves += result.solves
         if not result.fits:
-            even = even_partition(candidate.num_layers, candidate.pp)
-            _, stage, over = candidate.quick_evaluate(even)
-            first = sum(even[:stage])
-            gpu = "+".join(dict.fromkeys(cost.gpus[g].name for g in candidate.layout.stage_groups[stage]))
-            infeasible.append(Infeasible(candidate.strategy(even), (
-                f"no partition fits; with an even split stage {stage} (layers {first}-{first + even[stage] - 1}, "
-                f"{gpu}) is {format_bytes(over)} over its {format_bytes(candidate.layout.stage_capacity[stage])}")))
+            infeasible.append(_no_fit(candidate))
         elif result.partition is not None:
             entry = (-result.iteration_time_s, _negate(key), result.partition)
             if len(best) < top:
@@ -350,6 +340,17 @@ def search(scenario: Scenario, *, top: int | None = None,
     infeasible.sort(key=lambda entry: (entry.strategy.tp, entry.strategy.pp, entry.strategy.micro_batch_size,
                                        entry.strategy.placement or ()))
     return SearchResult(scenario, strategies, tuple(infeasible), baseline_prediction, stats)
+
+
+def _no_fit(candidate: Candidate) -> Infeasible:
+    """A candidate no partition fits, described by the even split's fullest stage."""
+    even = even_partition(candidate.num_layers, candidate.pp)
+    _, stage, over = candidate.quick_evaluate(even)
+    first = sum(even[:stage])
+    gpu = "+".join(dict.fromkeys(candidate.cost.gpus[g].name for g in candidate.layout.stage_groups[stage]))
+    return Infeasible(candidate.strategy(even), (
+        f"no partition fits; with an even split stage {stage} (layers {first}-{first + even[stage] - 1}, "
+        f"{gpu}) is {format_bytes(over)} over its {format_bytes(candidate.layout.stage_capacity[stage])}"))
 
 
 def _negate(key: tuple) -> tuple:
