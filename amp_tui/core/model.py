@@ -106,14 +106,6 @@ class Model:
         return {key: np.array([getattr(layer, key) for layer in self.layers], dtype=np.float64)
                 for key in _LAYER_NUMBERS}
 
-    def group_ranges(self) -> list[tuple[int, int]]:
-        """Expanded index range [first, last] of each group."""
-        out, start = [], 0
-        for group in self.groups:
-            out.append((start, start + group.repeat - 1))
-            start += group.repeat
-        return out
-
     def to_dict(self) -> dict:
         out: dict = {"name": self.name}
         if self.description:

@@ -142,10 +142,6 @@ class SegmentTables:
         return float(self.tau[s, r, w].max()), float(self.g[s, r, w].sum()), float(self.e[s, r, w].max())
 
     @cached_property
-    def min_max_tau(self) -> float:
-        return self.minmax(self.tau, self.feasible)
-
-    @cached_property
     def min_max_e(self) -> float:
         return self.minmax(self.e, self.feasible)
 

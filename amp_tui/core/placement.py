@@ -49,9 +49,6 @@ class Layout:
             out[s, [index[g] for g in groups]] = 1.0
         return out
 
-    def rank(self, stage: np.ndarray | int, replica: np.ndarray | int, tp_rank: np.ndarray | int):
-        return tp_rank + self.tp * (replica + self.dp * stage)
-
 
 def node_order(cluster: Cluster, order: tuple[int, ...]) -> np.ndarray:
     """Node-group index of each node, nodes listed in placement order."""
