@@ -50,6 +50,7 @@ class CostModel:
         self._layer_times: dict[tuple, tuple[np.ndarray, np.ndarray]] = {}
         self._layouts: dict[tuple, Layout] = {}
         cols = self.model.columns
+        self._work_per_sample = cols["tokens"] * cols["width"]   # kernel size at tp 1, micro-batch 1
         self._output = cols["output_bytes"]
         self._params = cols["params"]
         self._profiles = {}  # (gpu name, tp) -> forward seconds per sample, NaN where not measured
@@ -67,45 +68,54 @@ class CostModel:
 
     def _analytic_forward(self, gpu: GPU, tp: int, mbs: int) -> np.ndarray:
         cols = self.model.columns
-        work = cols["tokens"] * cols["width"] * mbs / tp
+        work = self._work_per_sample * (mbs / tp)
         # A layer that does not say how wide it is gets the GPU's best efficiency.
-        efficiency = np.where(work > 0, gpu.efficiency(work), gpu.peak_fraction)
-        peak = gpu.peak_flops(self.training.precision)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            compute = np.where(cols["flops"] > 0, cols["flops"] * mbs / (tp * peak * efficiency), 0.0)
-        traffic = 2.0 * cols["activation_bytes"] * mbs / tp / gpu.memory_bandwidth
-        return np.maximum(np.nan_to_num(compute, nan=0.0, posinf=0.0), traffic)
+        if gpu.half_work > 0:
+            efficiency = np.where(work > 0, gpu.peak_fraction * work / (work + gpu.half_work), gpu.peak_fraction)
+        else:
+            efficiency = gpu.peak_fraction
+        compute = cols["flops"] * (mbs / (tp * gpu.peak_flops(self.training.precision))) / efficiency
+        traffic = cols["activation_bytes"] * (2.0 * mbs / tp / gpu.memory_bandwidth)
+        return np.maximum(compute, traffic)
+
+    def _calibration(self, group: int) -> np.ndarray:
+        """Per layer, measured / analytic forward time at tp = 1, micro-batch 1 on this GPU (1 where
+        not measured): applied to the analytic time at other tp degrees, it keeps the
+        measurement's efficiency."""
+        key = ("calibration", self._gpu_id[group])
+        if key not in self._profiles:
+            gpu = self.gpus[group]
+            base = self._measured(gpu.name, 1)
+            analytic = self._analytic_forward(gpu, 1, 1)
+            usable = ~np.isnan(base) & (analytic > 0)
+            self._profiles[key] = np.where(usable, np.where(usable, base, 1.0) / np.where(usable, analytic, 1.0), 1.0)
+        return self._profiles[key]
 
     def layer_times(self, group: int, tp: int, mbs: int) -> tuple[np.ndarray, np.ndarray]:
         """(compute seconds, tensor-parallel ring bytes) per layer per micro-batch, forward + backward,
         on node group `group`'s GPU. The bytes still need the stage's link: see `stage_layer_times`."""
-        gpu = self.gpus[group]
         key = (self._gpu_id[group], tp, mbs)
         cached = self._layer_times.get(key)
         if cached is not None:
             return cached
-        cols = self.model.columns
+        gpu = self.gpus[group]
         passes = 4.0 if self.training.recompute == "full" else 3.0
         measured = self._measured(gpu.name, tp)
         have = ~np.isnan(measured)
-        # A measured time scales to b samples like the efficiency model: fixed kernel overheads
-        # are paid once per micro-batch, so larger micro-batches run more efficiently.
-        work1 = cols["tokens"] * cols["width"] / tp
-        with np.errstate(divide="ignore"):
-            kappa = np.where(work1 > 0, gpu.half_work / work1, 0.0)
-        scaled = np.where(have, measured, 0.0) * (mbs + kappa) / (1.0 + kappa)
         analytic = self._analytic_forward(gpu, tp, mbs)
         if tp > 1:
-            # Measured at tp = 1 only: keep the measurement's efficiency, split the work by tp.
-            base = self._measured(gpu.name, 1)
-            with np.errstate(divide="ignore", invalid="ignore"):
-                ratio = base / self._analytic_forward(gpu, 1, 1)
-            calibrated = ~np.isnan(base) & np.isfinite(ratio) & (ratio > 0)
-            analytic = np.where(calibrated, analytic * np.where(calibrated, ratio, 1.0), analytic)
-        forward = np.where(have, scaled, analytic)
+            analytic = analytic * self._calibration(group)
+        if have.any():
+            # A measured time scales to b samples like the efficiency model: fixed kernel overheads
+            # are paid once per micro-batch, so larger micro-batches run more efficiently.
+            work1 = self._work_per_sample / tp
+            kappa = np.where(work1 > 0, gpu.half_work / np.where(work1 > 0, work1, 1.0), 0.0)
+            forward = np.where(have, np.where(have, measured, 0.0) * (mbs + kappa) / (1.0 + kappa), analytic)
+        else:
+            forward = analytic
         comm_passes = passes - 1.0  # forward and backward all-reduces, forward again under recompute
         ring = 2.0 * (tp - 1) / tp
-        tp_bytes = np.where(have, 0.0, comm_passes * cols["tp_comm_bytes"] * mbs * ring)
+        tp_bytes = np.where(have, 0.0, self.model.columns["tp_comm_bytes"] * (comm_passes * mbs * ring))
         result = (passes * forward, tp_bytes)
         self._layer_times[key] = result
         return result

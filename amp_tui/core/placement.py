@@ -29,6 +29,7 @@ class Layout:
     node_group: np.ndarray       # node-group index of every node
     rank_local_gpu: np.ndarray   # GPU index within its node
     stage_groups: tuple[tuple[int, ...], ...]   # node groups that serve each stage
+    serves: np.ndarray           # (pp, node groups): True where the group serves the stage
     stage_capacity: np.ndarray   # bytes: the smallest usable GPU memory in each stage
     stage_memory_bandwidth: np.ndarray  # bytes/s: the slowest GPU memory in each stage
     stage_tp_seconds_per_byte: np.ndarray   # slowest tensor-parallel ring link per stage (0 if tp = 1)
@@ -39,15 +40,6 @@ class Layout:
     def serving_groups(self) -> tuple[int, ...]:
         """Node groups that serve any stage, ascending."""
         return tuple(sorted({g for stage in self.stage_groups for g in stage}))
-
-    @cached_property
-    def stage_membership(self) -> np.ndarray:
-        """(pp, len(serving_groups)) 1.0 where the group serves the stage, else 0."""
-        index = {g: i for i, g in enumerate(self.serving_groups)}
-        out = np.zeros((self.pp, len(index)))
-        for s, groups in enumerate(self.stage_groups):
-            out[s, [index[g] for g in groups]] = 1.0
-        return out
 
 
 def node_order(cluster: Cluster, order: tuple[int, ...]) -> np.ndarray:
@@ -108,6 +100,7 @@ def build_layout(cluster: Cluster, tp: int, pp: int, dp: int, order: tuple[int, 
         tp=tp, pp=pp, dp=dp, order=tuple(order),
         rank_node=rank_node, node_group=node_group, rank_local_gpu=rank_local_gpu,
         stage_groups=stage_groups,
+        serves=serves,
         stage_capacity=np.where(serves, usable[None, :], np.inf).min(axis=1),
         stage_memory_bandwidth=np.where(serves, bandwidth[None, :], np.inf).min(axis=1),
         stage_tp_seconds_per_byte=tp_spb,

@@ -188,25 +188,26 @@ def _time_floors(candidates: list[Candidate]) -> list[float]:
     for index, candidate in enumerate(candidates):
         by_pp.setdefault(candidate.pp, []).append(index)
     for pp, members in by_pp.items():
-        rho, sends, work, m_floor, B, extra = [], [], [], [], [], []
-        for index in members:
-            c = candidates[index]
-            _, slowdown, total, descending = _fastest_times(c)
-            unit_cut, tail = _layout_floor_terms(c)
-            cheapest_cut = unit_cut * c.mbs              # sends scale with the micro-batch size
-            around = np.zeros(pp)
-            around[:-1] += cheapest_cut
-            around[1:] += cheapest_cut
-            k = np.arange(1, len(descending) + 1)
-            rho.append((c.layout.stage_membership * slowdown[None, :]).max(axis=1))
-            sends.append(around)
-            work.append(total)
-            m_floor.append(float(np.max(np.ceil(k / pp) * descending)))
-            B.append(c.num_micro_batches)
-            extra.append(float(cheapest_cut.sum()) + tail)
-        pipeline = _pipeline_floors(np.array(rho), np.array(sends), np.array(work), np.array(m_floor), np.array(B))
-        for index, value, add in zip(members, pipeline, extra):
-            floors[index] = float(value) + add
+        group = [candidates[index] for index in members]
+        times = [_fastest_times(c) for c in group]
+        layout_terms = [_layout_floor_terms(c) for c in group]
+        slowdown = np.array([t[1] for t in times])                       # (n, node groups)
+        descending = np.array([t[3] for t in times])                     # (n, L)
+        work = np.array([t[2] for t in times])
+        mbs = np.array([c.mbs for c in group], dtype=np.float64)
+        cheapest_cut = np.array([t[0] for t in layout_terms]).reshape(len(group), pp - 1) * mbs[:, None]
+        tail = np.array([t[1] for t in layout_terms])
+        serves = np.array([c.layout.serves for c in group])             # (n, pp, node groups)
+        rho = np.where(serves, slowdown[:, None, :], 0.0).max(axis=2)
+        sends = np.zeros((len(group), pp))
+        sends[:, :-1] += cheapest_cut
+        sends[:, 1:] += cheapest_cut
+        k = np.arange(1, descending.shape[1] + 1)
+        m_floor = (np.ceil(k / pp)[None, :] * descending).max(axis=1)
+        B = np.array([c.num_micro_batches for c in group], dtype=np.float64)
+        pipeline = _pipeline_floors(rho, sends, work, m_floor, B)
+        for index, value in zip(members, pipeline + cheapest_cut.sum(axis=1) + tail):
+            floors[index] = float(value)
     return floors
 
 
@@ -249,8 +250,8 @@ def _layout_floor_terms(candidate: Candidate) -> tuple[np.ndarray, float]:
 
 
 def _fastest_times(candidate: Candidate) -> tuple[np.ndarray, np.ndarray, float, np.ndarray]:
-    """Per layer, the fastest serving GPU's time; per serving group, its least slow-down against
-    that; their sum; the times in descending order. Shared by every candidate with the same tp,
+    """Per layer, the fastest serving GPU's time; per node group, its least slow-down against
+    that (0 if it serves no stage); their sum; the times in descending order. Shared by every candidate with the same tp,
     micro-batch, serving groups and tensor-parallel link."""
     cost, layout = candidate.cost, candidate.layout
     spb = float(layout.stage_tp_seconds_per_byte.min())
@@ -264,7 +265,8 @@ def _fastest_times(candidate: Candidate) -> tuple[np.ndarray, np.ndarray, float,
         times = np.array(times)
         fastest = times.min(axis=0)
         busy = fastest > 0
-        slowdown = (times[:, busy] / fastest[busy]).min(axis=1) if busy.any() else np.ones(len(times))
+        slowdown = np.zeros(len(cost.gpus))    # per node group; 0 where the group serves no stage
+        slowdown[list(layout.serving_groups)] = (times[:, busy] / fastest[busy]).min(axis=1) if busy.any() else 1.0
         cache[key] = (fastest, slowdown, float(fastest.sum()), np.sort(fastest)[::-1])
     return cache[key]
 
