@@ -247,11 +247,15 @@ class Candidate:
         return np.concatenate([np.zeros((self.pp, 1)), np.cumsum(times, axis=1)], axis=1)
 
     @cached_property
+    def cut_unit(self) -> np.ndarray:
+        """(L + 1,): bytes sent per micro-batch, both directions, across a boundary after layer
+        j - 1 (column 0 unused); times a boundary's seconds per byte, its send time."""
+        return 2.0 * self.mbs * np.concatenate([[0.0], self.cost._output])
+
+    @cached_property
     def cut_cost(self) -> np.ndarray:
-        """(pp - 1, L + 1): pipeline send time per micro-batch, both directions, when boundary k
-        follows layer j - 1. Column 0 is unused."""
-        out = np.concatenate([[0.0], self.cost._output])
-        return 2.0 * self.mbs * out[None, :] * self.layout.boundary_seconds_per_byte[:, None]
+        """(pp - 1, L + 1): pipeline send time per micro-batch when boundary k follows layer j - 1."""
+        return self.cut_unit[None, :] * self.layout.boundary_seconds_per_byte[:, None]
 
     @cached_property
     def param_prefix(self) -> np.ndarray:

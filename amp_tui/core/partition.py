@@ -39,6 +39,16 @@ class PartitionResult:
     fits: bool = True                       # False: no partition fits in memory
 
 
+def _stage_windows(pp: int, R: int, W: int):
+    """A function from an (L + 1, >= W) table over (end j, length) to its (pp, R, W) view with
+    [s, r, w] = table[s + 1 + r, w]: stage s's possible ends are rows s + 1 ... s + R."""
+    def view(table: np.ndarray) -> np.ndarray:
+        rows, cols = table.strides
+        return np.lib.stride_tricks.as_strided(table[1:], shape=(pp, R, W), strides=(rows, rows, cols),
+                                               writeable=False)
+    return view
+
+
 class SegmentTables:
     """Every candidate segment of every stage, indexed (stage s, row r, length w + 1).
 
@@ -72,31 +82,40 @@ class SegmentTables:
         self.W = W
         r = np.arange(R)[:, None]
         self.offset = np.maximum(r - np.arange(W)[None, :], 0)       # start - s, shape (R, W)
-        stage = np.arange(pp)[:, None, None]
         if W == 0 or W * pp < L:
             self.feasible = np.zeros((pp, R, W), dtype=bool)
             return
-        ends = np.arange(pp)[:, None] + 1 + np.arange(R)[None, :]     # (pp, R)
-        starts = stage + self.offset[None]                              # (pp, R, W)
         structural = (r >= np.arange(W)[None, :])[None] & np.ones((pp, 1, 1), dtype=bool)
         structural[0] &= self.offset == 0                               # the first stage starts at 0
         structural[-1, :-1] = False                                     # the last stage ends at L
-        rows = ends[:, :, None]
-        cols = np.arange(W)[None, None, :]
-        memory = fixed[rows, cols] + in_flight[:, None, None] * acts[rows, cols]
+        windows = _stage_windows(pp, R, W)
+        memory = windows(fixed) + in_flight[:, None, None] * windows(acts)
         self.feasible = structural & (memory <= capacity[:, None, None])
 
-        prefix = c.time_prefix                                          # (pp, L + 1)
-        compute = np.take_along_axis(prefix, ends, axis=1)[:, :, None] - prefix[stage, starts]
+        # Segment compute time: one (end, length) table per distinct stage hardware, then each
+        # stage's window of its table.
+        prefix = c.time_prefix
+        hardware = list(zip(c.layout.stage_groups, c.layout.stage_tp_seconds_per_byte))
+        kinds = {kind: s for s, kind in reversed(list(enumerate(hardware)))}   # kind -> first stage
+        if len(kinds) == 1:
+            compute = windows(prefix[0][j] - prefix[0][start])
+        else:
+            compute = np.empty((pp, R, W))
+            for kind, first in kinds.items():
+                mine = np.array([k == kind for k in hardware])
+                compute[mine] = windows(prefix[first][j] - prefix[first][start])[mine]
         self.g = compute.copy()
-        self.tau = compute
         if pp > 1:
-            cut = c.cut_cost                                            # (pp - 1, L + 1)
-            cut_out = np.take_along_axis(cut, ends[:-1], axis=1)[:, :, None]
+            unit = c.cut_unit                                           # (L + 1,): bytes sent per cut
+            spb = c.layout.boundary_seconds_per_byte[:, None]
+            ends = np.lib.stride_tricks.as_strided(unit[1:], shape=(pp - 1, R), strides=unit.strides * 2)
+            cut_out = (ends * spb)[:, :, None]
             self.g[:-1] += cut_out
-            self.tau[:-1] += cut_out
-            self.tau[1:] += cut[stage[:-1], starts[1:]]                # boundary s - 1 before start
-        self.e = c.e_coef[:, None, None] * params[rows, cols]
+            self.tau = self.g.copy()
+            self.tau[1:] += windows(np.where(valid, unit[start], 0.0))[1:] * spb[:, :, None]
+        else:
+            self.tau = self.g.copy()
+        self.e = c.e_coef[:, None, None] * windows(params)
 
     def minsum(self, allowed: np.ndarray) -> tuple[float, tuple[int, ...] | None]:
         """Minimum sum of g over partitions using only allowed segments, and one such partition."""
