@@ -53,7 +53,7 @@ class CostModel:
         self._work_per_sample = cols["tokens"] * cols["width"]   # kernel size at tp 1, micro-batch 1
         self._output = cols["output_bytes"]
         self._params = cols["params"]
-        self._profiles = {}  # (gpu name, tp) -> forward seconds per sample, NaN where not measured
+        self._profiles = {}  # per-GPU / per-tp layer arrays: measured times, calibration, activations
         self.floor_cache: dict = {}  # search.py's lower-bound terms shared between candidates
 
     # -- layer times ------------------------------------------------------------------------
@@ -119,6 +119,24 @@ class CostModel:
         result = (passes * forward, tp_bytes)
         self._layer_times[key] = result
         return result
+
+    def activation_arrays(self, tp: int) -> tuple[np.ndarray, np.ndarray]:
+        """Per sample of a micro-batch, per GPU at this tp: (prefix sums of the activation bytes each
+        layer keeps for backward, each layer's transient peak). Full recomputation keeps only each
+        layer's input, and recomputes one layer's full activations at a time."""
+        key = ("activations", tp)
+        if key not in self._profiles:
+            cols = self.model.columns
+            replicated = cols["activation_replicated_bytes"]
+            full = replicated + (cols["activation_bytes"] - replicated) / tp
+            workspace = cols["workspace_bytes"] / tp
+            if self.training.recompute == "full":
+                kept = np.concatenate([[0.0], cols["output_bytes"][:-1]])  # each layer's input
+                peak = workspace + full
+            else:
+                kept, peak = full, workspace
+            self._profiles[key] = (np.concatenate([[0.0], np.cumsum(kept)]), peak)
+        return self._profiles[key]
 
     def layout(self, tp: int, pp: int, dp: int, order: tuple[int, ...]) -> Layout:
         key = (tp, pp, dp, order)
@@ -265,21 +283,10 @@ class Candidate:
     @cached_property
     def memory_arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(activation prefix per micro-batch per GPU, per-layer transient peak, in-flight per stage)."""
-        cols = self.cost.model.columns
-        training = self.cost.training
-        tp, mbs = self.tp, self.mbs
-        full = cols["activation_replicated_bytes"] + (cols["activation_bytes"] - cols["activation_replicated_bytes"]) / tp
-        workspace = cols["workspace_bytes"] / tp
-        if training.recompute == "full":
-            kept = np.concatenate([[0.0], cols["output_bytes"][:-1]])  # each layer's input
-            peak = workspace + full                                   # one layer recomputed at a time
-        else:
-            kept = full
-            peak = workspace
-        prefix = np.concatenate([[0.0], np.cumsum(kept)]) * mbs
-        in_flight = np.array([micro_batches_in_flight(training.schedule, s, self.pp, self.num_micro_batches)
+        prefix, peak = self.cost.activation_arrays(self.tp)
+        in_flight = np.array([micro_batches_in_flight(self.cost.training.schedule, s, self.pp, self.num_micro_batches)
                               for s in range(self.pp)], dtype=np.float64)
-        return prefix, peak * mbs, in_flight
+        return prefix * self.mbs, peak * self.mbs, in_flight
 
     def stage_memory(self, s: int, i: int, j: int) -> MemoryBreakdown:
         """Memory per GPU of stage s holding layers [i, j)."""
