@@ -101,16 +101,13 @@ def cmd_ui(args) -> int:
 
 def cmd_evaluate(args) -> int:
     from amp_tui.core.evaluate import evaluate, parse_strategy_list
-    from amp_tui.core.scenario import load_scenario
+    from amp_tui.core.planfile import open_scenario, prediction_changes
     from amp_tui.core.yamlio import load_yaml_file
 
-    from amp_tui.core.planfile import is_plan, load_plan, prediction_changes
-
-    path = Path(args.scenario)
-    if path.is_file() and is_plan(load_yaml_file(path)):
+    scenario, plan = open_scenario(args.scenario)
+    if plan is not None:
         if args.strategies:
             raise SpecError("STRATEGIES", args.strategies, "not used with a plan file (the plan holds its strategy)")
-        plan = load_plan(path)
         prediction = evaluate(plan.scenario, plan.strategy)
         changes = prediction_changes(plan.saved_prediction, prediction)
         if args.json:
@@ -121,7 +118,6 @@ def cmd_evaluate(args) -> int:
             print("figures changed since the plan was saved:\n  " + "\n  ".join(changes) if changes
                   else f"figures unchanged since the plan was saved ({plan.created}, amp-tui {plan.version})")
         return 0
-    scenario = load_scenario(args.scenario)
     if not args.strategies:
         raise SpecError("STRATEGIES", None, "give a YAML file listing strategies (or pass a plan file)")
     strategies = parse_strategy_list(load_yaml_file(args.strategies), args.strategies)

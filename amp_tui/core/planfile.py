@@ -27,7 +27,7 @@ import numpy as np
 from amp_tui import __version__
 from amp_tui.core.cost import Prediction
 from amp_tui.core.errors import SpecError
-from amp_tui.core.scenario import Scenario, parse_scenario
+from amp_tui.core.scenario import Scenario, load_scenario, parse_scenario, scenario_from_file
 from amp_tui.core.strategy import Strategy, parse_strategy, validate_strategy
 from amp_tui.core.units import format_bytes
 from amp_tui.core.yamlio import atomic_write, dump_yaml, load_yaml_file
@@ -89,7 +89,23 @@ def load_plan(path: str | Path) -> Plan:
     """Read and check a plan file. Anything damaged or foreign raises SpecError naming the file and
     what is wrong with it."""
     path = Path(path)
+    return _plan_at(path, load_yaml_file(path))
+
+
+def open_scenario(name_or_path: str) -> tuple[Scenario, Plan | None]:
+    """A scenario preset, a scenario file or a plan file, read once; for a plan file, the checked
+    plan too (a damaged plan is refused, not opened as a bare scenario)."""
+    path = Path(name_or_path)
+    if not path.is_file():
+        return load_scenario(name_or_path), None   # a preset, or the missing file's error
     data = load_yaml_file(path)
+    if is_plan(data):
+        plan = _plan_at(path, data)
+        return plan.scenario, plan
+    return scenario_from_file(data), None
+
+
+def _plan_at(path: Path, data: object) -> Plan:
     try:
         return _parse_plan(data)
     except SpecError as err:

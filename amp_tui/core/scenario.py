@@ -278,11 +278,15 @@ def load_scenario(name_or_path: str) -> Scenario:
     """A scenario preset name, or a path to a scenario file (a plan file also holds a scenario)."""
     path = Path(name_or_path)
     if path.suffix in (".yaml", ".yml") or path.exists():
-        data = load_yaml_file(path)
-        if isinstance(data, dict) and isinstance(data.get("scenario"), dict):
-            data = data["scenario"]  # a plan file
-        return parse_scenario(data)
+        return scenario_from_file(load_yaml_file(path))
     if name_or_path in preset_names("scenarios"):
         return parse_scenario(load_preset("scenarios", name_or_path))
     raise SpecError("scenario", name_or_path,
                     f"neither a file nor a scenario preset; presets: {', '.join(preset_names('scenarios'))}")
+
+
+def scenario_from_file(data: object) -> Scenario:
+    """The scenario in a loaded scenario file, or in a plan file's `scenario` section."""
+    if isinstance(data, dict) and isinstance(data.get("scenario"), dict):
+        data = data["scenario"]
+    return parse_scenario(data)

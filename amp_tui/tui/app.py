@@ -23,11 +23,12 @@ from textual.worker import Worker, WorkerState, get_current_worker
 
 from amp_tui.core.cost import Prediction
 from amp_tui.core.errors import Cancelled, SpecError
+from amp_tui.core.planfile import open_scenario
 from amp_tui.core.presets import load_preset
-from amp_tui.core.scenario import Scenario, load_scenario, parse_scenario
+from amp_tui.core.scenario import Scenario, parse_scenario
 from amp_tui.core.search import Infeasible, SearchResult, search
-from amp_tui.core.strategy import Strategy, parse_strategy
-from amp_tui.core.yamlio import atomic_write, dump_yaml, load_yaml_file
+from amp_tui.core.strategy import Strategy
+from amp_tui.core.yamlio import atomic_write, dump_yaml
 from amp_tui.tui import edits
 from amp_tui.tui.messages import EditRefused, ScenarioEdited, SearchDone, SearchProgress, StrategySelected
 from amp_tui.tui.screens.confirm import ConfirmScreen
@@ -492,15 +493,8 @@ def _core_save_plan():
 
 def load_target(target: str | None) -> tuple[Scenario, Strategy | None]:
     """The scenario to open (a preset name, a scenario file, or a plan file) and a plan's strategy."""
-    name = target or DEFAULT_TARGET
-    scenario = load_scenario(name)
-    preferred = None
-    path = Path(name)
-    if path.is_file():
-        data = load_yaml_file(path)
-        if isinstance(data, dict) and isinstance(data.get("strategy"), dict):
-            preferred = parse_strategy(data["strategy"], "strategy")
-    return scenario, preferred
+    scenario, plan = open_scenario(target or DEFAULT_TARGET)
+    return scenario, plan.strategy if plan is not None else None
 
 
 def run_app(target: str | None) -> None:
