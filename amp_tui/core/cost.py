@@ -288,69 +288,77 @@ class Candidate:
                               for s in range(self.pp)], dtype=np.float64)
         return prefix * self.mbs, peak * self.mbs, in_flight
 
+    def memory_terms(self, stages: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, ...]:
+        """(weights, gradients, optimizer state, activations, workspace) bytes per GPU of each
+        segment [starts, ends) held by `stages`: the memory model's terms bar the reserve."""
+        act_prefix, peak, in_flight = self.memory_arrays
+        params = self.param_prefix[ends] - self.param_prefix[starts]
+        pairs = np.column_stack([starts, ends]).ravel()
+        workspace = np.maximum.reduceat(np.append(peak, 0.0), pairs)[::2]   # max over each segment
+        return (params * self.state.weights, params * self.state.gradients, params * self.state.optimizer,
+                in_flight[stages] * (act_prefix[ends] - act_prefix[starts]), workspace)
+
     def stage_memory(self, s: int, i: int, j: int) -> MemoryBreakdown:
         """Memory per GPU of stage s holding layers [i, j)."""
-        act_prefix, peak, in_flight = self.memory_arrays
-        params = self.param_prefix[j] - self.param_prefix[i]
-        return MemoryBreakdown(
-            weights_bytes=params * self.state.weights,
-            gradients_bytes=params * self.state.gradients,
-            optimizer_bytes=params * self.state.optimizer,
-            activations_bytes=in_flight[s] * (act_prefix[j] - act_prefix[i]),
-            workspace_bytes=float(peak[i:j].max()),
-            reserve_bytes=self.cost.training.runtime_reserve_bytes,
-        )
+        terms = self.memory_terms(np.array([s]), np.array([i]), np.array([j]))
+        return _breakdown(terms, 0, self.cost.training.runtime_reserve_bytes)
 
-    def quick_evaluate(self, partition: tuple[int, ...]) -> tuple[float, int, float]:
-        """(iteration time, fullest stage, its bytes over capacity) with numpy alone: the same
-        terms as `predict`, for the many partitions the search only needs to rank."""
+    def _terms(self, partition: tuple[int, ...]) -> dict:
+        """Every per-stage term of one partition as arrays over stages, and the iteration's three
+        terms; `predict` and `quick_evaluate` both read them."""
         pp, B = self.pp, self.num_micro_batches
         bounds = np.concatenate([[0], np.cumsum(partition)]).astype(np.int64)
         starts, ends, stages = bounds[:-1], bounds[1:], np.arange(pp)
         compute = self.time_prefix[stages, ends] - self.time_prefix[stages, starts]
         cuts = self.cut_cost[np.arange(pp - 1), ends[:-1]] if pp > 1 else np.zeros(0)
-        busy = compute.copy()
-        busy[:-1] += cuts
-        busy[1:] += cuts
+        comm = np.zeros(pp)
+        comm[:-1] += cuts
+        comm[1:] += cuts
         params = self.param_prefix[ends] - self.param_prefix[starts]
-        act_prefix, peak, in_flight = self.memory_arrays
-        memory = (self.state.total * params + in_flight * (act_prefix[ends] - act_prefix[starts])
-                  + np.maximum.reduceat(peak, starts) + self.cost.training.runtime_reserve_bytes)
-        over = memory - self.layout.stage_capacity
+        dp_allreduce, optimizer_step = self.dp_coef * params, self.opt_coef * params
+        memory = self.memory_terms(stages, starts, ends)
+        busy = compute + comm
+        return {
+            "starts": starts, "ends": ends, "compute": compute, "comm": comm, "busy": busy,
+            "dp_allreduce": dp_allreduce, "optimizer_step": optimizer_step, "memory": memory,
+            "memory_total": sum(memory) + self.cost.training.runtime_reserve_bytes,
+            "steady": (B - 1) * float(busy.max()),
+            "fill": float(compute.sum() + cuts.sum()),
+            "tail": float((dp_allreduce + optimizer_step).max()),
+        }
+
+    def quick_evaluate(self, partition: tuple[int, ...]) -> tuple[float, int, float]:
+        """(iteration time, fullest stage, its bytes over capacity): the same terms as `predict`
+        without building a Prediction, for the many partitions the search only needs to rank."""
+        t = self._terms(partition)
+        over = t["memory_total"] - self.layout.stage_capacity
         fullest = int(np.argmax(over))
-        iteration = (B - 1) * busy.max() + compute.sum() + cuts.sum() + float((self.e_coef * params).max())
-        return float(iteration), fullest, float(over[fullest])
+        return t["steady"] + t["fill"] + t["tail"], fullest, float(over[fullest])
 
     def strategy(self, partition: tuple[int, ...]) -> Strategy:
         return Strategy(self.tp, self.pp, self.dp, self.mbs, tuple(int(n) for n in partition), self.layout.order)
 
     def predict(self, partition: tuple[int, ...]) -> Prediction:
         """Every term of the cost and memory model for one partition (layers per stage)."""
-        pp, B = self.pp, self.num_micro_batches
-        bounds = np.concatenate([[0], np.cumsum(partition)]).astype(np.int64)
+        B = self.num_micro_batches
+        t = self._terms(partition)
         _, tp_part = self.stage_layer_times
         gpus = self.cost.gpus
-        cuts = [float(self.cut_cost[k, bounds[k + 1]]) for k in range(pp - 1)]
+        reserve = self.cost.training.runtime_reserve_bytes
         stages = []
-        for s in range(pp):
-            i, j = int(bounds[s]), int(bounds[s + 1])
-            compute = float(self.time_prefix[s, j] - self.time_prefix[s, i])
-            comm = (cuts[s - 1] if s > 0 else 0.0) + (cuts[s] if s < pp - 1 else 0.0)
-            params = self.param_prefix[j] - self.param_prefix[i]
+        for s, (i, j) in enumerate(zip(t["starts"].tolist(), t["ends"].tolist())):
             groups = self.layout.stage_groups[s]
             slowest = max(groups, key=lambda g: float(self.cost.layer_times(g, self.tp, self.mbs)[0][i:j].sum()))
             stages.append(StagePrediction(
                 index=s, first_layer=i, last_layer=j - 1,
                 gpu=gpus[slowest].name, gpu_types=tuple(dict.fromkeys(gpus[g].name for g in groups)),
-                compute_s=compute, tp_comm_s=float(tp_part[s, i:j].sum()), comm_s=comm,
-                stage_time_s=compute + comm,
-                dp_allreduce_s=float(self.dp_coef[s] * params), optimizer_step_s=float(self.opt_coef[s] * params),
-                memory=self.stage_memory(s, i, j), capacity_bytes=float(self.layout.stage_capacity[s]),
+                compute_s=float(t["compute"][s]), tp_comm_s=float(tp_part[s, i:j].sum()), comm_s=float(t["comm"][s]),
+                stage_time_s=float(t["busy"][s]),
+                dp_allreduce_s=float(t["dp_allreduce"][s]), optimizer_step_s=float(t["optimizer_step"][s]),
+                memory=_breakdown(t["memory"], s, reserve), capacity_bytes=float(self.layout.stage_capacity[s]),
             ))
-        bottleneck = max(stage.stage_time_s for stage in stages)
-        steady = (B - 1) * bottleneck
-        fill = sum(stage.compute_s for stage in stages) + sum(cuts)
-        tail = max(stage.dp_allreduce_s + stage.optimizer_step_s for stage in stages)
+        bottleneck = float(t["busy"].max())
+        steady, fill, tail = t["steady"], t["fill"], t["tail"]
         iteration = steady + fill + tail
         pipeline = steady + fill
         over = [stage for stage in stages if not stage.fits]
@@ -362,11 +370,17 @@ class Candidate:
             strategy=self.strategy(partition), num_micro_batches=B,
             iteration_time_s=iteration, samples_per_s=self.cost.training.global_batch_size / iteration,
             steady_state_s=steady, fill_drain_s=fill, dp_and_optimizer_s=tail,
-            dp_allreduce_s=max(stage.dp_allreduce_s for stage in stages),
+            dp_allreduce_s=float(t["dp_allreduce"].max()),
             bubble_fraction=max(0.0, (pipeline - B * bottleneck) / pipeline) if pipeline > 0 else 0.0,
             fits_memory=not over, peak_memory_bytes=max(stage.memory.total_bytes for stage in stages),
             stages=tuple(stages), reason=reason,
         )
+
+
+def _breakdown(terms: tuple[np.ndarray, ...], index: int, reserve: float) -> MemoryBreakdown:
+    weights, gradients, optimizer, activations, workspace = (float(term[index]) for term in terms)
+    return MemoryBreakdown(weights_bytes=weights, gradients_bytes=gradients, optimizer_bytes=optimizer,
+                           activations_bytes=activations, workspace_bytes=workspace, reserve_bytes=reserve)
 
 
 def memory_reason(stage: StagePrediction) -> str:
