@@ -10,15 +10,16 @@ __all__ = ["format_bandwidth", "format_bytes", "format_seconds", "format_count",
 
 def format_count(value: float) -> str:
     """Parameters and the like: '345 M', '12.6 M', '1.3 B', '512'."""
-    for unit, scale in (("T", 1e12), ("B", 1e9), ("M", 1e6), ("K", 1e3)):
-        if abs(value) >= scale:
-            return f"{value / scale:.3g} {unit}"
-    return f"{value:.0f}"
+    return _scaled(value, (("T", 1e12), ("B", 1e9), ("M", 1e6), ("K", 1e3)))
 
 
 def format_flops(value: float) -> str:
     """FLOPs (a count, not a rate): '30.1 G', '2.1 M'."""
-    for unit, scale in (("P", 1e15), ("T", 1e12), ("G", 1e9), ("M", 1e6), ("K", 1e3)):
+    return _scaled(value, (("P", 1e15), ("T", 1e12), ("G", 1e9), ("M", 1e6), ("K", 1e3)))
+
+
+def _scaled(value: float, units: tuple[tuple[str, float], ...]) -> str:
+    for unit, scale in units:
         if abs(value) >= scale:
             return f"{value / scale:.3g} {unit}"
     return f"{value:.0f}"
