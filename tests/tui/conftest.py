@@ -35,6 +35,15 @@ async def settle(app, pilot) -> None:
         await asyncio.sleep(0.01)
     await pilot.pause()
     await pilot.pause()
+    # A DataTable measures its columns in its own idle handler, which a pause does not wait for;
+    # a screenshot taken before then shows truncated cells ('bes' for 'best').
+    from textual.widgets import DataTable
+
+    for _ in range(300):
+        if not any(table._updated_cells or table._require_update_dimensions for table in app.query(DataTable)):
+            break
+        await pilot.pause(0.01)
+    await pilot.pause()
 
 
 @pytest.hookimpl(tryfirst=True)
