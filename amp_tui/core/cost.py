@@ -138,6 +138,35 @@ class CostModel:
             self._profiles[key] = (np.concatenate([[0.0], np.cumsum(kept)]), peak)
         return self._profiles[key]
 
+    def stage_times(self, groups: tuple[int, ...], tp_seconds_per_byte: float, tp: int,
+                    mbs: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Per layer on a stage served by node `groups` with this tensor-parallel link: (time, its
+        tensor-parallel part) on the slowest serving GPU type, and prefix sums of the time."""
+        key = ("stage", groups, tp_seconds_per_byte, tp, mbs)
+        if key not in self._profiles:
+            times = np.zeros(self.model.num_layers)
+            tp_part = np.zeros(self.model.num_layers)
+            for g in groups:
+                compute, tp_bytes = self.layer_times(g, tp, mbs)
+                total = compute + tp_bytes * tp_seconds_per_byte
+                slower = total > times
+                times = np.where(slower, total, times)
+                tp_part = np.where(slower, tp_bytes * tp_seconds_per_byte, tp_part)
+            self._profiles[key] = (times, tp_part, np.concatenate([[0.0], np.cumsum(times)]))
+        return self._profiles[key]
+
+    def memory_arrays(self, tp: int, pp: int, mbs: int, num_micro_batches: int
+                      ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """See Candidate.memory_arrays."""
+        key = ("memory", tp, pp, mbs, num_micro_batches)
+        if key not in self._profiles:
+            prefix, peak = self.activation_arrays(tp)
+            schedule = self.training.schedule
+            in_flight = np.array([micro_batches_in_flight(schedule, s, pp, num_micro_batches) for s in range(pp)],
+                                 dtype=np.float64)
+            self._profiles[key] = (prefix * mbs, peak * mbs, in_flight)
+        return self._profiles[key]
+
     def layout(self, tp: int, pp: int, dp: int, order: tuple[int, ...]) -> Layout:
         key = (tp, pp, dp, order)
         if key not in self._layouts:
@@ -245,24 +274,19 @@ class Candidate:
     @cached_property
     def stage_layer_times(self) -> tuple[np.ndarray, np.ndarray]:
         """(time, tensor-parallel part) per stage per layer: the slowest serving GPU type's."""
-        pp, L = self.pp, self.num_layers
-        times = np.zeros((pp, L))
-        tp_part = np.zeros((pp, L))
-        for s, groups in enumerate(self.layout.stage_groups):
-            spb = self.layout.stage_tp_seconds_per_byte[s]
-            for g in groups:
-                compute, tp_bytes = self.cost.layer_times(g, self.tp, self.mbs)
-                total = compute + tp_bytes * spb
-                slower = total > times[s]
-                times[s] = np.where(slower, total, times[s])
-                tp_part[s] = np.where(slower, tp_bytes * spb, tp_part[s])
-        return times, tp_part
+        rows = self._stage_rows
+        return np.array([row[0] for row in rows]), np.array([row[1] for row in rows])
 
     @cached_property
     def time_prefix(self) -> np.ndarray:
         """(pp, L + 1): prefix sums of each stage's per-layer times."""
-        times, _ = self.stage_layer_times
-        return np.concatenate([np.zeros((self.pp, 1)), np.cumsum(times, axis=1)], axis=1)
+        return np.array([row[2] for row in self._stage_rows])
+
+    @cached_property
+    def _stage_rows(self) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+        layout = self.layout
+        return [self.cost.stage_times(groups, float(spb), self.tp, self.mbs)
+                for groups, spb in zip(layout.stage_groups, layout.stage_tp_seconds_per_byte)]
 
     @cached_property
     def cut_unit(self) -> np.ndarray:
@@ -280,13 +304,10 @@ class Candidate:
         """(L + 1,): prefix sums of parameters per GPU (divided by tp)."""
         return np.concatenate([[0.0], np.cumsum(self.cost._params)]) / self.tp
 
-    @cached_property
+    @property
     def memory_arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(activation prefix per micro-batch per GPU, per-layer transient peak, in-flight per stage)."""
-        prefix, peak = self.cost.activation_arrays(self.tp)
-        in_flight = np.array([micro_batches_in_flight(self.cost.training.schedule, s, self.pp, self.num_micro_batches)
-                              for s in range(self.pp)], dtype=np.float64)
-        return prefix * self.mbs, peak * self.mbs, in_flight
+        return self.cost.memory_arrays(self.tp, self.pp, self.mbs, self.num_micro_batches)
 
     def memory_terms(self, stages: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, ...]:
         """(weights, gradients, optimizer state, activations, workspace) bytes per GPU of each
@@ -301,7 +322,8 @@ class Candidate:
     def stage_memory(self, s: int, i: int, j: int) -> MemoryBreakdown:
         """Memory per GPU of stage s holding layers [i, j)."""
         terms = self.memory_terms(np.array([s]), np.array([i]), np.array([j]))
-        return _breakdown(terms, 0, self.cost.training.runtime_reserve_bytes)
+        reserve = self.cost.training.runtime_reserve_bytes
+        return MemoryBreakdown(*(float(term[0]) for term in terms), reserve_bytes=reserve)
 
     def _terms(self, partition: tuple[int, ...]) -> dict:
         """Every per-stage term of one partition as arrays over stages, and the iteration's three
@@ -346,16 +368,19 @@ class Candidate:
         gpus = self.cost.gpus
         reserve = self.cost.training.runtime_reserve_bytes
         stages = []
-        for s, (i, j) in enumerate(zip(t["starts"].tolist(), t["ends"].tolist())):
-            groups = self.layout.stage_groups[s]
-            slowest = max(groups, key=lambda g: float(self.cost.layer_times(g, self.tp, self.mbs)[0][i:j].sum()))
+        columns = zip(t["starts"].tolist(), t["ends"].tolist(), t["compute"].tolist(), t["comm"].tolist(),
+                      t["busy"].tolist(), t["dp_allreduce"].tolist(), t["optimizer_step"].tolist(),
+                      zip(*(term.tolist() for term in t["memory"])), self.layout.stage_capacity.tolist(),
+                      self.layout.stage_groups)
+        for s, (i, j, compute, comm, busy, dp_allreduce, optimizer_step, memory, capacity, groups) in enumerate(columns):
+            slowest = groups[0] if len(groups) == 1 else max(
+                groups, key=lambda g: float(self.cost.layer_times(g, self.tp, self.mbs)[0][i:j].sum()))
             stages.append(StagePrediction(
                 index=s, first_layer=i, last_layer=j - 1,
                 gpu=gpus[slowest].name, gpu_types=tuple(dict.fromkeys(gpus[g].name for g in groups)),
-                compute_s=float(t["compute"][s]), tp_comm_s=float(tp_part[s, i:j].sum()), comm_s=float(t["comm"][s]),
-                stage_time_s=float(t["busy"][s]),
-                dp_allreduce_s=float(t["dp_allreduce"][s]), optimizer_step_s=float(t["optimizer_step"][s]),
-                memory=_breakdown(t["memory"], s, reserve), capacity_bytes=float(self.layout.stage_capacity[s]),
+                compute_s=compute, tp_comm_s=float(tp_part[s, i:j].sum()), comm_s=comm, stage_time_s=busy,
+                dp_allreduce_s=dp_allreduce, optimizer_step_s=optimizer_step,
+                memory=MemoryBreakdown(*memory, reserve_bytes=reserve), capacity_bytes=capacity,
             ))
         bottleneck = float(t["busy"].max())
         steady, fill, tail = t["steady"], t["fill"], t["tail"]
@@ -375,12 +400,6 @@ class Candidate:
             fits_memory=not over, peak_memory_bytes=max(stage.memory.total_bytes for stage in stages),
             stages=tuple(stages), reason=reason,
         )
-
-
-def _breakdown(terms: tuple[np.ndarray, ...], index: int, reserve: float) -> MemoryBreakdown:
-    weights, gradients, optimizer, activations, workspace = (float(term[index]) for term in terms)
-    return MemoryBreakdown(weights_bytes=weights, gradients_bytes=gradients, optimizer_bytes=optimizer,
-                           activations_bytes=activations, workspace_bytes=workspace, reserve_bytes=reserve)
 
 
 def memory_reason(stage: StagePrediction) -> str:

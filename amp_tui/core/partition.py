@@ -80,13 +80,12 @@ class SegmentTables:
         fits_somewhere = valid & (fixed + in_flight.min() * acts <= capacity.max())
         W = int(np.nonzero(fits_somewhere.any(axis=0))[0].max()) + 1 if fits_somewhere.any() else 0
         self.W = W
-        r = np.arange(R)[:, None]
-        self.offset = np.maximum(r - np.arange(W)[None, :], 0)       # start - s, shape (R, W)
+        row, length = np.arange(R)[:, None], np.arange(W)[None, :]    # a segment starts at s + row - length
         if W == 0 or W * pp < L:
             self.feasible = np.zeros((pp, R, W), dtype=bool)
             return
-        structural = (r >= np.arange(W)[None, :])[None] & np.ones((pp, 1, 1), dtype=bool)
-        structural[0] &= self.offset == 0                               # the first stage starts at 0
+        structural = np.broadcast_to(row >= length, (pp, R, W)).copy()
+        structural[0] &= row == length                                  # the first stage starts at 0
         structural[-1, :-1] = False                                     # the last stage ends at L
         windows = _stage_windows(pp, R, W)
         memory = windows(fixed) + in_flight[:, None, None] * windows(acts)
@@ -130,22 +129,27 @@ class SegmentTables:
         return self._dp(np.where(allowed, cost, INF), np.maximum, start_value=-INF)
 
     def _dp(self, masked: np.ndarray, combine, start_value: float = 0.0) -> tuple[float, tuple[int, ...] | None]:
-        pp, L, R = self.pp, self.L, self.R
-        rows = np.arange(R)
-        value = np.full(L + 1, INF)
-        value[0] = start_value
-        choice = np.empty((pp, R), dtype=np.int64)
+        """Stage by stage, the best value of a partition of layers [0, j) for every end j.
+
+        `value` holds position p at index p + W - 1, so stage s reads its segment starts
+        s + r - w through one strided view. Reads left of the structurally possible starts (r < w)
+        meet stale values, but `masked` is INF there, so they never win."""
+        pp, L, R, W = self.pp, self.L, self.R, self.W
+        value = np.full(L + W, INF)
+        value[W - 1] = start_value
+        step = value.itemsize
+        starts = np.ndarray((pp, R, W), buffer=value, offset=(W - 1) * step, strides=(step, step, -step))
+        totals = np.empty((pp, R, W))
+        best = np.minimum.reduce
         for s in range(pp):
-            total = combine(value[s + self.offset], masked[s])
-            choice[s] = total.argmin(axis=1)
-            best = total[rows, choice[s]]
-            value[:s + 1] = INF                      # positions no later stage can start from
-            value[s + 1:s + 1 + R] = best
-        if not np.isfinite(value[L]):
+            combine(starts[s], masked[s], out=totals[s])
+            best(totals[s], axis=1, out=value[s + W:s + W + R])
+        if not np.isfinite(value[-1]):
             return INF, None
-        return float(value[L]), self._trace(choice)
+        return float(value[-1]), self._trace(totals.argmin(axis=2))
 
     def _trace(self, choice: np.ndarray) -> tuple[int, ...]:
+        """Layers per stage, walking back from the end through each stage's best length."""
         sizes, j = [], self.L
         for s in range(self.pp - 1, -1, -1):
             size = int(choice[s, j - s - 1]) + 1

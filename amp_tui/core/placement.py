@@ -58,8 +58,7 @@ def build_layout(cluster: Cluster, tp: int, pp: int, dp: int, order: tuple[int, 
     inter = np.array([g.inter_node_bandwidth for g in cluster.nodes])[node_group]
     rank_group = node_group[rank_node]
 
-    stage, replica, tp_rank = np.meshgrid(np.arange(pp), np.arange(dp), np.arange(tp), indexing="ij")
-    ranks = tp_rank + tp * (replica + dp * stage)  # shape (pp, dp, tp)
+    ranks = np.arange(pp * dp * tp).reshape(pp, dp, tp)  # [stage, replica, tp_rank] = global rank
 
     def flow_bandwidth(src: np.ndarray, dst: np.ndarray) -> np.ndarray:
         """Bandwidth of each flow (src rank -> dst rank). Each row of the arrays is one set of
@@ -78,7 +77,7 @@ def build_layout(cluster: Cluster, tp: int, pp: int, dp: int, order: tuple[int, 
         """Rings along the last axis, all concurrent; the slowest link's s/byte per ring."""
         if ring_ranks.shape[-1] == 1:
             return np.zeros(ring_ranks.shape[:-1])
-        nxt = np.roll(ring_ranks, -1, axis=-1)
+        nxt = np.concatenate([ring_ranks[..., 1:], ring_ranks[..., :1]], axis=-1)
         bandwidth = flow_bandwidth(ring_ranks.reshape(1, -1), nxt.reshape(1, -1)).reshape(ring_ranks.shape)
         return 1.0 / bandwidth.min(axis=-1)
 
@@ -93,7 +92,7 @@ def build_layout(cluster: Cluster, tp: int, pp: int, dp: int, order: tuple[int, 
     gpus = [g.gpu for g in cluster.nodes]
     serves = np.zeros((pp, len(cluster.nodes)), dtype=bool)   # does group g serve stage s?
     serves[np.repeat(np.arange(pp), dp * tp), rank_group[ranks.ravel()]] = True
-    stage_groups = tuple(tuple(int(g) for g in np.flatnonzero(row)) for row in serves)
+    stage_groups = tuple(tuple(np.flatnonzero(row).tolist()) for row in serves)
     usable = np.array([gpu.usable_memory_bytes for gpu in gpus])
     bandwidth = np.array([gpu.memory_bandwidth for gpu in gpus])
     return Layout(

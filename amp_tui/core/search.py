@@ -302,8 +302,8 @@ def search(scenario: Scenario, *, top: int | None = None,
     queue = [(floor, key, candidate) for floor, (key, candidate) in zip(floors, fitting)]
     queue.sort(key=lambda item: (item[0], item[1]))
 
-    best: list[tuple[float, tuple, tuple[int, ...]]] = []  # max-heap by -J of the top N
-    baseline: tuple[float, tuple] | None = None
+    best: list[tuple[float, tuple, tuple[int, ...], Candidate]] = []  # max-heap by -J of the top N
+    baseline: tuple[float, tuple, Candidate] | None = None
     evaluated = solves = pruned = 0
     for index, (floor, key, candidate) in enumerate(queue):
         if cancel():
@@ -312,8 +312,8 @@ def search(scenario: Scenario, *, top: int | None = None,
         cutoff = -best[0][0] if len(best) >= top else INF
         if key[4] == rank and (baseline is None or floor < baseline[0]):   # could be the best uniform one
             uniform, _, over = candidate.quick_evaluate(even_partition(candidate.num_layers, candidate.pp))
-            if over <= 0 and (baseline is None or (uniform, key) < baseline):
-                baseline = (uniform, key)
+            if over <= 0 and (baseline is None or (uniform, key) < baseline[:2]):
+                baseline = (uniform, key, candidate)
         if floor >= cutoff:
             pruned += 1
             continue
@@ -324,7 +324,7 @@ def search(scenario: Scenario, *, top: int | None = None,
         if not result.fits:
             infeasible.append(_no_fit(candidate))
         elif result.partition is not None:
-            entry = (-result.iteration_time_s, _negate(key), result.partition)
+            entry = (-result.iteration_time_s, _negate(key), result.partition, candidate)
             if len(best) < top:
                 heapq.heappush(best, entry)
             else:
@@ -332,10 +332,10 @@ def search(scenario: Scenario, *, top: int | None = None,
     report(1.0)
 
     ranked = sorted(best, key=lambda item: (-item[0], _negate(item[1])))
-    strategies = tuple(cost.candidate(*_negate(k)).predict(part) for _, k, part in ranked)
+    strategies = tuple(candidate.predict(partition) for _, _, partition, candidate in ranked)
     baseline_prediction = None
     if baseline is not None:
-        candidate = cost.candidate(*baseline[1])
+        candidate = baseline[2]
         baseline_prediction = candidate.predict(even_partition(candidate.num_layers, candidate.pp))
     stats = SearchStats(candidates=len(keys), pruned=pruned, evaluated=evaluated, infeasible=len(infeasible),
                         solves=solves, search_time_s=time.perf_counter() - started)
