@@ -21,7 +21,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from functools import cached_property
 
 import numpy as np
 
@@ -103,70 +102,74 @@ class SegmentTables:
             for kind, first in kinds.items():
                 mine = np.array([k == kind for k in hardware])
                 compute[mine] = windows(prefix[first][j] - prefix[first][start])[mine]
-        self.g = compute.copy()
+        # Per segment: g = compute + the send after it, tau = g + the send before it, E = tail.
+        self.costs = np.empty((3, pp, R, W))
+        self.g, self.tau, self.e = self.costs
+        self.g[:] = compute
         if pp > 1:
             unit = c.cut_unit                                           # (L + 1,): bytes sent per cut
             spb = c.layout.boundary_seconds_per_byte[:, None]
             ends = np.lib.stride_tricks.as_strided(unit[1:], shape=(pp - 1, R), strides=unit.strides * 2)
-            cut_out = (ends * spb)[:, :, None]
-            self.g[:-1] += cut_out
-            self.tau = self.g.copy()
+            self.g[:-1] += (ends * spb)[:, :, None]
+            self.tau[:] = self.g
             self.tau[1:] += windows(np.where(valid, unit[start], 0.0))[1:] * spb[:, :, None]
         else:
-            self.tau = self.g.copy()
-        self.e = c.e_coef[:, None, None] * windows(params)
+            self.tau[:] = self.g
+        np.multiply(c.e_coef[:, None, None], windows(params), out=self.e)
 
     def minsum(self, allowed: np.ndarray) -> tuple[float, tuple[int, ...] | None]:
         """Minimum sum of g over partitions using only allowed segments, and one such partition."""
-        masked = np.where(allowed, self.g, INF)
-        return self._dp(masked, np.add)
+        return self._dp(np.where(allowed, self.g, INF), np.add)
 
-    def minmax(self, cost: np.ndarray, allowed: np.ndarray) -> float:
-        """Minimum over allowed partitions of the largest per-stage `cost`."""
-        return self.minmax_partition(cost, allowed)[0]
+    def minmax(self, cost: np.ndarray, allowed: np.ndarray) -> tuple[float, tuple[int, ...] | None]:
+        """Minimum over allowed partitions of the largest per-stage `cost`, and one such partition."""
+        return self._dp(np.where(allowed, cost, INF), np.maximum)
 
-    def minmax_partition(self, cost: np.ndarray, allowed: np.ndarray) -> tuple[float, tuple[int, ...] | None]:
-        return self._dp(np.where(allowed, cost, INF), np.maximum, start_value=-INF)
+    def _dp(self, masked: np.ndarray, combine) -> tuple[float, tuple[int, ...] | None]:
+        """The best value over partitions of `masked` (pp, R, W) segment costs combined stage by
+        stage with `combine` (add or max), and one partition attaining it.
 
-    def _dp(self, masked: np.ndarray, combine, start_value: float = 0.0) -> tuple[float, tuple[int, ...] | None]:
-        """Stage by stage, the best value of a partition of layers [0, j) for every end j.
-
-        `value` holds position p at index p + W - 1, so stage s reads its segment starts
-        s + r - w through one strided view. Reads left of the structurally possible starts (r < w)
-        meet stale values, but `masked` is INF there, so they never win."""
+        `value` holds the best over partitions of layers [0, p) into the stages so far at index
+        p + W - 1, so stage s reads every segment start s + r - w through one strided view. Reads
+        left of the structurally possible starts (r < w) meet stale values, but `masked` is INF
+        there, so they never win. Stage 0 starts at layer 0, so its values are the diagonal; the
+        last stage ends at layer L, so only its last row is needed."""
         pp, L, R, W = self.pp, self.L, self.R, self.W
+        if pp == 1:
+            v = float(masked[0, R - 1, R - 1]) if R <= W else INF
+            return (v, (L,)) if v < INF else (INF, None)
         value = np.full(L + W, INF)
-        value[W - 1] = start_value
+        first = masked[0].diagonal()
+        value[W:W + len(first)] = first
         step = value.itemsize
         starts = np.ndarray((pp, R, W), buffer=value, offset=(W - 1) * step, strides=(step, step, -step))
         totals = np.empty((pp, R, W))
         best = np.minimum.reduce
-        for s in range(pp):
+        for s in range(1, pp - 1):
             combine(starts[s], masked[s], out=totals[s])
             best(totals[s], axis=1, out=value[s + W:s + W + R])
-        if not np.isfinite(value[-1]):
+        last = totals[pp - 1, R - 1]
+        combine(starts[pp - 1, R - 1], masked[pp - 1, R - 1], out=last)
+        total = float(last.min())
+        if total == INF:
             return INF, None
-        return float(value[-1]), self._trace(totals.argmin(axis=2))
-
-    def _trace(self, choice: np.ndarray) -> tuple[int, ...]:
-        """Layers per stage, walking back from the end through each stage's best length."""
-        sizes, j = [], self.L
-        for s in range(self.pp - 1, -1, -1):
-            size = int(choice[s, j - s - 1]) + 1
+        sizes, j = [], L                 # walk back from the end through each stage's best length
+        for s in range(pp - 1, 0, -1):
+            size = int(totals[s, j - s - 1].argmin()) + 1
             sizes.append(size)
             j -= size
-        return tuple(reversed(sizes))
+        sizes.append(j)
+        return total, tuple(reversed(sizes))
 
     def measures(self, partition: tuple[int, ...]) -> tuple[float, float, float]:
         """(max tau, sum g, max E) of a partition."""
-        s = np.arange(self.pp)
-        r = np.cumsum(partition) - s - 1
-        w = np.asarray(partition) - 1
-        return float(self.tau[s, r, w].max()), float(self.g[s, r, w].sum()), float(self.e[s, r, w].max())
-
-    @cached_property
-    def min_max_e(self) -> float:
-        return self.minmax(self.e, self.feasible)
+        flat, j = [], 0
+        for s, size in enumerate(partition):
+            j += size
+            flat.append((s * self.R + j - s - 1) * self.W + size - 1)
+        values = self.costs.reshape(3, -1)[:, flat]
+        high = np.maximum.reduce(values, axis=1)
+        return float(high[1]), float(np.add.reduce(values[0])), float(high[2])
 
 
 def best_partition(candidate: Candidate, upper_bound: float = INF) -> PartitionResult:
@@ -190,10 +193,10 @@ def solve(tables: SegmentTables, upper_bound: float = INF,
     B = tables.candidate.num_micro_batches
     if not tables.feasible.any():
         return PartitionResult(None, INF, 0, fits=False)
-    t_star, start = tables.minmax_partition(tables.tau, tables.feasible)
+    t_star, start = tables.minmax(tables.tau, tables.feasible)
     if start is None:
         return PartitionResult(None, INF, 1, fits=False)
-    e_star = tables.min_max_e
+    e_star, _ = tables.minmax(tables.e, tables.feasible)
     g_min, part = tables.minsum(tables.feasible)
     solves = 3
     best_j, best_p = upper_bound, None
@@ -202,11 +205,11 @@ def solve(tables: SegmentTables, upper_bound: float = INF,
         if (B - 1) * tau + g_sum + e_max < best_j:
             best_j, best_p = (B - 1) * tau + g_sum + e_max, p
     t_limit = INF if B == 1 else (best_j - g_min - e_star) / (B - 1)
-    while True:
+    while t_limit > t_star:                  # else no partition has max tau below the limit
         allowed_t = tables.feasible & (tables.tau < t_limit)
         inner_best, inner_tau = INF, None
         e_limit = best_j - (B - 1) * t_star - g_min
-        while True:
+        while e_limit > e_star:              # else no partition has max E below the limit
             if should_cancel is not None and should_cancel():
                 raise Cancelled
             sigma, p = tables.minsum(allowed_t & (tables.e < e_limit))
