@@ -31,7 +31,7 @@ import numpy as np
 from amp_tui.core.hardware import GPU
 from amp_tui.core.memory import (MemoryBreakdown, micro_batches_in_flight, optimizer_traffic_per_param,
                                  state_bytes_per_param)
-from amp_tui.core.placement import Layout, build_layout
+from amp_tui.core.placement import Layout, Nodes, build_layout
 from amp_tui.core.scenario import Scenario
 from amp_tui.core.strategy import Strategy
 from amp_tui.core.units import format_bytes
@@ -49,6 +49,7 @@ class CostModel:
         self._gpu_id = [self.gpus.index(gpu) for gpu in self.gpus]
         self._layer_times: dict[tuple, tuple[np.ndarray, np.ndarray]] = {}
         self._layouts: dict[tuple, Layout] = {}
+        self._nodes: dict[tuple[int, ...], Nodes] = {}   # per placement order, shared by its layouts
         cols = self.model.columns
         self._work_per_sample = cols["tokens"] * cols["width"]   # kernel size at tp 1, micro-batch 1
         self._output = cols["output_bytes"]
@@ -160,17 +161,24 @@ class CostModel:
         """See Candidate.memory_arrays."""
         key = ("memory", tp, pp, mbs, num_micro_batches)
         if key not in self._profiles:
-            prefix, peak = self.activation_arrays(tp)
-            schedule = self.training.schedule
-            in_flight = np.array([micro_batches_in_flight(schedule, s, pp, num_micro_batches) for s in range(pp)],
-                                 dtype=np.float64)
-            self._profiles[key] = (prefix * mbs, peak * mbs, in_flight)
+            per_micro_batch = ("activations", tp, mbs)
+            if per_micro_batch not in self._profiles:
+                prefix, peak = self.activation_arrays(tp)
+                self._profiles[per_micro_batch] = (prefix * mbs, peak * mbs)
+            in_flight = ("in flight", pp, num_micro_batches)
+            if in_flight not in self._profiles:
+                schedule = self.training.schedule
+                self._profiles[in_flight] = np.array(
+                    [micro_batches_in_flight(schedule, s, pp, num_micro_batches) for s in range(pp)], dtype=np.float64)
+            self._profiles[key] = (*self._profiles[per_micro_batch], self._profiles[in_flight])
         return self._profiles[key]
 
     def layout(self, tp: int, pp: int, dp: int, order: tuple[int, ...]) -> Layout:
         key = (tp, pp, dp, order)
         if key not in self._layouts:
-            self._layouts[key] = build_layout(self.scenario.cluster, tp, pp, dp, order)
+            if order not in self._nodes:
+                self._nodes[order] = Nodes(self.scenario.cluster, order)
+            self._layouts[key] = build_layout(self.scenario.cluster, tp, pp, dp, order, self._nodes[order])
         return self._layouts[key]
 
     def candidate(self, tp: int, pp: int, dp: int, mbs: int, order: tuple[int, ...]) -> "Candidate":
@@ -265,11 +273,20 @@ class Candidate:
         self.num_layers = cost.model.num_layers
         self.num_micro_batches = training.global_batch_size // (self.dp * mbs)
         self.state = state_bytes_per_param(training, self.dp)
+
+    # Seconds per (parameter / tp) of stage s for the all-reduce and the optimizer step, and both.
+    @cached_property
+    def dp_coef(self) -> np.ndarray:
         ring = 2.0 * (self.dp - 1) / self.dp
-        # Seconds per (parameter / tp) of stage s for the all-reduce and the optimizer step.
-        self.dp_coef = ring * self.state.weights * layout.dp_seconds_per_byte
-        self.opt_coef = optimizer_traffic_per_param(training, self.dp) / layout.stage_memory_bandwidth
-        self.e_coef = self.dp_coef + self.opt_coef
+        return ring * self.state.weights * self.layout.dp_seconds_per_byte
+
+    @cached_property
+    def opt_coef(self) -> np.ndarray:
+        return optimizer_traffic_per_param(self.cost.training, self.dp) / self.layout.stage_memory_bandwidth
+
+    @cached_property
+    def e_coef(self) -> np.ndarray:
+        return self.dp_coef + self.opt_coef
 
     @cached_property
     def stage_layer_times(self) -> tuple[np.ndarray, np.ndarray]:

@@ -47,61 +47,71 @@ def node_order(cluster: Cluster, order: tuple[int, ...]) -> np.ndarray:
     return np.concatenate([np.full(cluster.nodes[g].count, g, dtype=np.int64) for g in order])
 
 
-def build_layout(cluster: Cluster, tp: int, pp: int, dp: int, order: tuple[int, ...]) -> Layout:
-    node_group = node_order(cluster, order)
-    per_node = np.array([cluster.nodes[g].gpus_per_node for g in node_group])
-    rank_node = np.repeat(np.arange(len(node_group)), per_node)
-    starts = np.concatenate([[0], np.cumsum(per_node)[:-1]])
-    rank_local_gpu = np.arange(len(rank_node)) - np.repeat(starts, per_node)
+class Nodes:
+    """The cluster's nodes in one placement order, and the bandwidth of flows between its ranks.
+    Every layout with this order shares it."""
 
-    intra = np.array([g.intra_node_bandwidth for g in cluster.nodes])[node_group]
-    inter = np.array([g.inter_node_bandwidth for g in cluster.nodes])[node_group]
-    rank_group = node_group[rank_node]
+    def __init__(self, cluster: Cluster, order: tuple[int, ...]):
+        groups = cluster.nodes
+        self.order = tuple(order)
+        self.node_group = node_order(cluster, order)
+        per_node = np.array([groups[g].gpus_per_node for g in self.node_group])
+        self.rank_node = np.repeat(np.arange(len(self.node_group)), per_node)
+        starts = np.concatenate([[0], np.cumsum(per_node)[:-1]])
+        self.rank_local_gpu = np.arange(len(self.rank_node)) - np.repeat(starts, per_node)
+        self.rank_group = self.node_group[self.rank_node]
+        self.intra = np.array([g.intra_node_bandwidth for g in groups])[self.node_group]
+        self.inter = np.array([g.inter_node_bandwidth for g in groups])[self.node_group]
+        self.usable = np.array([g.gpu.usable_memory_bytes for g in groups])       # per node group
+        self.memory_bandwidth = np.array([g.gpu.memory_bandwidth for g in groups])
 
-    ranks = np.arange(pp * dp * tp).reshape(pp, dp, tp)  # [stage, replica, tp_rank] = global rank
-
-    def flow_bandwidth(src: np.ndarray, dst: np.ndarray) -> np.ndarray:
+    def flow_bandwidth(self, src: np.ndarray, dst: np.ndarray) -> np.ndarray:
         """Bandwidth of each flow (src rank -> dst rank). Each row of the arrays is one set of
         concurrent flows: they share the network interfaces of the nodes they leave and enter."""
-        src_node, dst_node = rank_node[src], rank_node[dst]
+        nodes = len(self.node_group)
+        src_node, dst_node = self.rank_node[src], self.rank_node[dst]
         crossing = src_node != dst_node
-        row = np.arange(src.shape[0])[:, None] * len(node_group)
-        size = src.shape[0] * len(node_group)
+        row = np.arange(src.shape[0])[:, None] * nodes
+        size = src.shape[0] * nodes
         n_out = np.bincount((row + src_node)[crossing], minlength=size)
         n_in = np.bincount((row + dst_node)[crossing], minlength=size)
-        shared = np.minimum(inter[src_node] / np.maximum(n_out[row + src_node], 1),
-                            inter[dst_node] / np.maximum(n_in[row + dst_node], 1))
-        return np.where(crossing, shared, intra[src_node])
+        shared = np.minimum(self.inter[src_node] / np.maximum(n_out[row + src_node], 1),
+                            self.inter[dst_node] / np.maximum(n_in[row + dst_node], 1))
+        return np.where(crossing, shared, self.intra[src_node])
 
-    def ring_seconds_per_byte(ring_ranks: np.ndarray) -> np.ndarray:
+    def ring_seconds_per_byte(self, ring_ranks: np.ndarray) -> np.ndarray:
         """Rings along the last axis, all concurrent; the slowest link's s/byte per ring."""
         if ring_ranks.shape[-1] == 1:
             return np.zeros(ring_ranks.shape[:-1])
         nxt = np.concatenate([ring_ranks[..., 1:], ring_ranks[..., :1]], axis=-1)
-        bandwidth = flow_bandwidth(ring_ranks.reshape(1, -1), nxt.reshape(1, -1)).reshape(ring_ranks.shape)
+        bandwidth = self.flow_bandwidth(ring_ranks.reshape(1, -1), nxt.reshape(1, -1)).reshape(ring_ranks.shape)
         return 1.0 / bandwidth.min(axis=-1)
 
-    tp_spb = ring_seconds_per_byte(ranks).max(axis=1)                       # rings over tp ranks
-    dp_spb = ring_seconds_per_byte(ranks.transpose(0, 2, 1)).max(axis=1)    # rings over replicas
+
+def build_layout(cluster: Cluster, tp: int, pp: int, dp: int, order: tuple[int, ...],
+                 nodes: Nodes | None = None) -> Layout:
+    """The layout of (tp, pp, dp) on the cluster's nodes in `order` (`nodes`, if given, must be
+    Nodes(cluster, order))."""
+    nodes = nodes or Nodes(cluster, order)
+    ranks = np.arange(pp * dp * tp).reshape(pp, dp, tp)  # [stage, replica, tp_rank] = global rank
+    tp_spb = nodes.ring_seconds_per_byte(ranks).max(axis=1)                       # rings over tp ranks
+    dp_spb = nodes.ring_seconds_per_byte(ranks.transpose(0, 2, 1)).max(axis=1)    # rings over replicas
     # Boundary k's sends (stage k -> k + 1, every replica and tensor rank) run together.
     boundary = np.zeros(0)
     if pp > 1:
-        sends = flow_bandwidth(ranks[:-1].reshape(pp - 1, -1), ranks[1:].reshape(pp - 1, -1))
+        sends = nodes.flow_bandwidth(ranks[:-1].reshape(pp - 1, -1), ranks[1:].reshape(pp - 1, -1))
         boundary = 1.0 / sends.min(axis=1)
 
-    gpus = [g.gpu for g in cluster.nodes]
     serves = np.zeros((pp, len(cluster.nodes)), dtype=bool)   # does group g serve stage s?
-    serves[np.repeat(np.arange(pp), dp * tp), rank_group[ranks.ravel()]] = True
-    stage_groups = tuple(tuple(np.flatnonzero(row).tolist()) for row in serves)
-    usable = np.array([gpu.usable_memory_bytes for gpu in gpus])
-    bandwidth = np.array([gpu.memory_bandwidth for gpu in gpus])
+    serves[np.repeat(np.arange(pp), dp * tp), nodes.rank_group[:pp * dp * tp]] = True
+    stage_groups = tuple(tuple(g for g, on in enumerate(row) if on) for row in serves.tolist())
     return Layout(
-        tp=tp, pp=pp, dp=dp, order=tuple(order),
-        rank_node=rank_node, node_group=node_group, rank_local_gpu=rank_local_gpu,
+        tp=tp, pp=pp, dp=dp, order=nodes.order,
+        rank_node=nodes.rank_node, node_group=nodes.node_group, rank_local_gpu=nodes.rank_local_gpu,
         stage_groups=stage_groups,
         serves=serves,
-        stage_capacity=np.where(serves, usable[None, :], np.inf).min(axis=1),
-        stage_memory_bandwidth=np.where(serves, bandwidth[None, :], np.inf).min(axis=1),
+        stage_capacity=np.where(serves, nodes.usable[None, :], np.inf).min(axis=1),
+        stage_memory_bandwidth=np.where(serves, nodes.memory_bandwidth[None, :], np.inf).min(axis=1),
         stage_tp_seconds_per_byte=tp_spb,
         boundary_seconds_per_byte=boundary,
         dp_seconds_per_byte=dp_spb,

@@ -154,21 +154,36 @@ def _memory_shortfall(candidate: Candidate) -> str | None:
     together must have room for every layer's activations plus the state.
     """
     cost = candidate.cost
-    params = cost.model.columns["params"] / candidate.tp
     reserve = cost.training.runtime_reserve_bytes
-    capacity = candidate.layout.stage_capacity
-    state = candidate.state.total * params
-    per_stage = max(state.sum() / candidate.pp, state.max()) + reserve
-    if per_stage > capacity.max():
+    state_sum, state_max, capacity_max, room, in_flight_max = _memory_terms(candidate)
+    per_stage = max(state_sum / candidate.pp, state_max) + reserve
+    if per_stage > capacity_max:
         return (f"weights, gradients and optimizer state alone need {format_bytes(per_stage)} per GPU "
-                f"(even split over {candidate.pp} stages, incl. reserve) of {format_bytes(capacity.max())}")
-    act_prefix, _, in_flight = candidate.memory_arrays
-    room = float(np.sum((capacity - reserve) / in_flight))
-    need = float(act_prefix[-1]) + float(state.sum()) / float(in_flight.max())
+                f"(even split over {candidate.pp} stages, incl. reserve) of {format_bytes(capacity_max)}")
+    act_prefix, _, _ = candidate.memory_arrays
+    need = float(act_prefix[-1]) + state_sum / in_flight_max
     if need > room:
         return (f"activations of micro-batch {candidate.mbs} and the state need {format_bytes(need)} "
                 f"of room per micro-batch in flight; the {candidate.pp} stages have {format_bytes(room)}")
     return None
+
+
+def _memory_terms(candidate: Candidate) -> tuple[float, float, float, float, float]:
+    """(all state bytes, the largest layer's, the largest stage capacity, the stages' room per
+    micro-batch in flight, the most micro-batches in flight), each cached as far as it is shared."""
+    cost, layout = candidate.cost, candidate.layout
+    cache = cost.floor_cache
+    state_key = ("state", candidate.tp, candidate.dp)
+    if state_key not in cache:
+        state = candidate.state.total * (cost.model.columns["params"] / candidate.tp)
+        cache[state_key] = (float(state.sum()), float(state.max()))
+    room_key = ("room", layout.tp, layout.pp, layout.dp, layout.order, candidate.num_micro_batches)
+    if room_key not in cache:
+        capacity = layout.stage_capacity
+        in_flight = candidate.memory_arrays[2]
+        room = np.sum((capacity - cost.training.runtime_reserve_bytes) / in_flight)
+        cache[room_key] = (float(capacity.max()), float(room), float(in_flight.max()))
+    return cache[state_key] + cache[room_key]
 
 
 def _time_floors(candidates: list[Candidate]) -> list[float]:
@@ -189,8 +204,8 @@ def _time_floors(candidates: list[Candidate]) -> list[float]:
         by_pp.setdefault(candidate.pp, []).append(index)
     for pp, members in by_pp.items():
         group = [candidates[index] for index in members]
-        times = [_fastest_times(c) for c in group]
         layout_terms = [_layout_floor_terms(c) for c in group]
+        times = [_fastest_times(c, terms[2]) for c, terms in zip(group, layout_terms)]
         slowdown = np.array([t[1] for t in times])                       # (n, node groups)
         descending = np.array([t[3] for t in times])                     # (n, L)
         work = np.array([t[2] for t in times])
@@ -235,9 +250,10 @@ def _pipeline_floors(rho: np.ndarray, sends: np.ndarray, work: np.ndarray, m_flo
     return np.where(m >= lowest[:, None], total, np.inf).min(axis=1)
 
 
-def _layout_floor_terms(candidate: Candidate) -> tuple[np.ndarray, float]:
-    """(cheapest send per boundary per sample of micro-batch, all-reduce floor): both depend on
-    the layout alone, so candidates differing only in micro-batch size share them."""
+def _layout_floor_terms(candidate: Candidate) -> tuple[np.ndarray, float, float]:
+    """(cheapest send per boundary per sample of micro-batch, all-reduce floor, fastest
+    tensor-parallel link's seconds per byte): they depend on the layout alone, so candidates
+    differing only in micro-batch size share them."""
     layout = candidate.layout
     key = ("layout", layout.tp, layout.pp, layout.dp, layout.order)
     cache = candidate.cost.floor_cache
@@ -245,16 +261,15 @@ def _layout_floor_terms(candidate: Candidate) -> tuple[np.ndarray, float]:
         unit_cut = candidate.cut_cost[:, 1:-1].min(axis=1) / candidate.mbs if layout.pp > 1 else np.zeros(0)
         coef = candidate.e_coef
         tail = float(candidate.param_prefix[-1]) / float(np.sum(1.0 / coef)) if np.all(coef > 0) else 0.0
-        cache[key] = (unit_cut, tail)
+        cache[key] = (unit_cut, tail, float(layout.stage_tp_seconds_per_byte.min()))
     return cache[key]
 
 
-def _fastest_times(candidate: Candidate) -> tuple[np.ndarray, np.ndarray, float, np.ndarray]:
+def _fastest_times(candidate: Candidate, spb: float) -> tuple[np.ndarray, np.ndarray, float, np.ndarray]:
     """Per layer, the fastest serving GPU's time; per node group, its least slow-down against
     that (0 if it serves no stage); their sum; the times in descending order. Shared by every candidate with the same tp,
-    micro-batch, serving groups and tensor-parallel link."""
+    micro-batch, serving groups and tensor-parallel link (`spb`, the fastest one's s/byte)."""
     cost, layout = candidate.cost, candidate.layout
-    spb = float(layout.stage_tp_seconds_per_byte.min())
     key = (candidate.tp, candidate.mbs, layout.serving_groups, spb)
     cache = cost.floor_cache
     if key not in cache:
