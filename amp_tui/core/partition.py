@@ -79,16 +79,14 @@ class SegmentTables:
         fits_somewhere = valid & (fixed + in_flight.min() * acts <= capacity.max())
         W = int(np.nonzero(fits_somewhere.any(axis=0))[0].max()) + 1 if fits_somewhere.any() else 0
         self.W = W
-        row, length = np.arange(R)[:, None], np.arange(W)[None, :]    # a segment starts at s + row - length
         if W == 0 or W * pp < L:
             self.feasible = np.zeros((pp, R, W), dtype=bool)
             return
-        structural = np.broadcast_to(row >= length, (pp, R, W)).copy()
-        structural[0] &= row == length                                  # the first stage starts at 0
-        structural[-1, :-1] = False                                     # the last stage ends at L
+        # Segments with r < w would start before layer s; they are never read (see _dp), so
+        # their entries are left as they fall.
         windows = _stage_windows(pp, R, W)
         memory = windows(fixed) + in_flight[:, None, None] * windows(acts)
-        self.feasible = structural & (memory <= capacity[:, None, None])
+        self.feasible = memory <= capacity[:, None, None]
 
         # Segment compute time: one (end, length) table per distinct stage hardware, then each
         # stage's window of its table.
@@ -105,21 +103,24 @@ class SegmentTables:
         # Per segment: g = compute + the send after it, tau = g + the send before it, E = tail.
         self.costs = np.empty((3, pp, R, W))
         self.g, self.tau, self.e = self.costs
-        self.g[:] = compute
         if pp > 1:
             unit = c.cut_unit                                           # (L + 1,): bytes sent per cut
             spb = c.layout.boundary_seconds_per_byte[:, None]
             ends = np.lib.stride_tricks.as_strided(unit[1:], shape=(pp - 1, R), strides=unit.strides * 2)
-            self.g[:-1] += (ends * spb)[:, :, None]
-            self.tau[:] = self.g
-            self.tau[1:] += windows(np.where(valid, unit[start], 0.0))[1:] * spb[:, :, None]
+            np.add(compute[:-1], (ends * spb)[:, :, None], out=self.g[:-1])
+            self.g[-1] = compute[-1]
+            received = windows(np.where(valid, unit[start], 0.0))[1:] * spb[:, :, None]
+            np.add(self.g[1:], received, out=self.tau[1:])
+            self.tau[0] = self.g[0]
         else:
-            self.tau[:] = self.g
+            self.g[:] = compute
+            self.tau[:] = compute
         np.multiply(c.e_coef[:, None, None], windows(params), out=self.e)
 
-    def minsum(self, allowed: np.ndarray) -> tuple[float, tuple[int, ...] | None]:
-        """Minimum sum of g over partitions using only allowed segments, and one such partition."""
-        return self._dp(np.where(allowed, self.g, INF), np.add)
+    def minsum(self, allowed: np.ndarray, g: np.ndarray | None = None) -> tuple[float, tuple[int, ...] | None]:
+        """Minimum sum of g over partitions using only allowed segments, and one such partition.
+        `g` replaces the tables' g, e.g. with segments already excluded (set to INF)."""
+        return self._dp(np.where(allowed, self.g if g is None else g, INF), np.add)
 
     def minmax(self, cost: np.ndarray, allowed: np.ndarray) -> tuple[float, tuple[int, ...] | None]:
         """Minimum over allowed partitions of the largest per-stage `cost`, and one such partition."""
@@ -130,10 +131,11 @@ class SegmentTables:
         stage with `combine` (add or max), and one partition attaining it.
 
         `value` holds the best over partitions of layers [0, p) into the stages so far at index
-        p + W - 1, so stage s reads every segment start s + r - w through one strided view. Reads
-        left of the structurally possible starts (r < w) meet stale values, but `masked` is INF
-        there, so they never win. Stage 0 starts at layer 0, so its values are the diagonal; the
-        last stage ends at layer L, so only its last row is needed."""
+        p + W - 1, so stage s reads every segment start s + r - w through one strided view. Starts
+        before layer s (r < w) are impossible: positions below s hold INF when stage s reads them
+        (each is cleared once no later stage may write it), so whatever the table holds there
+        never wins. Stage 0 starts at layer 0, so its values are the diagonal; the last stage ends
+        at layer L, so only its last row is needed (and it has no r < w, as W <= R)."""
         pp, L, R, W = self.pp, self.L, self.R, self.W
         if pp == 1:
             v = float(masked[0, R - 1, R - 1]) if R <= W else INF
@@ -146,6 +148,7 @@ class SegmentTables:
         totals = np.empty((pp, R, W))
         best = np.minimum.reduce
         for s in range(1, pp - 1):
+            value[s + W - 2] = INF            # position s - 1: no segment of stage s starts there
             combine(starts[s], masked[s], out=totals[s])
             best(totals[s], axis=1, out=value[s + W:s + W + R])
         last = totals[pp - 1, R - 1]
@@ -196,7 +199,12 @@ def solve(tables: SegmentTables, upper_bound: float = INF,
     t_star, start = tables.minmax(tables.tau, tables.feasible)
     if start is None:
         return PartitionResult(None, INF, 1, fits=False)
+    g_floor, e_floor = _sum_and_tail_floors(tables.candidate)
+    if (B - 1) * t_star + g_floor + e_floor >= upper_bound:
+        return PartitionResult(None, INF, 1)
     e_star, _ = tables.minmax(tables.e, tables.feasible)
+    if (B - 1) * t_star + g_floor + e_star >= upper_bound:
+        return PartitionResult(None, INF, 2)
     g_min, part = tables.minsum(tables.feasible)
     solves = 3
     best_j, best_p = upper_bound, None
@@ -206,13 +214,13 @@ def solve(tables: SegmentTables, upper_bound: float = INF,
             best_j, best_p = (B - 1) * tau + g_sum + e_max, p
     t_limit = INF if B == 1 else (best_j - g_min - e_star) / (B - 1)
     while t_limit > t_star:                  # else no partition has max tau below the limit
-        allowed_t = tables.feasible & (tables.tau < t_limit)
+        g_t = np.where(tables.feasible & (tables.tau < t_limit), tables.g, INF)
         inner_best, inner_tau = INF, None
         e_limit = best_j - (B - 1) * t_star - g_min
         while e_limit > e_star:              # else no partition has max E below the limit
             if should_cancel is not None and should_cancel():
                 raise Cancelled
-            sigma, p = tables.minsum(allowed_t & (tables.e < e_limit))
+            sigma, p = tables.minsum(tables.e < e_limit, g_t)
             solves += 1
             if p is None or (B - 1) * t_star + sigma + e_star >= best_j or sigma + e_star >= inner_best:
                 break
@@ -226,3 +234,16 @@ def solve(tables: SegmentTables, upper_bound: float = INF,
             break
         t_limit = min(inner_tau, (best_j - g_min - e_star) / (B - 1))
     return PartitionResult(best_p, best_j if best_p is not None else INF, solves)
+
+
+def _sum_and_tail_floors(candidate: Candidate) -> tuple[float, float]:
+    """Lower bounds on sum g and on max E over all partitions, without a DP: every layer on its
+    fastest stage and every boundary at its cheapest cut; and max_s e_s P_s >= P / sum_s (1 / e_s)
+    for stage parameters P_s summing to P."""
+    times, _ = candidate.stage_layer_times
+    g_floor = float(times.min(axis=0).sum())
+    if candidate.pp > 1:
+        g_floor += float(candidate.cut_cost[:, 1:-1].min(axis=1).sum())
+    coef = candidate.e_coef
+    e_floor = float(candidate.param_prefix[-1]) / float(np.sum(1.0 / coef)) if np.all(coef > 0) else 0.0
+    return g_floor, e_floor
