@@ -14,11 +14,14 @@ rule out a plain dynamic program, so we walk Pareto frontiers, each step a vecto
   next limit is eps. Stop when sigma + min-max-E cannot beat the best.
 
 Every step removes only partitions proven no better than one already found, so the result is exact;
-tests/test_partition.py checks it against brute force over all partitions.
+tests/core/test_core_partition.py checks it against brute force over all partitions.
+
+With one or two stages there are at most L - 1 partitions, so they are all evaluated at once instead.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -36,6 +39,19 @@ class PartitionResult:
     iteration_time_s: float                 # the objective J (inf when partition is None)
     solves: int                             # dynamic programs run
     fits: bool = True                       # False: no partition fits in memory
+
+
+@functools.lru_cache(maxsize=32)
+def _segment_grid(L: int, R: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Over ends j in [0, L] (rows) and lengths w + 1 <= R (columns): j, the segment's first layer
+    (0 where it would be negative) and whether it is >= 0. Read-only; shared by every candidate."""
+    j = np.arange(L + 1)[:, None]
+    start = j - np.arange(R)[None, :] - 1
+    valid = start >= 0
+    start = np.where(valid, start, 0)
+    for array in (j, start, valid):
+        array.flags.writeable = False
+    return j, start, valid
 
 
 def _stage_windows(pp: int, R: int, W: int):
@@ -63,15 +79,11 @@ class SegmentTables:
         self.candidate = c
         self.pp, self.L, self.R = pp, L, R
         # Per (end j, length w + 1) over all ends first: memory needs no stage index but in-flight.
-        j = np.arange(L + 1)[:, None]
-        w = np.arange(R)[None, :]
-        start = j - w - 1
-        valid = start >= 0
-        start = np.where(valid, start, 0)
+        j, start, valid = _segment_grid(L, R)
         params = c.param_prefix[j] - c.param_prefix[start]
         act_prefix, peak, in_flight = c.memory_arrays
         acts = act_prefix[j] - act_prefix[start]
-        seg_peak = np.maximum.accumulate(np.where(valid, peak[np.where(valid, j - 1 - w, 0)], 0.0), axis=1)
+        seg_peak = np.maximum.accumulate(np.where(valid, peak[start], 0.0), axis=1)
         fixed = c.state.total * params + seg_peak + c.cost.training.runtime_reserve_bytes
         # No stage holds a longer segment than the longest that fits on the roomiest stage with the
         # fewest micro-batches in flight; cutting the tables there drops only infeasible segments.
@@ -196,6 +208,8 @@ def solve(tables: SegmentTables, upper_bound: float = INF,
     B = tables.candidate.num_micro_batches
     if not tables.feasible.any():
         return PartitionResult(None, INF, 0, fits=False)
+    if tables.pp <= 2:
+        return _solve_by_enumeration(tables, upper_bound)
     t_star, start = tables.minmax(tables.tau, tables.feasible)
     if start is None:
         return PartitionResult(None, INF, 1, fits=False)
@@ -247,3 +261,26 @@ def _sum_and_tail_floors(candidate: Candidate) -> tuple[float, float]:
     coef = candidate.e_coef
     e_floor = float(candidate.param_prefix[-1]) / float(np.sum(1.0 / coef)) if np.all(coef > 0) else 0.0
     return g_floor, e_floor
+
+
+def _solve_by_enumeration(tables: SegmentTables, upper_bound: float) -> PartitionResult:
+    """One or two stages: every partition at once, as columns of layers per stage."""
+    B, L, W = tables.candidate.num_micro_batches, tables.L, tables.W
+    if tables.pp == 1:
+        sizes = np.array([[L]])
+    else:
+        first = np.arange(1, L)
+        sizes = np.stack([first, L - first])
+    sizes = sizes[:, (sizes <= W).all(axis=0)]                        # longer segments never fit
+    stage = np.arange(tables.pp)[:, None]
+    index = (stage, np.cumsum(sizes, axis=0) - stage - 1, sizes - 1)
+    fits = tables.feasible[index].all(axis=0)
+    if not fits.any():
+        return PartitionResult(None, INF, 1, fits=False)
+    g, tau, e = (table[index] for table in tables.costs)
+    iteration = (B - 1) * tau.max(axis=0) + np.add.reduce(g, axis=0) + e.max(axis=0)
+    iteration = np.where(fits, iteration, INF)
+    best = int(np.argmin(iteration))
+    if not iteration[best] < upper_bound:
+        return PartitionResult(None, INF, 1)
+    return PartitionResult(tuple(int(n) for n in sizes[:, best]), float(iteration[best]), 1)
