@@ -4,14 +4,16 @@ The objective (cost.py) is  J = (B - 1) max_s tau_s + sum_s g_s + max_s E_s  wit
 limits, where g_s = C_s + c_s (compute plus the send after the stage). Two max-terms and a sum
 rule out a plain dynamic program, so we walk Pareto frontiers, each step a vectorised DP:
 
-  outer walk over the bottleneck tau: with every stage below a limit t, find the partition S that
-  minimises sum g + max E (inner walk). Any partition whose max tau lies in [tau(S), t) costs at
-  least J(S), so the next limit is tau(S). Stop when no partition is left or when
-  (B - 1) min-max-tau + (the inner value) cannot beat the best J found.
+  outer walk over the largest E: with every stage's E below a limit e, find the partition S that
+  minimises (B - 1) max tau + sum g (inner walk). Any partition whose max E lies in [E(S), e)
+  costs at least J(S), so the next limit is E(S). Stop when no partition is left or when
+  (the inner value) + min-max-E cannot beat the best J found.
 
-  inner walk over max E: minimise sum g with every stage's E below a limit e; the result S has
-  sum g = sigma and max E = eps; partitions with max E in [eps, e) cost at least sigma + eps, so the
-  next limit is eps. Stop when sigma + min-max-E cannot beat the best.
+  inner walk over the bottleneck tau: minimise sum g with every stage's tau below a limit t; the
+  result S has sum g = sigma and max tau = T; partitions with max tau in [T, t) cost at least
+  (B - 1) T + sigma, so the next limit is T. Stop when (B - 1) min-max-tau + sigma cannot beat
+  the best. (E has few distinct values when layers repeat, tau many: walking E outside takes
+  fewer DPs than the other way round, e.g. 95 against 116 in paper-het-cluster.)
 
 Every step removes only partitions proven no better than one already found, so the result is exact;
 tests/core/test_core_partition.py checks it against brute force over all partitions.
@@ -201,9 +203,9 @@ def solve(tables: SegmentTables, upper_bound: float = INF,
           should_cancel: Callable[[], bool] | None = None) -> PartitionResult:
     """See the module docstring. `should_cancel` is polled before every DP; Cancelled is raised.
 
-    Both walks start capped from above: a partition whose max tau is at least
-    (best - min sum g - min max E) / (B - 1), or whose max E is at least
-    best - (B - 1) min max tau - sigma, cannot beat the best found, so those are skipped too.
+    Both walks start capped from above: a partition whose max E is at least
+    best - (B - 1) min max tau - min sum g, or whose max tau is at least
+    (best - min max E - sigma) / (B - 1), cannot beat the best found, so those are skipped too.
     """
     B = tables.candidate.num_micro_batches
     if not tables.feasible.any():
@@ -226,27 +228,32 @@ def solve(tables: SegmentTables, upper_bound: float = INF,
         tau, g_sum, e_max = tables.measures(p)
         if (B - 1) * tau + g_sum + e_max < best_j:
             best_j, best_p = (B - 1) * tau + g_sum + e_max, p
-    t_limit = INF if B == 1 else (best_j - g_min - e_star) / (B - 1)
-    while t_limit > t_star:                  # else no partition has max tau below the limit
-        g_t = np.where(tables.feasible & (tables.tau < t_limit), tables.g, INF)
-        inner_best, inner_tau = INF, None
-        e_limit = best_j - (B - 1) * t_star - g_min
-        while e_limit > e_star:              # else no partition has max E below the limit
+    e_limit = best_j - (B - 1) * t_star - g_min
+    while e_limit > e_star:                  # else no partition has max E below the limit
+        g_e = np.where(tables.feasible & (tables.e < e_limit), tables.g, INF)
+        inner_best, inner_e = INF, None
+        t_limit = INF if B == 1 else (best_j - g_min - e_star) / (B - 1)
+        while t_limit > t_star:              # else no partition has max tau below the limit
             if should_cancel is not None and should_cancel():
                 raise Cancelled
-            sigma, p = tables.minsum(tables.e < e_limit, g_t)
+            sigma, p = tables.minsum(tables.tau < t_limit, g_e)
             solves += 1
-            if p is None or (B - 1) * t_star + sigma + e_star >= best_j or sigma + e_star >= inner_best:
+            if (p is None or (B - 1) * t_star + sigma + e_star >= best_j
+                    or (B - 1) * t_star + sigma >= inner_best):
                 break
             tau, g_sum, e_max = tables.measures(p)
-            if g_sum + e_max < inner_best:
-                inner_best, inner_tau = g_sum + e_max, tau
+            if (B - 1) * tau + g_sum < inner_best:
+                inner_best, inner_e = (B - 1) * tau + g_sum, e_max
             if (B - 1) * tau + g_sum + e_max < best_j:
                 best_j, best_p = (B - 1) * tau + g_sum + e_max, p
-            e_limit = min(e_max, best_j - (B - 1) * t_star - sigma)
-        if inner_tau is None or B == 1:
+            if B == 1:                       # tau does not count: the first S is the inner best
+                break
+            t_limit = min(tau, (best_j - e_star - sigma) / (B - 1))
+        # Partitions with max E below the next limit have (B - 1) max tau + sum g >= inner_best,
+        # or were already shown to lose; stop if that cannot beat the best.
+        if inner_e is None or inner_best + e_star >= best_j:
             break
-        t_limit = min(inner_tau, (best_j - g_min - e_star) / (B - 1))
+        e_limit = min(inner_e, best_j - (B - 1) * t_star - g_min)
     return PartitionResult(best_p, best_j if best_p is not None else INF, solves)
 
 
