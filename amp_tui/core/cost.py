@@ -67,7 +67,7 @@ class CostModel:
                  for layer, c in zip(self.model.layers, copies)])
         return self._profiles[key]
 
-    def _analytic_forward(self, gpu: GPU, tp: int, mbs: int) -> np.ndarray:
+    def _analytic_forward(self, gpu: GPU, tp: int, mbs: int | np.ndarray) -> np.ndarray:
         cols = self.model.columns
         work = self._work_per_sample * (mbs / tp)
         # A layer that does not say how wide it is gets the GPU's best efficiency.
@@ -96,9 +96,18 @@ class CostModel:
         """(compute seconds, tensor-parallel ring bytes) per layer per micro-batch, forward + backward,
         on node group `group`'s GPU. The bytes still need the stage's link: see `stage_layer_times`."""
         key = (self._gpu_id[group], tp, mbs)
-        cached = self._layer_times.get(key)
-        if cached is not None:
-            return cached
+        if key not in self._layer_times:
+            self.prepare_layer_times(group, tp, [mbs])
+        return self._layer_times[key]
+
+    def prepare_layer_times(self, group: int, tp: int, micro_batch_sizes: list[int]) -> None:
+        """Compute `layer_times` for several micro-batch sizes in one vectorised pass (rows are
+        micro-batch sizes; every element is computed as for one size alone)."""
+        gpu_id = self._gpu_id[group]
+        todo = [m for m in dict.fromkeys(micro_batch_sizes) if (gpu_id, tp, m) not in self._layer_times]
+        if not todo:
+            return
+        mbs = np.array(todo, dtype=np.float64)[:, None]
         gpu = self.gpus[group]
         passes = 4.0 if self.training.recompute == "full" else 3.0
         measured = self._measured(gpu.name, tp)
@@ -117,9 +126,9 @@ class CostModel:
         comm_passes = passes - 1.0  # forward and backward all-reduces, forward again under recompute
         ring = 2.0 * (tp - 1) / tp
         tp_bytes = np.where(have, 0.0, self.model.columns["tp_comm_bytes"] * (comm_passes * mbs * ring))
-        result = (passes * forward, tp_bytes)
-        self._layer_times[key] = result
-        return result
+        compute = passes * forward
+        for row, m in enumerate(todo):
+            self._layer_times[(gpu_id, tp, m)] = (compute[row], tp_bytes[row])
 
     def activation_arrays(self, tp: int) -> tuple[np.ndarray, np.ndarray]:
         """Per sample of a micro-batch, per GPU at this tp: (prefix sums of the activation bytes each

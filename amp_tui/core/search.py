@@ -177,10 +177,10 @@ def _memory_terms(candidate: Candidate) -> tuple[float, float, float, float, flo
     if state_key not in cache:
         state = candidate.state.total * (cost.model.columns["params"] / candidate.tp)
         cache[state_key] = (float(state.sum()), float(state.max()))
-    room_key = ("room", layout.tp, layout.pp, layout.dp, layout.order, candidate.num_micro_batches)
+    in_flight = candidate.memory_arrays[2]
+    room_key = ("room", layout.tp, layout.pp, layout.dp, layout.order, in_flight.tobytes())
     if room_key not in cache:
         capacity = layout.stage_capacity
-        in_flight = candidate.memory_arrays[2]
         room = np.sum((capacity - cost.training.runtime_reserve_bytes) / in_flight)
         cache[room_key] = (float(capacity.max()), float(room), float(in_flight.max()))
     return cache[state_key] + cache[room_key]
@@ -299,6 +299,12 @@ def search(scenario: Scenario, *, top: int | None = None,
     cost = CostModel(scenario)
     rank = tuple(range(len(scenario.cluster.nodes)))
     keys = enumerate_candidates(scenario)
+    sizes: dict[int, list[int]] = {}             # micro-batch sizes per tp, computed in one pass each
+    for tp, _, _, mbs, _ in keys:
+        sizes.setdefault(tp, []).append(mbs)
+    for group in range(len(scenario.cluster.nodes)):
+        for tp, micro_batch_sizes in sizes.items():
+            cost.prepare_layer_times(group, tp, micro_batch_sizes)
 
     infeasible: list[Infeasible] = []
     fitting = []
