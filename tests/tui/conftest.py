@@ -22,27 +22,29 @@ def make_app():
 
 
 async def settle(app, pilot) -> None:
-    """Wait until every search has finished and its result message is handled.
+    """Wait until every search has finished, its result is on screen and every table has measured
+    its columns.
 
     `WorkerManager.wait_for_complete` raises WorkerCancelled for a search that an edit cancelled,
-    which is the normal case here; wait on the workers' states instead.
+    which is the normal case here; wait on the workers' states instead. A DataTable measures its
+    columns in its own idle handler, which a pause does not wait for (a screenshot taken before
+    then shows truncated cells: 'bes' for 'best'). And a worker reads as finished before the
+    message with its result has refilled the tables. So poll until several checks in a row, each
+    after a pause, find no search running and no table with pending updates.
     """
+    from textual.widgets import DataTable
     from textual.worker import WorkerState
 
-    for _ in range(3000):
-        if not any(worker.state in (WorkerState.PENDING, WorkerState.RUNNING) for worker in app.workers):
-            break
-        await asyncio.sleep(0.01)
-    await pilot.pause()
-    await pilot.pause()
-    # A DataTable measures its columns in its own idle handler, which a pause does not wait for;
-    # a screenshot taken before then shows truncated cells ('bes' for 'best').
-    from textual.widgets import DataTable
+    def busy() -> bool:
+        return (any(worker.state in (WorkerState.PENDING, WorkerState.RUNNING) for worker in app.workers)
+                or any(table._updated_cells or table._require_update_dimensions for table in app.query(DataTable)))
 
-    for _ in range(300):
-        if not any(table._updated_cells or table._require_update_dimensions for table in app.query(DataTable)):
-            break
+    quiet = 0
+    for _ in range(3000):
         await pilot.pause(0.01)
+        quiet = 0 if busy() else quiet + 1
+        if quiet >= 3:
+            break
     await pilot.pause()
 
 
