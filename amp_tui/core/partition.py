@@ -39,7 +39,7 @@ INF = float("inf")
 class PartitionResult:
     partition: tuple[int, ...] | None      # layers per stage; None when nothing fits or beats the bound
     iteration_time_s: float                 # the objective J (inf when partition is None)
-    solves: int                             # dynamic programs run
+    solves: int                             # DPs run (1 for a one- or two-stage enumeration)
     fits: bool = True                       # False: no partition fits in memory
 
 

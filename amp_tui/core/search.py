@@ -40,7 +40,7 @@ class SearchStats:
     pruned: int           # skipped: a lower bound proved them out of the top N
     evaluated: int        # partition search run
     infeasible: int       # nothing fits in memory
-    solves: int           # dynamic programs run in all
+    solves: int           # partition solves: DPs, plus one per one- or two-stage enumeration
     search_time_s: float
 
     def to_dict(self) -> dict:
