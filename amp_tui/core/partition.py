@@ -57,12 +57,15 @@ def _segment_grid(L: int, R: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 
 def _stage_windows(pp: int, R: int, W: int):
-    """A function from an (L + 1, >= W) table over (end j, length) to its (pp, R, W) view with
-    [s, r, w] = table[s + 1 + r, w]: stage s's possible ends are rows s + 1 ... s + R."""
+    """A function from a C-contiguous (L + 1, >= W) table over (end j, length) to its read-only
+    (pp, R, W) view with [s, r, w] = table[s + 1 + r, w]: stage s's possible ends are rows
+    s + 1 ... s + R."""
     def view(table: np.ndarray) -> np.ndarray:
-        rows, cols = table.strides
-        return np.lib.stride_tricks.as_strided(table[1:], shape=(pp, R, W), strides=(rows, rows, cols),
-                                               writeable=False)
+        row, column = table.strides
+        window = np.ndarray((pp, R, W), dtype=table.dtype, buffer=table, offset=row,
+                            strides=(row, row, column))
+        window.flags.writeable = False
+        return window
     return view
 
 
@@ -120,7 +123,8 @@ class SegmentTables:
         if pp > 1:
             unit = c.cut_unit                                           # (L + 1,): bytes sent per cut
             spb = c.layout.boundary_seconds_per_byte[:, None]
-            ends = np.lib.stride_tricks.as_strided(unit[1:], shape=(pp - 1, R), strides=unit.strides * 2)
+            step = unit.itemsize             # ends[k, r]: bytes across boundary k after layer k + r
+            ends = np.ndarray((pp - 1, R), dtype=unit.dtype, buffer=unit, offset=step, strides=(step, step))
             np.add(compute[:-1], (ends * spb)[:, :, None], out=self.g[:-1])
             self.g[-1] = compute[-1]
             received = windows(np.where(valid, unit[start], 0.0))[1:] * spb[:, :, None]
