@@ -177,8 +177,8 @@ class CostModel:
             in_flight = ("in flight", pp, num_micro_batches)
             if in_flight not in self._profiles:
                 schedule = self.training.schedule
-                self._profiles[in_flight] = np.array(
-                    [micro_batches_in_flight(schedule, s, pp, num_micro_batches) for s in range(pp)], dtype=np.float64)
+                counts = [micro_batches_in_flight(schedule, s, pp, num_micro_batches) for s in range(pp)]
+                self._profiles[in_flight] = np.array(counts, dtype=np.float64)
             self._profiles[key] = (*self._profiles[per_micro_batch], self._profiles[in_flight])
         return self._profiles[key]
 
@@ -298,6 +298,13 @@ class Candidate:
         return self.dp_coef + self.opt_coef
 
     @cached_property
+    def tail_floor(self) -> float:
+        """A lower bound on max_s E_s over every partition: with P_s the stage's parameters,
+        summing to P, max_s e_s P_s >= P / sum_s (1 / e_s)."""
+        coef = self.e_coef
+        return float(self.param_prefix[-1]) / float(np.sum(1.0 / coef)) if np.all(coef > 0) else 0.0
+
+    @cached_property
     def stage_layer_times(self) -> tuple[np.ndarray, np.ndarray]:
         """(time, tensor-parallel part) per stage per layer: the slowest serving GPU type's."""
         rows = self._stage_rows
@@ -398,7 +405,8 @@ class Candidate:
                       t["busy"].tolist(), t["dp_allreduce"].tolist(), t["optimizer_step"].tolist(),
                       zip(*(term.tolist() for term in t["memory"])), self.layout.stage_capacity.tolist(),
                       self.layout.stage_groups)
-        for s, (i, j, compute, comm, busy, dp_allreduce, optimizer_step, memory, capacity, groups) in enumerate(columns):
+        for s, row in enumerate(columns):
+            i, j, compute, comm, busy, dp_allreduce, optimizer_step, memory, capacity, groups = row
             slowest = groups[0] if len(groups) == 1 else max(
                 groups, key=lambda g: float(self.cost.layer_times(g, self.tp, self.mbs)[0][i:j].sum()))
             stages.append(StagePrediction(

@@ -263,15 +263,12 @@ def solve(tables: SegmentTables, upper_bound: float = INF,
 
 def _sum_and_tail_floors(candidate: Candidate) -> tuple[float, float]:
     """Lower bounds on sum g and on max E over all partitions, without a DP: every layer on its
-    fastest stage and every boundary at its cheapest cut; and max_s e_s P_s >= P / sum_s (1 / e_s)
-    for stage parameters P_s summing to P."""
+    fastest stage and every boundary at its cheapest cut; and Candidate.tail_floor."""
     times, _ = candidate.stage_layer_times
     g_floor = float(times.min(axis=0).sum())
     if candidate.pp > 1:
         g_floor += float(candidate.cut_cost[:, 1:-1].min(axis=1).sum())
-    coef = candidate.e_coef
-    e_floor = float(candidate.param_prefix[-1]) / float(np.sum(1.0 / coef)) if np.all(coef > 0) else 0.0
-    return g_floor, e_floor
+    return g_floor, candidate.tail_floor
 
 
 def _solve_by_enumeration(tables: SegmentTables, upper_bound: float) -> PartitionResult:

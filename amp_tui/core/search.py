@@ -155,7 +155,7 @@ def _memory_shortfall(candidate: Candidate) -> str | None:
     """
     cost = candidate.cost
     reserve = cost.training.runtime_reserve_bytes
-    state_sum, state_max, capacity_max, room, in_flight_max = _memory_terms(candidate)
+    state_sum, state_max, capacity_max, room, in_flight_max = _memory_totals(candidate)
     per_stage = max(state_sum / candidate.pp, state_max) + reserve
     if per_stage > capacity_max:
         return (f"weights, gradients and optimizer state alone need {format_bytes(per_stage)} per GPU "
@@ -168,7 +168,7 @@ def _memory_shortfall(candidate: Candidate) -> str | None:
     return None
 
 
-def _memory_terms(candidate: Candidate) -> tuple[float, float, float, float, float]:
+def _memory_totals(candidate: Candidate) -> tuple[float, float, float, float, float]:
     """(all state bytes, the largest layer's, the largest stage capacity, the stages' room per
     micro-batch in flight, the most micro-batches in flight), each cached as far as it is shared."""
     cost, layout = candidate.cost, candidate.layout
@@ -259,16 +259,15 @@ def _layout_floor_terms(candidate: Candidate) -> tuple[np.ndarray, float, float]
     cache = candidate.cost.floor_cache
     if key not in cache:
         unit_cut = candidate.cut_cost[:, 1:-1].min(axis=1) / candidate.mbs if layout.pp > 1 else np.zeros(0)
-        coef = candidate.e_coef
-        tail = float(candidate.param_prefix[-1]) / float(np.sum(1.0 / coef)) if np.all(coef > 0) else 0.0
-        cache[key] = (unit_cut, tail, float(layout.stage_tp_seconds_per_byte.min()))
+        cache[key] = (unit_cut, candidate.tail_floor, float(layout.stage_tp_seconds_per_byte.min()))
     return cache[key]
 
 
 def _fastest_times(candidate: Candidate, spb: float) -> tuple[np.ndarray, np.ndarray, float, np.ndarray]:
     """Per layer, the fastest serving GPU's time; per node group, its least slow-down against
-    that (0 if it serves no stage); their sum; the times in descending order. Shared by every candidate with the same tp,
-    micro-batch, serving groups and tensor-parallel link (`spb`, the fastest one's s/byte)."""
+    that (0 if it serves no stage); their sum; the times in descending order. Shared by every
+    candidate with the same tp, micro-batch, serving groups and tensor-parallel link (`spb`, the
+    fastest one's s/byte)."""
     cost, layout = candidate.cost, candidate.layout
     key = (candidate.tp, candidate.mbs, layout.serving_groups, spb)
     cache = cost.floor_cache
