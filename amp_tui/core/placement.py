@@ -64,6 +64,9 @@ class Nodes:
         self.inter = np.array([g.inter_node_bandwidth for g in groups])[self.node_group]
         self.usable = np.array([g.gpu.usable_memory_bytes for g in groups])       # per node group
         self.memory_bandwidth = np.array([g.gpu.memory_bandwidth for g in groups])
+        for array in vars(self).values():     # shared by every layout of this order
+            if isinstance(array, np.ndarray):
+                array.flags.writeable = False
 
     def flow_bandwidth(self, src: np.ndarray, dst: np.ndarray) -> np.ndarray:
         """Bandwidth of each flow (src rank -> dst rank). Each row of the arrays is one set of
