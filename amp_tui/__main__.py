@@ -1,3 +1,7 @@
+"""`python -m amp_tui`: the same as the `amp-tui` command."""
+
+import sys
+
 from amp_tui.cli import main
 
-raise SystemExit(main())
+sys.exit(main())

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 
 class SpecError(ValueError):
     """Invalid user input. `str()` is a single line naming the field and the value."""
@@ -19,6 +21,10 @@ class SpecError(ValueError):
 
 
 def _show(value: object) -> str:
+    """The value on one line, cut to 60 characters; a file path is shown whole (a cut path helps
+    nobody find the file)."""
+    if isinstance(value, os.PathLike):
+        return repr(os.fspath(value))
     text = repr(value) if isinstance(value, str) else str(value)
     text = " ".join(text.split())
     return text if len(text) <= 60 else text[:57] + "..."

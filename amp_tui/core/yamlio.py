@@ -61,11 +61,11 @@ def load_yaml_file(path: str | Path) -> object:
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
-        raise SpecError("file", str(path), "no such file") from None
+        raise SpecError("file", path, "no such file") from None
     except IsADirectoryError:
-        raise SpecError("file", str(path), "is a directory, not a file") from None
+        raise SpecError("file", path, "is a directory, not a file") from None
     except (OSError, UnicodeDecodeError) as exc:
-        raise SpecError("file", str(path), f"cannot be read ({exc.__class__.__name__})") from None
+        raise SpecError("file", path, f"cannot be read ({exc.__class__.__name__})") from None
     return load_yaml_text(text, str(path))
 
 
@@ -87,14 +87,14 @@ def atomic_write(path: str | Path, text: str, *, overwrite: bool = True) -> Path
     """
     path = Path(path)
     if not overwrite and path.exists():
-        raise SpecError("file", str(path), "already exists (use --force to overwrite)")
+        raise SpecError("file", path, "already exists (use --force to overwrite)")
     folder = path.parent if str(path.parent) else Path(".")
     if not folder.is_dir():
-        raise SpecError("file", str(path), f"folder {str(folder)!r} does not exist")
+        raise SpecError("file", path, f"folder {str(folder)!r} does not exist")
     try:
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=folder)
     except OSError as exc:
-        raise SpecError("file", str(path), f"cannot be written ({exc.strerror})") from None
+        raise SpecError("file", path, f"cannot be written ({exc.strerror})") from None
     try:
         os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; give what open() would
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
@@ -106,7 +106,7 @@ def atomic_write(path: str | Path, text: str, *, overwrite: bool = True) -> Path
             try:
                 os.link(tmp, path)
             except FileExistsError:
-                raise SpecError("file", str(path), "already exists (use --force to overwrite)") from None
+                raise SpecError("file", path, "already exists (use --force to overwrite)") from None
             os.unlink(tmp)
         else:
             os.replace(tmp, path)

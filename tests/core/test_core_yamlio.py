@@ -53,6 +53,14 @@ def test_missing_file(tmp_path):
     assert info.value.field == "file" and "nope.yaml" in str(info.value)
 
 
+def test_a_long_path_is_shown_whole(tmp_path):
+    """Values are cut to 60 characters in errors, but a cut path does not say which file."""
+    path = tmp_path / ("a-folder-with-a-long-name-" * 3) / "scenario-that-is-not-there.yaml"
+    with pytest.raises(SpecError) as info:
+        load_yaml_file(path)
+    assert len(str(path)) > 60 and str(path) in str(info.value) and "\n" not in str(info.value)
+
+
 def test_directory_is_not_a_file(tmp_path):
     with pytest.raises(SpecError) as info:
         load_yaml_file(tmp_path)
