@@ -20,10 +20,10 @@ def check_plan_path(text: str) -> Path:
         raise SpecError("file", text, "enter a file name, e.g. my-cluster-1x4x4.plan.yaml")
     path = Path(text).expanduser()
     if path.is_dir():
-        raise SpecError("file", text, "is a folder; add a file name")
+        raise SpecError("file", path, "is a folder; add a file name")
     folder = path.parent if str(path.parent) else Path(".")
     if not folder.is_dir():
-        raise SpecError("file", text, f"folder {str(folder)!r} does not exist")
+        raise SpecError("file", path, f"folder {str(folder)!r} does not exist")
     return path
 
 
