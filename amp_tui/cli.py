@@ -239,9 +239,9 @@ def _table(headers: list[str], rows: list[list[str]], right: set[int]) -> str:
 
 
 def _placement_text(scenario, placement) -> str:
-    if placement is None or list(placement) == list(range(len(scenario.cluster.nodes))):
-        return "rank order"
-    return " > ".join(scenario.cluster.nodes[g].label for g in placement)
+    from amp_tui.core.placement import placement_label
+
+    return placement_label(scenario.cluster, placement)
 
 
 def _summary(scenario) -> str:
@@ -296,13 +296,18 @@ def _stage_table(p) -> str:
 
 
 def render_search(result, top: int) -> str:
+    from amp_tui.core.orders import ORDERS_NOTE
     from amp_tui.core.units import format_seconds
 
     st = result.stats
     scenario = result.scenario
+    orders = f" over {st.node_orders} node orders" if st.node_orders > 1 else ""
     out = [_summary(scenario),
-           f"searched {st.candidates} candidates in {st.search_time_s * 1000:.0f} ms: {st.evaluated} evaluated, "
-           f"{st.pruned} pruned by bounds, {st.infeasible} out of memory", ""]
+           f"searched {st.candidates} candidates{orders} in {st.search_time_s * 1000:.0f} ms: {st.evaluated} "
+           f"evaluated, {st.pruned} pruned by bounds, {st.infeasible} out of memory"]
+    if not st.all_node_orders:
+        out.append(f"note: {ORDERS_NOTE}")
+    out.append("")
     if not result.strategies:
         out.append("no strategy fits in memory; see the reasons below")
     else:

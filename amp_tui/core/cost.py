@@ -55,7 +55,7 @@ class CostModel:
         self._output = cols["output_bytes"]
         self._params = cols["params"]
         self._profiles = {}  # per-GPU / per-tp layer arrays: measured times, calibration, activations
-        self.floor_cache: dict = {}  # search.py's lower-bound terms shared between candidates
+        self.floor_cache: dict = {}  # the search's bound and memory terms shared between candidates
 
     # -- layer times ------------------------------------------------------------------------
     def _measured(self, gpu_name: str, tp: int) -> np.ndarray:
@@ -352,6 +352,12 @@ class Candidate:
         return (params * self.state.weights, params * self.state.gradients, params * self.state.optimizer,
                 in_flight[stages] * (act_prefix[ends] - act_prefix[starts]), workspace)
 
+    def partition_memory(self, partition: tuple[int, ...]) -> np.ndarray:
+        """Bytes per GPU of each stage under `partition`, reserve included (as `predict` counts them)."""
+        bounds = np.concatenate([[0], np.cumsum(partition)]).astype(np.int64)
+        return sum(self.memory_terms(np.arange(self.pp), bounds[:-1], bounds[1:])) \
+            + self.cost.training.runtime_reserve_bytes
+
     def stage_memory(self, s: int, i: int, j: int) -> MemoryBreakdown:
         """Memory per GPU of stage s holding layers [i, j)."""
         terms = self.memory_terms(np.array([s]), np.array([i]), np.array([j]))
@@ -437,7 +443,10 @@ class Candidate:
 
 
 def memory_reason(stage: StagePrediction) -> str:
-    over = stage.memory.total_bytes - stage.capacity_bytes
-    return (f"stage {stage.index} (layers {stage.first_layer}-{stage.last_layer}, {stage.gpu}) needs "
-            f"{format_bytes(stage.memory.total_bytes)} of {format_bytes(stage.capacity_bytes)}: "
-            f"{format_bytes(over)} over")
+    return over_capacity(stage.index, stage.first_layer, stage.last_layer, stage.gpu,
+                         stage.memory.total_bytes, stage.capacity_bytes)
+
+
+def over_capacity(stage: int, first_layer: int, last_layer: int, gpu: str, need: float, capacity: float) -> str:
+    return (f"stage {stage} (layers {first_layer}-{last_layer}, {gpu}) needs {format_bytes(need)} of "
+            f"{format_bytes(capacity)}: {format_bytes(need - capacity)} over")

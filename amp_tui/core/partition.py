@@ -31,6 +31,7 @@ import numpy as np
 
 from amp_tui.core.cost import Candidate
 from amp_tui.core.errors import Cancelled
+from amp_tui.core.strategy import even_partition
 
 INF = float("inf")
 
@@ -191,6 +192,116 @@ class SegmentTables:
         values = self.costs.reshape(3, -1)[:, flat]
         high = np.maximum.reduce(values, axis=1)
         return float(high[1]), float(np.add.reduce(values[0])), float(high[2])
+
+
+def partitions_fit(candidates: list[Candidate], should_cancel: Callable[[], bool] | None = None) -> np.ndarray:
+    """For each candidate (of one scenario), whether some partition fits every stage in memory,
+    judged as the segment tables judge it but without building them: what the search asks of the
+    candidates its bound ruled out, all at once.
+
+    Candidates whose even split fits are settled first. For the rest: a segment needs more memory
+    the more layers it holds, so of the ends the stages before can reach, the latest one before
+    layer j is the best start for a stage ending at j. Stage by stage that gives every reachable
+    end; the candidates advance together, deepest pipelines first in the arrays."""
+    fits = np.zeros(len(candidates), dtype=bool)
+    if not candidates:
+        return fits
+    cancel = should_cancel or (lambda: False)
+    need, capacity = even_split_memory(candidates)
+    fits[:] = np.all(need <= capacity, axis=1)
+    todo = sorted(np.flatnonzero(~fits).tolist(), key=lambda i: -candidates[i].pp)
+    if not todo:
+        return fits
+    if cancel():
+        raise Cancelled
+    memory = _SegmentMemory([candidates[i] for i in todo])
+    L, pp = memory.L, memory.pp
+    ends = np.arange(L + 1)
+    reach = np.broadcast_to(ends == 0, (len(todo), L + 1)).copy()
+    for s in range(int(pp[0])):
+        if cancel():
+            raise Cancelled
+        n = int(np.count_nonzero(pp > s))           # rows still placing stages
+        latest = np.maximum.accumulate(np.where(reach[:n], ends, -1), axis=1)
+        start = np.concatenate([np.full((n, 1), -1), latest[:, :-1]], axis=1)
+        ok = start >= 0                         # start: the latest reachable start before each end
+        need = memory.need(n, s, np.where(ok, start, 0))
+        last_end = (L - pp[:n] + 1 + s)[:, None]        # the stages after s need a layer each
+        reach[:n] = ok & (need <= memory.capacity[:n, s:s + 1]) & (ends <= last_end)
+    fits[todo] = reach[:, L]
+    return fits
+
+
+class _SegmentMemory:
+    """Memory of segments for many candidates at once, a row each, in SegmentTables' arithmetic.
+
+    Per row: the parameter and activation prefix sums of its (tp, micro-batch) and the transient
+    peak's sparse table, flattened so that levels[k * L + i] = max(peak[i:i + 2**k]); per stage
+    its capacity and micro-batches in flight (stages beyond a row's pp: infinite room)."""
+
+    def __init__(self, candidates: list[Candidate]):
+        self.L = L = candidates[0].num_layers
+        self.reserve = candidates[0].cost.training.runtime_reserve_bytes
+        self.pp = np.array([c.pp for c in candidates])
+        shared: dict[tuple, tuple] = {}
+        for c in candidates:
+            if (c.tp, c.mbs) not in shared:
+                shared[c.tp, c.mbs] = (c.param_prefix, c.memory_arrays[0], _peak_levels(c))
+        layer_rows = [shared[c.tp, c.mbs] for c in candidates]
+        self.params, self.acts, self.levels = (np.array(column) for column in zip(*layer_rows))
+        self.state = np.array([c.state.total for c in candidates])[:, None]
+        self.capacity = np.full((len(candidates), int(self.pp.max())), np.inf)
+        self.in_flight = np.zeros(self.capacity.shape)
+        for i, c in enumerate(candidates):
+            self.capacity[i, :c.pp] = c.layout.stage_capacity
+            self.in_flight[i, :c.pp] = c.memory_arrays[2]
+        self.floor_log2 = np.concatenate([[0], np.log2(np.arange(1, L + 1)).astype(np.int64)])  # exact
+
+    def need(self, n: int, stage: int | None, start: np.ndarray, end: np.ndarray | None = None) -> np.ndarray:
+        """Bytes per GPU of segments [start, end) of the first n rows (end None: every end 0..L
+        in turn), on `stage` (None: column s is on stage s); entries with end <= start are
+        meaningless."""
+        L = self.L
+        row = np.arange(n)[:, None]
+        if end is None:
+            end = np.broadcast_to(np.arange(L + 1), (n, L + 1))
+            params_end, acts_end = self.params[:n], self.acts[:n]
+        else:
+            params_end, acts_end = self.params[row, end], self.acts[row, end]
+        k = self.floor_log2[np.maximum(end - start, 0)]
+        at = row * self.levels.shape[1] + k * L                     # row's level k in the flat table
+        seg_peak = np.maximum(self.levels.ravel()[at + np.minimum(start, L - 1)],
+                              self.levels.ravel()[at + np.maximum(end - (1 << k), 0)])
+        params = params_end - self.params[row, start]
+        acts = acts_end - self.acts[row, start]
+        in_flight = self.in_flight[:n] if stage is None else self.in_flight[:n, stage:stage + 1]
+        return (self.state[:n] * params + seg_peak + self.reserve) + in_flight * acts
+
+
+def even_split_memory(candidates: list[Candidate]) -> tuple[np.ndarray, np.ndarray]:
+    """Bytes per GPU of every stage of each candidate's even split, and the stages' capacities, as
+    (candidates, deepest pp) arrays; a stage beyond a candidate's pp has infinite capacity."""
+    memory = _SegmentMemory(candidates)
+    n, stages = memory.capacity.shape
+    bounds = np.full((n, stages + 1), memory.L)
+    for depth in np.unique(memory.pp):
+        bounds[memory.pp == depth, :depth + 1] = np.cumsum([0, *even_partition(memory.L, int(depth))])
+    return memory.need(n, None, bounds[:, :-1], bounds[:, 1:]), memory.capacity
+
+
+def _peak_levels(c: Candidate) -> np.ndarray:
+    """A sparse table of the per-layer transient peak, levels[k][i] = max(peak[i:i + 2**k]), one
+    per (tp, micro-batch) of the scenario."""
+    key = ("peak levels", c.tp, c.mbs)
+    cache = c.cost.floor_cache
+    if key not in cache:
+        _, peak, _ = c.memory_arrays
+        rows = [peak]
+        while 2 << (len(rows) - 1) <= len(peak):
+            half, prev = 1 << (len(rows) - 1), rows[-1]
+            rows.append(np.concatenate([np.maximum(prev[:-half], prev[half:]), np.zeros(half)]))
+        cache[key] = np.array(rows).ravel()
+    return cache[key]
 
 
 def best_partition(candidate: Candidate, upper_bound: float = INF) -> PartitionResult:

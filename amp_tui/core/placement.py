@@ -42,6 +42,21 @@ class Layout:
         return tuple(sorted({g for stage in self.stage_groups for g in stage}))
 
 
+def placement_label(cluster: Cluster, order: tuple[int, ...] | None) -> str:
+    """The nodes in the order they take ranks, adjacent groups of identical hardware as one run:
+    '1 x g4dn.12xlarge > 3 x p3.8xlarge'; 'rank order' for the order the cluster lists them in."""
+    if order is None or tuple(order) == tuple(range(len(cluster.nodes))):
+        return "rank order"
+    runs: list[list] = []
+    for g in order:
+        group = cluster.nodes[g]
+        if runs and runs[-1][0].hardware_key() == group.hardware_key():
+            runs[-1][1] += group.count
+        else:
+            runs.append([group, group.count])
+    return " > ".join(f"{count} x {group.label}" for group, count in runs)
+
+
 def node_order(cluster: Cluster, order: tuple[int, ...]) -> np.ndarray:
     """Node-group index of each node, nodes listed in placement order."""
     return np.concatenate([np.full(cluster.nodes[g].count, g, dtype=np.int64) for g in order])

@@ -9,7 +9,6 @@ partition search are exact, so pruning never drops a strategy that belongs in th
 from __future__ import annotations
 
 import heapq
-import itertools
 import math
 import time
 from collections.abc import Callable
@@ -17,9 +16,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from amp_tui.core.cost import Candidate, CostModel, Prediction
+from amp_tui.core.cost import Candidate, CostModel, Prediction, over_capacity
 from amp_tui.core.errors import Cancelled
-from amp_tui.core.partition import INF, SegmentTables, solve
+from amp_tui.core.orders import NodeOrders, node_orders
+from amp_tui.core.partition import INF, SegmentTables, even_split_memory, partitions_fit, solve
 from amp_tui.core.scenario import Scenario
 from amp_tui.core.strategy import Strategy, even_partition
 from amp_tui.core.units import format_bytes
@@ -39,13 +39,16 @@ class SearchStats:
     candidates: int       # (tp, pp, dp, micro-batch size, placement) combinations
     pruned: int           # skipped: a lower bound proved them out of the top N
     evaluated: int        # partition search run
-    infeasible: int       # nothing fits in memory
+    infeasible: int       # no partition fits in memory (pruned or not)
     solves: int           # partition solves: DPs, plus one per one- or two-stage enumeration
+    node_orders: int      # orders of node groups along the pipeline
+    all_node_orders: bool  # False: too many distinct orders; rank order and by GPU speed only
     search_time_s: float
 
     def to_dict(self) -> dict:
         return {"candidates": self.candidates, "pruned": self.pruned, "evaluated": self.evaluated,
-                "infeasible": self.infeasible, "solves": self.solves, "search_time_s": self.search_time_s}
+                "infeasible": self.infeasible, "solves": self.solves, "node_orders": self.node_orders,
+                "all_node_orders": self.all_node_orders, "search_time_s": self.search_time_s}
 
 
 @dataclass(frozen=True)
@@ -93,41 +96,15 @@ def tp_degrees(scenario: Scenario) -> list[int]:
     return [tp for tp in options if not heads or heads % tp == 0]
 
 
-def node_orders(scenario: Scenario, limit: int = 120) -> list[tuple[int, ...]]:
-    """Orders of node groups along the pipeline that differ in hardware. Groups with identical
-    hardware are interchangeable, so orders giving the same per-node hardware sequence count once.
-    Beyond `limit` distinct orders, only rank order and the groups sorted by GPU speed both ways."""
-    groups = scenario.cluster.nodes
-    rank = tuple(range(len(groups)))
-    if not scenario.search.reorder_nodes or len({g.hardware_key() for g in groups}) == 1:
-        return [rank]
-    seen: dict[tuple, tuple[int, ...]] = {}
-    for order in itertools.permutations(rank):
-        key = tuple((groups[g].hardware_key(), groups[g].count) for g in order)
-        seen.setdefault(_merge_runs(key), order)
-        if len(seen) > limit:
-            speed = sorted(rank, key=lambda g: groups[g].gpu.peak_flops_16 * groups[g].gpu.peak_fraction)
-            return list(dict.fromkeys([rank, tuple(speed), tuple(reversed(speed))]))
-    return sorted(seen.values(), key=lambda order: (order != rank, order))
-
-
-def _merge_runs(key: tuple) -> tuple:
-    """Adjacent groups of identical hardware form one run of nodes: (A,2),(A,1) == (A,3)."""
-    merged: list[list] = []
-    for hardware, count in key:
-        if merged and merged[-1][0] == hardware:
-            merged[-1][1] += count
-        else:
-            merged.append([hardware, count])
-    return tuple((hw, n) for hw, n in merged)
-
-
-def enumerate_candidates(scenario: Scenario) -> list[tuple[int, int, int, int, tuple[int, ...]]]:
+def enumerate_candidates(scenario: Scenario, orders: NodeOrders | None = None
+                         ) -> list[tuple[int, int, int, int, tuple[int, ...]]]:
+    """Every (tp, pp, dp, micro-batch size, node-group order) to search, over `orders` (by default
+    node_orders(scenario)). One pipeline stage with one replica has a single order: rank order."""
     n = scenario.cluster.num_gpus
     layers = scenario.model.num_layers
     gbs = scenario.training.global_batch_size
     out = []
-    orders = node_orders(scenario)
+    orders = (orders or node_orders(scenario)).orders
     for tp in tp_degrees(scenario):
         if n % tp:
             continue
@@ -156,15 +133,14 @@ def _memory_shortfall(candidate: Candidate) -> str | None:
     cost = candidate.cost
     reserve = cost.training.runtime_reserve_bytes
     state_sum, state_max, capacity_max, room, in_flight_max = _memory_totals(candidate)
-    per_stage = max(state_sum / candidate.pp, state_max) + reserve
-    if per_stage > capacity_max:
-        return (f"weights, gradients and optimizer state alone need {format_bytes(per_stage)} per GPU "
-                f"(even split over {candidate.pp} stages, incl. reserve) of {format_bytes(capacity_max)}")
+    state = max(state_sum / candidate.pp, state_max)
+    if state + reserve > capacity_max:
+        return f"weights, gradients and optimizer state need at least {format_bytes(state)} per GPU"
     act_prefix, _, _ = candidate.memory_arrays
     need = float(act_prefix[-1]) + state_sum / in_flight_max
     if need > room:
-        return (f"activations of micro-batch {candidate.mbs} and the state need {format_bytes(need)} "
-                f"of room per micro-batch in flight; the {candidate.pp} stages have {format_bytes(room)}")
+        return (f"activations of micro-batch {candidate.mbs} and the state need {format_bytes(need)} of room "
+                f"per micro-batch in flight; the stages have {format_bytes(room)}")
     return None
 
 
@@ -186,7 +162,7 @@ def _memory_totals(candidate: Candidate) -> tuple[float, float, float, float, fl
     return cache[state_key] + cache[room_key]
 
 
-def _time_floors(candidates: list[Candidate]) -> list[float]:
+def _time_floors(candidates: list[Candidate], cancel: Callable[[], bool]) -> list[float]:
     """A lower bound on each candidate's iteration time over every partition (terms as in cost.py).
 
     With b_l a layer's time on the fastest GPU serving the pipeline, rho_s the least slow-down of
@@ -196,13 +172,15 @@ def _time_floors(candidates: list[Candidate]) -> list[float]:
         first, each up to C_s = M - f_s, until all of sum b is placed (a fractional relaxation),
         and M >= ceil(k / pp) x (k-th largest b) since k layers that slow must share pp stages;
       fill adds the cheapest cut at every boundary; tail >= all parameters / sum_s (1 / e_coef_s).
-    Candidates with the same pp are solved together.
+    Candidates with the same pp are solved together; `cancel` is polled between them.
     """
     floors = [0.0] * len(candidates)
     by_pp: dict[int, list[int]] = {}
     for index, candidate in enumerate(candidates):
         by_pp.setdefault(candidate.pp, []).append(index)
     for pp, members in by_pp.items():
+        if cancel():
+            raise Cancelled
         group = [candidates[index] for index in members]
         layout_terms = [_layout_floor_terms(c) for c in group]
         times = [_fastest_times(c, terms[2]) for c, terms in zip(group, layout_terms)]
@@ -297,7 +275,8 @@ def search(scenario: Scenario, *, top: int | None = None,
     report = progress or (lambda fraction: None)
     cost = CostModel(scenario)
     rank = tuple(range(len(scenario.cluster.nodes)))
-    keys = enumerate_candidates(scenario)
+    orders = node_orders(scenario)
+    keys = enumerate_candidates(scenario, orders)
     sizes: dict[int, list[int]] = {}             # micro-batch sizes per tp, computed in one pass each
     for tp, _, _, mbs, _ in keys:
         sizes.setdefault(tp, []).append(mbs)
@@ -305,7 +284,7 @@ def search(scenario: Scenario, *, top: int | None = None,
         for tp, micro_batch_sizes in sizes.items():
             cost.prepare_layer_times(group, tp, micro_batch_sizes)
 
-    infeasible: list[Infeasible] = []
+    no_fit: list[tuple[Candidate, str | None]] = []     # no partition fits: why, if known
     fitting = []
     for index, key in enumerate(keys):
         if cancel():
@@ -315,16 +294,17 @@ def search(scenario: Scenario, *, top: int | None = None,
         candidate = cost.candidate(*key)
         shortfall = _memory_shortfall(candidate)
         if shortfall:
-            infeasible.append(Infeasible(Strategy(*key[:4], placement=key[4]), shortfall))
+            no_fit.append((candidate, shortfall))
             continue
         fitting.append((key, candidate))
-    floors = _time_floors([candidate for _, candidate in fitting])
+    floors = _time_floors([candidate for _, candidate in fitting], cancel)
     queue = [(floor, key, candidate) for floor, (key, candidate) in zip(floors, fitting)]
     queue.sort(key=lambda item: (item[0], item[1]))
 
     best: list[tuple[float, tuple, tuple[int, ...], Candidate]] = []  # max-heap by -J of the top N
     baseline: tuple[float, tuple, Candidate] | None = None
-    evaluated = solves = pruned = 0
+    evaluated = solves = 0
+    pruned: list[Candidate] = []
     for index, (floor, key, candidate) in enumerate(queue):
         if cancel():
             raise Cancelled
@@ -335,44 +315,62 @@ def search(scenario: Scenario, *, top: int | None = None,
             if over <= 0 and (baseline is None or (uniform, key) < baseline[:2]):
                 baseline = (uniform, key, candidate)
         if floor >= cutoff:
-            pruned += 1
+            pruned.append(candidate)
             continue
         tables = SegmentTables(candidate)
         result = solve(tables, cutoff, cancel)
         evaluated += 1
         solves += result.solves
         if not result.fits:
-            infeasible.append(_no_fit(candidate))
+            no_fit.append((candidate, None))
         elif result.partition is not None:
             entry = (-result.iteration_time_s, _negate(key), result.partition, candidate)
             if len(best) < top:
                 heapq.heappush(best, entry)
             else:
                 heapq.heappushpop(best, entry)
+    # Whether a pruned candidate fits decides only whether it is listed as infeasible, so that the
+    # list does not depend on `top`.
+    no_fit += [(candidate, None) for candidate, fits in zip(pruned, partitions_fit(pruned, cancel)) if not fits]
+    infeasible = _infeasible(no_fit)
     report(1.0)
 
     ranked = sorted(best, key=lambda item: (-item[0], _negate(item[1])))
-    strategies = tuple(candidate.predict(partition) for _, _, partition, candidate in ranked)
+    strategies = []
+    for _, _, partition, candidate in ranked:
+        if cancel():
+            raise Cancelled
+        strategies.append(candidate.predict(partition))
     baseline_prediction = None
     if baseline is not None:
         candidate = baseline[2]
         baseline_prediction = candidate.predict(even_partition(candidate.num_layers, candidate.pp))
-    stats = SearchStats(candidates=len(keys), pruned=pruned, evaluated=evaluated, infeasible=len(infeasible),
-                        solves=solves, search_time_s=time.perf_counter() - started)
+    stats = SearchStats(candidates=len(keys), pruned=len(pruned), evaluated=evaluated, infeasible=len(infeasible),
+                        solves=solves, node_orders=len(orders.orders), all_node_orders=orders.complete,
+                        search_time_s=time.perf_counter() - started)
     infeasible.sort(key=lambda entry: (entry.strategy.tp, entry.strategy.pp, entry.strategy.micro_batch_size,
                                        entry.strategy.placement or ()))
-    return SearchResult(scenario, strategies, tuple(infeasible), baseline_prediction, stats)
+    return SearchResult(scenario, tuple(strategies), tuple(infeasible), baseline_prediction, stats)
 
 
-def _no_fit(candidate: Candidate) -> Infeasible:
-    """A candidate no partition fits, described by the even split's fullest stage."""
-    even = even_partition(candidate.num_layers, candidate.pp)
-    _, stage, over = candidate.quick_evaluate(even)
-    first = sum(even[:stage])
-    gpu = "+".join(dict.fromkeys(candidate.cost.gpus[g].name for g in candidate.layout.stage_groups[stage]))
-    return Infeasible(candidate.strategy(even), (
-        f"no partition fits; with an even split stage {stage} (layers {first}-{first + even[stage] - 1}, "
-        f"{gpu}) is {format_bytes(over)} over its {format_bytes(candidate.layout.stage_capacity[stage])}"))
+def _infeasible(no_fit: list[tuple[Candidate, str | None]]) -> list[Infeasible]:
+    """Candidates no partition fits, each with why (a necessary condition it fails, if one did)
+    and its even split's most overfull stage, by how much."""
+    if not no_fit:
+        return []
+    need, capacity = even_split_memory([candidate for candidate, _ in no_fit])
+    out = []
+    for (candidate, why), need_row, capacity_row in zip(no_fit, need, capacity):
+        even = even_partition(candidate.num_layers, candidate.pp)
+        stage = int(np.argmax(need_row - capacity_row))
+        first = sum(even[:stage])
+        gpus = candidate.cost.gpus
+        gpu = "+".join(dict.fromkeys(gpus[g].name for g in candidate.layout.stage_groups[stage]))
+        worst = over_capacity(stage, first, first + even[stage] - 1, gpu, float(need_row[stage]),
+                              float(capacity_row[stage]))
+        out.append(Infeasible(candidate.strategy(even), f"no partition fits{f': {why}' if why else ''}; "
+                                                        f"with an even split {worst}"))
+    return out
 
 
 def _negate(key: tuple) -> tuple:

@@ -8,7 +8,7 @@ from hypothesis import assume, event, given, settings
 from hypothesis import strategies as st
 
 from amp_tui.core.cost import CostModel
-from amp_tui.core.partition import best_partition
+from amp_tui.core.partition import best_partition, partitions_fit
 from amp_tui.core.scenario import load_scenario, parse_scenario
 from amp_tui.core.search import enumerate_candidates
 from core_builders import brute_force, build, close, compositions, examples, layer, node, scenario_dicts
@@ -100,6 +100,24 @@ def test_upper_bound_only_prunes_what_cannot_beat_it(candidate, bound_scale):
         assert close(candidate.predict(result.partition).iteration_time_s, expected_time)
     elif expected_time > bound * (1 + 1e-9):
         assert result.partition is None and result.iteration_time_s == math.inf
+
+
+@settings(max_examples=examples(60), deadline=None)
+@given(candidate=candidates())
+def test_partitions_fit_equals_brute_force(candidate):
+    assert partitions_fit([candidate]).tolist() == [brute_force(candidate)[0] is not None]
+
+
+@settings(max_examples=examples(30), deadline=None)
+@given(spec=scenario_dicts(max_layers=10))
+def test_partitions_fit_in_one_batch(spec):
+    """Every candidate of a scenario at once (pipelines of every depth, every tp and micro-batch
+    size side by side): the same answers as brute force one by one."""
+    cost = CostModel(parse_scenario(spec))
+    batch = [cost.candidate(*key) for key in enumerate_candidates(cost.scenario)]
+    expected = [brute_force(candidate)[0] is not None for candidate in batch]
+    event(f"{expected.count(False)} of {len(batch)} do not fit" if False in expected else "all fit")
+    assert partitions_fit(batch).tolist() == expected
 
 
 def test_nothing_fits():

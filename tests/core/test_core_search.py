@@ -11,9 +11,9 @@ from hypothesis import strategies as st
 from amp_tui.core.cost import CostModel
 from amp_tui.core.errors import Cancelled
 from amp_tui.core.evaluate import evaluate
-from amp_tui.core.placement import node_order
 from amp_tui.core.scenario import load_scenario, parse_scenario
-from amp_tui.core.search import enumerate_candidates, node_orders, search
+from amp_tui.core.orders import node_orders
+from amp_tui.core.search import enumerate_candidates, search
 from amp_tui.core.strategy import Strategy, even_partition, validate_strategy
 from core_builders import brute_force, build, close, examples, layer, node, scenario_dicts
 
@@ -72,11 +72,16 @@ def test_search_equals_brute_force(spec, top):
         assert result.baseline.strategy.partition == even_partition(scn.model.num_layers, result.baseline.strategy.pp)
         if result.strategies:
             assert result.speedup_vs_baseline >= 1 - 1e-9
-    # a strategy reported infeasible has no partition that fits
+    # infeasible: exactly the candidates with no partition that fits, pruned or not, each once
+    keys = enumerate_candidates(scn)
+    listed = [_key(entry.strategy) for entry in result.infeasible]
+    assert sorted(listed, key=repr) == sorted((k for k in keys if k not in best), key=repr)
     for entry in result.infeasible:
-        assert _key(entry.strategy) not in best
-        assert entry.reason
-    assert result.stats.candidates == len(enumerate_candidates(scn))
+        assert entry.reason.startswith("no partition fits") and " over" in entry.reason
+        assert entry.strategy.partition == even_partition(scn.model.num_layers, entry.strategy.pp)
+    assert result.stats.infeasible == len(result.infeasible)
+    assert result.stats.candidates == len(keys)
+    assert result.stats.node_orders == len(node_orders(scn).orders)
 
 
 @settings(max_examples=examples(40), deadline=None)
@@ -85,7 +90,7 @@ def test_enumerated_candidates_are_exactly_the_valid_ones(spec):
     scn = parse_scenario(spec)
     n, gbs, layers = scn.cluster.num_gpus, scn.training.global_batch_size, scn.model.num_layers
     per_node = math.gcd(*(g.gpus_per_node for g in scn.cluster.nodes))
-    orders = node_orders(scn)
+    orders = node_orders(scn).orders
     keys = enumerate_candidates(scn)
     assert len(set(keys)) == len(keys)
     expected = set()
@@ -160,46 +165,15 @@ def test_progress_goes_from_zero_to_one():
 
 
 A = {"gpu": "V100", "gpus_per_node": 1, "intra_node_bandwidth": 100, "inter_node_bandwidth": 10}
-B = {"gpu": "T4", "gpus_per_node": 1, "intra_node_bandwidth": 50, "inter_node_bandwidth": 50}
 TINY = [layer(params=1e6, flops=1e11, activation_bytes=1e6, output_bytes=1e6, width=1024, tokens=1024)] * 4
 
 
-def _sequences(scn, orders):
-    groups = scn.cluster.nodes
-    return [tuple(groups[g].hardware_key() for g in node_order(scn.cluster, order)) for order in orders]
-
-
-@pytest.mark.parametrize("counts, distinct", [
-    ((1, 1, 1), 3),      # A A B: AAB, ABA, BAA
-    ((2, 1, 1), 4),      # 2A, 1A, 1B: AAAB, AABA, ABAA, BAAA
-    ((1, 1, 2), 3),      # A A BB: AABB, ABBA, BBAA
-])
-def test_identical_node_groups_are_not_enumerated_twice(counts, distinct):
-    nodes = [{**A, "count": counts[0]}, {**A, "count": counts[1]}, {**B, "count": counts[2]}]
-    scn = build(nodes, TINY, 4)
-    orders = node_orders(scn)
-    assert orders[0] == (0, 1, 2)
-    assert all(sorted(order) == [0, 1, 2] for order in orders)
-    sequences = _sequences(scn, orders)
-    assert len(set(sequences)) == len(sequences) == distinct
-    every = set(_sequences(scn, itertools.permutations(range(3))))
-    assert set(sequences) == every
-
-
-def test_identical_groups_only_give_rank_order():
-    scn = build([{**A, "count": 1}, {**A, "count": 2}], TINY, 4)
-    assert node_orders(scn) == [(0, 1)]
-
-
-def test_reorder_off_gives_rank_order():
-    scn = build([{**A, "count": 1}, {**B, "count": 1}], TINY, 4, search={"reorder_nodes": False})
-    assert node_orders(scn) == [(0, 1)]
-    assert {key[4] for key in enumerate_candidates(scn)} == {(0, 1)}
-
-
-def test_two_gpu_types_give_both_orders():
-    scn = build([{**A, "count": 1}, {**B, "count": 1}], TINY, 4)
-    assert node_orders(scn) == [(0, 1), (1, 0)]
+def test_infeasible_list_does_not_depend_on_top():
+    """Pruned candidates are still checked for memory: top 1 and top 50 list the same infeasible ones."""
+    scn = load_scenario("paper-het-cluster")
+    narrow, wide = search(scn, top=1), search(scn, top=50)
+    assert narrow.stats.pruned > wide.stats.pruned
+    assert narrow.infeasible == wide.infeasible and len(narrow.infeasible) == narrow.stats.infeasible > 0
 
 
 def test_nothing_fits_reports_infeasible_with_a_reason():

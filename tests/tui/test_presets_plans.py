@@ -12,6 +12,7 @@ from amp_tui.tui.screens.confirm import ConfirmScreen
 from amp_tui.tui.screens.preset_picker import PresetPickerScreen
 from amp_tui.tui.screens.save_dialog import SaveDialog
 from amp_tui.tui.widgets.selected_pane import SelectedPane
+from amp_tui.tui.widgets.stage_bars import StageBars
 from amp_tui.tui.widgets.strategy_table import StrategyTable
 
 from .conftest import settle
@@ -158,6 +159,9 @@ async def test_infeasible_strategies_on_request(make_app):
         await pilot.pause()
         summary = str(app.query_one(SelectedPane).query_one("#selected-summary").content)
         assert "infeasible" in summary and result.infeasible[0].reason in summary
+        bars = app.query_one(SelectedPane).query_one(StageBars)   # the even split the reason describes
+        assert bars.display and bars.prediction.strategy == result.infeasible[0].strategy
+        assert not bars.prediction.fits_memory and "OVER by" in str(bars.render())
         await pilot.press("ctrl+s")  # nothing to save for an infeasible row
         await pilot.pause()
         assert not isinstance(app.screen, SaveDialog)

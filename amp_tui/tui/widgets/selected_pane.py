@@ -8,13 +8,16 @@ from textual.containers import VerticalScroll
 from textual.widgets import Static
 
 from amp_tui.core.cost import Prediction
+from amp_tui.core.evaluate import evaluate
+from amp_tui.core.placement import placement_label
+from amp_tui.core.scenario import Cluster
 from amp_tui.core.search import Infeasible
 from amp_tui.core.units import format_seconds
 from amp_tui.tui.widgets.stage_bars import StageBars
 from amp_tui.tui.widgets.time_chart import TimeChart
 
 
-def summary(prediction: Prediction, baseline: Prediction | None) -> Text:
+def summary(prediction: Prediction, baseline: Prediction | None, cluster: Cluster) -> Text:
     strategy = prediction.strategy
     text = Text()
     text.append(f"{strategy.label}", style="bold")
@@ -31,8 +34,8 @@ def summary(prediction: Prediction, baseline: Prediction | None) -> Text:
     text.append(format_seconds(prediction.dp_allreduce_s), style="bold")
     if strategy.partition:
         text.append(f"\nlayers per stage {'/'.join(map(str, strategy.partition))}")
-    if strategy.placement and len(strategy.placement) > 1:
-        text.append(f" · node-group order {','.join(map(str, strategy.placement))}")
+    if len(cluster.nodes) > 1:
+        text.append(f" · nodes {placement_label(cluster, strategy.placement)}")
     if not prediction.fits_memory and prediction.reason:
         text.append(f"\n{prediction.reason}", style="bold red")
     return text
@@ -57,18 +60,24 @@ class SelectedPane(VerticalScroll):
     def show(self, entry: Prediction | Infeasible | None, baseline: Prediction | None) -> None:
         bars, chart, text = self.query_one(StageBars), self.query_one(TimeChart), self.query_one("#selected-summary", Static)
         if isinstance(entry, Prediction):
-            text.update(summary(entry, baseline))
+            text.update(summary(entry, baseline, self.app.result.scenario.cluster))
             bars.show(entry)
             chart.show(entry)
             bars.display = chart.display = True
-        else:
-            if isinstance(entry, Infeasible):
-                message = Text(f"{entry.strategy.label} micro-batch {entry.strategy.micro_batch_size} is infeasible:\n",
-                               style="bold")
-                message.append(entry.reason, style="red")
-            else:
-                message = Text("No feasible strategy: nothing fits in memory (press f to see why).", style="dim")
+        elif isinstance(entry, Infeasible):
+            strategy, scenario = entry.strategy, self.app.result.scenario
+            message = Text(f"{strategy.label} micro-batch {strategy.micro_batch_size}", style="bold")
+            if len(scenario.cluster.nodes) > 1:
+                message.append(f" · nodes {placement_label(scenario.cluster, strategy.placement)}")
+            message.append(" is infeasible:\n", style="bold")
+            message.append(entry.reason, style="red")
+            message.append("\nThe bars show the even split.", style="dim")
             text.update(message)
+            bars.show(evaluate(scenario, strategy))       # the even split the reason describes
+            chart.show(None)
+            bars.display, chart.display = True, False
+        else:
+            text.update(Text("No feasible strategy: nothing fits in memory (press f to see why).", style="dim"))
             bars.show(None)
             chart.show(None)
             bars.display = chart.display = False

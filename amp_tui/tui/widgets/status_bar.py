@@ -62,6 +62,8 @@ class StatusBar(Widget):
                 text.append(" · nothing fits in memory", style="bold red")
             text.append(f" · {stats.evaluated} of {stats.candidates} candidates evaluated, {stats.pruned} pruned, "
                         f"{len(self.result.infeasible)} infeasible")
+            if not stats.all_node_orders:
+                text.append(f" · only {stats.node_orders} node orders tried (too many to try all)", style="yellow")
         elif self.state == "failed":
             text.append("search failed", style="bold red")
         if self.error:

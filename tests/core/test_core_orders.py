@@ -1,0 +1,95 @@
+"""orders.py: every distinct per-node hardware sequence is searched once, as the smallest group
+order that gives it (checked against all permutations), without permuting every group."""
+
+import itertools
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from amp_tui.core.orders import MAX_ORDERS, node_orders
+from amp_tui.core.placement import node_order
+from amp_tui.core.search import enumerate_candidates, search
+from core_builders import build, examples, layer
+
+A = {"gpu": "V100", "gpus_per_node": 1, "intra_node_bandwidth": 100, "inter_node_bandwidth": 10}
+B = {"gpu": "T4", "gpus_per_node": 1, "intra_node_bandwidth": 50, "inter_node_bandwidth": 50}
+C = {"gpu": "A10G", "gpus_per_node": 1, "intra_node_bandwidth": 50, "inter_node_bandwidth": 25}
+TINY = [layer(params=1e6, flops=1e11, activation_bytes=1e6, output_bytes=1e6, width=1024, tokens=1024)] * 4
+
+
+def _sequence(scn, order):
+    """The hardware of every node along the pipeline: what an order decides."""
+    groups = scn.cluster.nodes
+    return tuple(groups[g].hardware_key() for g in node_order(scn.cluster, order))
+
+
+def _brute_force(scn):
+    """Per distinct node sequence, the smallest permutation of the groups that gives it."""
+    smallest = {}
+    for order in itertools.permutations(range(len(scn.cluster.nodes))):
+        smallest.setdefault(_sequence(scn, order), order)    # permutations come in ascending order
+    return smallest
+
+
+@settings(max_examples=examples(60), deadline=None)
+@given(groups=st.lists(st.tuples(st.sampled_from([A, B, C]), st.integers(1, 3)), min_size=1, max_size=6))
+def test_orders_equal_brute_force_over_permutations(groups):
+    scn = build([{**kind, "count": count} for kind, count in groups], TINY, 4)
+    result = node_orders(scn, limit=10_000)
+    expected = _brute_force(scn)
+    assert result.complete
+    assert result.orders[0] == tuple(range(len(groups)))
+    assert sorted(result.orders) == sorted(expected.values())
+
+
+@pytest.mark.parametrize("counts, distinct", [
+    ((1, 1, 1), 3),      # A A B: AAB, ABA, BAA
+    ((2, 1, 1), 4),      # 2A, 1A, 1B: AAAB, AABA, ABAA, BAAA
+    ((1, 1, 2), 3),      # A A BB: AABB, ABBA, BBAA
+])
+def test_identical_node_groups_are_not_enumerated_twice(counts, distinct):
+    nodes = [{**A, "count": counts[0]}, {**A, "count": counts[1]}, {**B, "count": counts[2]}]
+    scn = build(nodes, TINY, 4)
+    orders = node_orders(scn).orders
+    sequences = [_sequence(scn, order) for order in orders]
+    assert len(set(sequences)) == len(sequences) == distinct
+    assert set(sequences) == {_sequence(scn, order) for order in itertools.permutations(range(3))}
+
+
+def test_one_group_per_node_is_cheap_and_complete():
+    """Nine identical nodes written one per group and one other node: ten placements of the odd
+    node, found without walking the 10! permutations of the groups."""
+    scn = build([{**A, "count": 1}] * 9 + [{**B, "count": 1}], TINY, 10)
+    result = node_orders(scn)
+    assert result.complete and len(result.orders) == 10
+    assert sorted(order.index(9) for order in result.orders) == list(range(10))
+    assert search(scn, top=1).stats.node_orders == 10
+
+
+def test_too_many_distinct_orders_falls_back_and_says_so():
+    """Six kinds of node have 720 distinct orders: rank order and by GPU speed, both ways, only."""
+    kinds = [{**A, "inter_node_bandwidth": bandwidth, "count": 1} for bandwidth in (1, 2, 5, 10, 25, 50)]
+    scn = build(kinds, TINY, 6)
+    result = node_orders(scn)
+    assert 6 * 5 * 4 * 3 * 2 > MAX_ORDERS
+    assert not result.complete
+    assert result.orders[0] == tuple(range(6)) and 1 <= len(result.orders) <= 3
+    stats = search(scn, top=1).stats
+    assert stats.all_node_orders is False and stats.node_orders == len(result.orders)
+
+
+def test_identical_groups_only_give_rank_order():
+    scn = build([{**A, "count": 1}, {**A, "count": 2}], TINY, 4)
+    assert node_orders(scn).orders == ((0, 1),)
+
+
+def test_reorder_off_gives_rank_order():
+    scn = build([{**A, "count": 1}, {**B, "count": 1}], TINY, 4, search={"reorder_nodes": False})
+    assert node_orders(scn).orders == ((0, 1),)
+    assert {key[4] for key in enumerate_candidates(scn)} == {(0, 1)}
+
+
+def test_two_gpu_types_give_both_orders():
+    scn = build([{**A, "count": 1}, {**B, "count": 1}], TINY, 4)
+    assert node_orders(scn).orders == ((0, 1), (1, 0))
