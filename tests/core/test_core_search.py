@@ -4,6 +4,7 @@ is deterministic, cancellable, reports progress, and enumerates each distinct no
 import itertools
 import math
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -219,3 +220,31 @@ def test_a_scenario_without_candidates_gives_an_empty_result():
     assert result.strategies == () and result.baseline is None and result.infeasible == ()
     assert result.stats.candidates == 0
     assert seen[-1] == 1.0
+
+
+@pytest.mark.parametrize("model", ["gpt3-6.7b", "gpt3-175b", "llama2-70b"])
+def test_megatron_territory_keeps_tensor_parallelism_inside_nodes(model):
+    """16 DGX A100 nodes (8 A100 80 GB on NVSwitch each, InfiniBand between). Even when allowed to
+    span nodes, tensor parallelism stays inside one in every ranked plan, and every plan fits; the
+    models too big for data parallelism alone are split by tensor and pipeline parallelism, as
+    Megatron-LM's experience would have it."""
+    scn = parse_scenario({
+        "name": f"dgx-{model}", "cluster": {"nodes": [{"instance": "dgx-a100", "count": 16}]},
+        "model": {"preset": model},
+        "training": {"global_batch_size": 512, "precision": "bf16", "zero_stage": 1},
+        "search": {"allow_cross_node_tp": True},
+    })
+    assert any(key[0] > 8 for key in enumerate_candidates(scn))     # tp across nodes was on offer
+    result = search(scn, top=5)
+    assert len(result.strategies) == 5
+    cost = CostModel(scn)
+    nvswitch = 1.0 / scn.cluster.nodes[0].intra_node_bandwidth
+    for p in result.strategies:
+        s = p.strategy
+        assert s.tp <= 8 and p.fits_memory
+        if s.tp > 1:     # every stage's tensor-parallel ring runs over NVSwitch
+            layout = cost.layout(s.tp, s.pp, s.dp, s.placement)
+            assert np.allclose(layout.stage_tp_seconds_per_byte, nvswitch)
+    best = result.strategies[0].strategy
+    if model != "gpt3-6.7b":
+        assert best.tp > 1 and best.pp > 1
