@@ -35,7 +35,7 @@ def summary(prediction: Prediction, baseline: Prediction | None, cluster: Cluste
     if strategy.partition:
         text.append(f"\nlayers per stage {'/'.join(map(str, strategy.partition))}")
     if len(cluster.nodes) > 1:
-        text.append(f" · nodes {placement_label(cluster, strategy.placement)}")
+        text.append(f" · nodes: {placement_label(cluster, strategy.placement)}")
     if not prediction.fits_memory and prediction.reason:
         text.append(f"\n{prediction.reason}", style="bold red")
     return text
@@ -66,10 +66,10 @@ class SelectedPane(VerticalScroll):
             bars.display = chart.display = True
         elif isinstance(entry, Infeasible):
             strategy, scenario = entry.strategy, self.app.result.scenario
-            message = Text(f"{strategy.label} micro-batch {strategy.micro_batch_size}", style="bold")
+            message = Text(f"{strategy.label} micro-batch {strategy.micro_batch_size} is infeasible", style="bold")
             if len(scenario.cluster.nodes) > 1:
-                message.append(f" · nodes {placement_label(scenario.cluster, strategy.placement)}")
-            message.append(" is infeasible:\n", style="bold")
+                message.append(f" · nodes: {placement_label(scenario.cluster, strategy.placement)}")
+            message.append("\n")
             message.append(entry.reason, style="red")
             message.append("\nThe bars show the even split.", style="dim")
             text.update(message)
