@@ -143,7 +143,7 @@ def cmd_plan(args) -> int:
     if args.rank < 1:
         raise SpecError("--rank", args.rank, "must be at least 1")
     if args.save and not args.force and Path(args.save).exists():
-        raise SpecError("--save", args.save, "already exists (use --force to overwrite)")
+        raise SpecError("--save", Path(args.save), "already exists (use --force to overwrite)")
     scenario = load_scenario(args.scenario)
     top = max(args.top or scenario.search.top, args.rank if args.save else 1)
     result = search(scenario, top=top)
@@ -154,10 +154,11 @@ def cmd_plan(args) -> int:
         if args.rank > len(result.strategies):
             raise SpecError("--rank", args.rank, f"only {len(result.strategies)} feasible strategies were found")
         saved = save_plan(args.save, scenario, result.strategies[args.rank - 1], overwrite=args.force)
+    shown = args.top or scenario.search.top     # the search may have ranked more, for --rank
     if args.json:
-        print(json.dumps(result.to_dict(), indent=2))
+        print(json.dumps(result.to_dict(top=shown), indent=2))
     else:
-        print(render_search(result, args.top or scenario.search.top))
+        print(render_search(result, shown))
     if saved:
         print(f"saved strategy {args.rank} to {saved}", file=sys.stderr if args.json else sys.stdout)
     return 0

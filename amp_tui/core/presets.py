@@ -6,6 +6,7 @@ as amp_tui/_presets (see pyproject.toml), so presets work after a plain `pip ins
 
 from __future__ import annotations
 
+import copy
 from functools import cache
 from pathlib import Path
 
@@ -46,8 +47,13 @@ def preset_path(kind: str, name: str) -> Path:
     return path
 
 
-@cache
 def load_preset(kind: str, name: str) -> dict:
+    """A preset's mapping, a fresh copy each time: callers may change it."""
+    return copy.deepcopy(_load_preset(kind, name))
+
+
+@cache
+def _load_preset(kind: str, name: str) -> dict:
     data = load_yaml_file(preset_path(kind, name))
     if not isinstance(data, dict):
         raise SpecError(f"presets/{kind}/{name}.yaml", type(data).__name__, "expected a mapping")

@@ -65,13 +65,14 @@ class SearchResult:
             return None
         return self.baseline.iteration_time_s / self.strategies[0].iteration_time_s
 
-    def to_dict(self) -> dict:
+    def to_dict(self, top: int | None = None) -> dict:
+        """Everything, with the best `top` strategies (default: all that were ranked)."""
         return {
             "scenario": self.scenario.name,
             "search_time_s": self.stats.search_time_s,
             "candidates": self.stats.candidates,
             "statistics": self.stats.to_dict(),
-            "strategies": [{"rank": i + 1, **p.to_dict()} for i, p in enumerate(self.strategies)],
+            "strategies": [{"rank": i + 1, **p.to_dict()} for i, p in enumerate(self.strategies[:top])],
             "infeasible": [entry.to_dict() for entry in self.infeasible],
             "baseline": self.baseline.to_dict() if self.baseline else None,
             "speedup_vs_baseline": self.speedup_vs_baseline,

@@ -86,6 +86,8 @@ def atomic_write(path: str | Path, text: str, *, overwrite: bool = True) -> Path
     a SpecError names it.
     """
     path = Path(path)
+    if path.is_dir():
+        raise SpecError("file", path, "is a folder, not a file")
     if not overwrite and path.exists():
         raise SpecError("file", path, "already exists (use --force to overwrite)")
     folder = path.parent if str(path.parent) else Path(".")
@@ -110,8 +112,10 @@ def atomic_write(path: str | Path, text: str, *, overwrite: bool = True) -> Path
             os.unlink(tmp)
         else:
             os.replace(tmp, path)
-    except BaseException:
+    except BaseException as exc:
         if os.path.exists(tmp):
             os.unlink(tmp)
+        if isinstance(exc, OSError):      # e.g. the target turned into a folder meanwhile
+            raise SpecError("file", path, f"cannot be written ({exc.strerror or exc})") from None
         raise
     return path

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from amp_tui.core.presets import preset_names
+from amp_tui.core.presets import load_preset, preset_names
 from amp_tui.core.scenario import load_scenario, parse_scenario
 from core_builders import with_change
 
@@ -98,3 +98,11 @@ def test_round_trip_keeps_an_inline_gpu_with_round_figures():
     assert original.cluster.nodes[1].gpu.peak_flops_16 == 50e12
     assert original.cluster.nodes[1].gpu.usable_memory_bytes == 8 * 2**30
     _same(original, parse_scenario(original.to_dict()))
+
+
+def test_a_preset_changed_by_its_reader_stays_intact():
+    """Presets are read once and cached; each reader gets its own copy to change."""
+    data = load_preset("scenarios", "paper-homogeneous")
+    data["training"]["global_batch_size"] = 3
+    assert load_preset("scenarios", "paper-homogeneous")["training"]["global_batch_size"] == 32
+    assert load_scenario("paper-homogeneous").training.global_batch_size == 32

@@ -1,0 +1,286 @@
+"""The command line end to end through `amp_tui.cli.main`: plan, evaluate, bench and presets output,
+plan files, and the one-line errors with exit status 2. Expected figures come from the core API."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+
+import pytest
+
+from amp_tui import __version__
+from amp_tui.cli import main
+from amp_tui.core.evaluate import evaluate
+from amp_tui.core.planfile import load_plan
+from amp_tui.core.presets import load_preset
+from amp_tui.core.scenario import load_scenario
+from amp_tui.core.search import search
+from amp_tui.core.strategy import Strategy
+from amp_tui.core.yamlio import dump_yaml
+
+PAPER = ("paper-homogeneous", "paper-het-cluster", "paper-het-model")
+STRATEGY_KEYS = ("tp", "pp", "dp", "micro_batch_size", "partition", "placement")
+
+
+def run(capsys, *argv: str) -> tuple[int, str, str]:
+    """(exit status, stdout, stderr) of `amp-tui ARGV`."""
+    code = main([str(a) for a in argv])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def run_json(capsys, *argv: str):
+    code, out, err = run(capsys, *argv, "--json")
+    assert code == 0, err
+    return json.loads(out)
+
+
+def user_error(capsys, *argv: str) -> str:
+    """Run a command that must be refused: status 2, one stderr line, no traceback. The line."""
+    code, out, err = run(capsys, *argv)
+    assert code == 2, (out, err)
+    assert "Traceback" not in out + err
+    lines = err.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("amp-tui: error:"), err
+    return lines[0]
+
+
+def strategy_of(entry: dict) -> Strategy:
+    """The Strategy a JSON strategy entry describes (lists back to tuples)."""
+    return Strategy(**{k: tuple(entry[k]) if isinstance(entry[k], list) else entry[k] for k in STRATEGY_KEYS})
+
+
+def write_scenario(tmp_path, name="tiny.yaml", **node) -> str:
+    """paper-homogeneous with its cluster written out as one node group (fields in `node` win)."""
+    data = load_preset("scenarios", "paper-homogeneous")
+    data["cluster"] = {"nodes": [{"instance": "g4dn.12xlarge", "count": 4, **node}]}
+    path = tmp_path / name
+    path.write_text(dump_yaml(data))
+    return str(path)
+
+
+# -- plan --json -------------------------------------------------------------------------------------
+
+def test_plan_json_shape_and_figures(capsys):
+    """`plan --json --top 3`: the documented keys, 3 ranked feasible strategies, consistent statistics."""
+    data = run_json(capsys, "plan", "paper-het-cluster", "--top", "3")
+    scenario = load_scenario("paper-het-cluster")
+    assert set(data) == {"scenario", "search_time_s", "candidates", "statistics", "strategies", "infeasible",
+                         "baseline", "speedup_vs_baseline"}
+    assert data["scenario"] == "paper-het-cluster"
+    assert data["candidates"] == data["statistics"]["candidates"] == search(scenario, top=3).stats.candidates
+    strategies = data["strategies"]
+    assert [s["rank"] for s in strategies] == [1, 2, 3]
+    times = [s["iteration_time_s"] for s in strategies]
+    assert times == sorted(times)
+    for s in strategies:
+        assert {"rank", *STRATEGY_KEYS, "num_micro_batches", "iteration_time_s", "samples_per_s", "fits_memory",
+                "peak_memory_bytes", "stages"} <= set(s)
+        assert s["fits_memory"] is True
+        assert s["tp"] * s["pp"] * s["dp"] == scenario.cluster.num_gpus == 16
+        assert sum(s["partition"]) == scenario.model.num_layers
+        assert len(s["stages"]) == s["pp"]
+    assert data["infeasible"] and len(data["infeasible"]) == data["statistics"]["infeasible"]
+    for entry in data["infeasible"]:
+        assert re.search(r"\bstage \d+\b", entry["reason"]) and "over" in entry["reason"]
+    assert data["speedup_vs_baseline"] == data["baseline"]["iteration_time_s"] / times[0]
+
+
+def test_evaluate_reproduces_plan(capsys):
+    """The core's evaluate, given each strategy plan printed, predicts exactly the same figures."""
+    scenario = load_scenario("paper-het-cluster")
+    for entry in run_json(capsys, "plan", "paper-het-cluster", "--top", "3")["strategies"]:
+        prediction = evaluate(scenario, strategy_of(entry))
+        assert prediction.iteration_time_s == entry["iteration_time_s"]
+        assert prediction.samples_per_s == entry["samples_per_s"]
+        assert prediction.peak_memory_bytes == entry["peak_memory_bytes"]
+
+
+@pytest.mark.parametrize("name", ["paper-het-cluster", "paper-het-model"])
+def test_infeasible_list_does_not_depend_on_top(capsys, name):
+    """Which candidates are out of memory, and why, is the same whether 1 or 10 strategies are kept."""
+    one, ten = (run_json(capsys, "plan", name, "--top", top) for top in ("1", "10"))
+    assert one["infeasible"] and one["infeasible"] == ten["infeasible"]
+    assert one["statistics"]["infeasible"] == ten["statistics"]["infeasible"]
+
+
+def test_plan_json_shows_top_strategies_even_when_saving_a_lower_rank(capsys, tmp_path):
+    """`--top 1 --save F --rank 3` saves rank 3 but shows one strategy, in JSON as in the table."""
+    path = tmp_path / "p.yaml"
+    data = run_json(capsys, "plan", "paper-homogeneous", "--top", "1", "--save", path, "--rank", "3")
+    third = search(load_scenario("paper-homogeneous"), top=3).strategies[2]
+    assert load_plan(path).strategy == third.strategy
+    assert len(data["strategies"]) == 1
+
+
+# -- plan (text) -------------------------------------------------------------------------------------
+
+def ranked_rows(text: str) -> list[str]:
+    """The rows of the ranked table: the lines after the dashed rule, up to the blank line."""
+    lines = text.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("----")) + 1
+    end = lines.index("", start)
+    return lines[start:end]
+
+
+def test_plan_text(capsys):
+    """Header naming the scenario, search statistics, ranks 1.. and the uniform baseline line."""
+    code, out, err = run(capsys, "plan", "paper-homogeneous")
+    assert code == 0 and err == ""
+    lines = out.splitlines()
+    scenario = load_scenario("paper-homogeneous")
+    assert lines[0].startswith(f"paper-homogeneous: {scenario.cluster.num_gpus} GPUs")
+    assert lines[1].startswith("searched ")
+    expected = len(search(scenario).strategies)
+    assert [row.split()[0] for row in ranked_rows(out)] == [str(i) for i in range(1, expected + 1)]
+    assert any(line.startswith("uniform baseline (even split, rank order): ") for line in lines)
+
+
+def test_plan_text_top(capsys):
+    code, out, _ = run(capsys, "plan", "paper-homogeneous", "--top", "2")
+    assert code == 0
+    assert [row.split()[0] for row in ranked_rows(out)] == ["1", "2"]
+
+
+# -- plan --save and evaluate ----------------------------------------------------------------------
+
+def test_plan_save_force_and_rank(capsys, tmp_path):
+    """--save writes the chosen rank; an existing file is kept without --force; a missing rank writes nothing."""
+    path = tmp_path / "plan.yaml"
+    best = search(load_scenario("paper-het-cluster"), top=2).strategies
+    code, out, _ = run(capsys, "plan", "paper-het-cluster", "--save", path, "--rank", "2")
+    assert code == 0 and f"saved strategy 2 to {path}" in out
+    assert load_plan(path).strategy == best[1].strategy
+    original = path.read_bytes()
+
+    line = user_error(capsys, "plan", "paper-het-cluster", "--save", path)
+    assert line.startswith("amp-tui: error: --save: ") and "already exists (use --force" in line
+    assert path.read_bytes() == original
+
+    code, _, _ = run(capsys, "plan", "paper-het-cluster", "--save", path, "--force")
+    assert code == 0 and load_plan(path).strategy == best[0].strategy
+
+    line = user_error(capsys, "plan", "paper-het-cluster", "--save", tmp_path / "other.yaml", "--rank", "999")
+    assert line.startswith("amp-tui: error: --rank: 999: ")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["plan.yaml"]
+
+
+def test_plan_save_refusal_shows_the_whole_path(capsys, tmp_path):
+    """Like every other file error, the refusal names the file in full, however long its path."""
+    path = tmp_path / ("a-folder-name-long-enough-to-pass-sixty-characters" * 2) / "plan.yaml"
+    path.parent.mkdir()
+    path.write_text("keep me\n")
+    assert f"'{path.parent / 'nope.yaml'}'" in user_error(capsys, "plan", path.parent / "nope.yaml")   # as here
+    assert f"'{path}'" in user_error(capsys, "plan", "paper-homogeneous", "--save", path)
+
+
+def test_plan_save_force_onto_a_directory_is_a_user_error(capsys, tmp_path):
+    """`--save DIR --force` with DIR an existing folder is refused like any other bad path."""
+    (tmp_path / "out").mkdir()
+    line = user_error(capsys, "plan", "paper-homogeneous", "--save", tmp_path / "out", "--force")
+    assert str(tmp_path / "out") in line
+
+
+def test_evaluate_saved_plan_is_unchanged(capsys, tmp_path):
+    path = tmp_path / "plan.yaml"
+    assert run(capsys, "plan", "paper-het-model", "--save", path)[0] == 0
+    code, out, _ = run(capsys, "evaluate", path)
+    assert code == 0 and "figures unchanged since the plan was saved" in out
+    assert run_json(capsys, "evaluate", path)["changed_since_saved"] == []
+
+
+def test_evaluate_strategies_file(capsys, tmp_path):
+    """Two strategies come back in input order; plan's best partition reproduces its iteration time."""
+    best = run_json(capsys, "plan", "paper-het-cluster", "--top", "1")["strategies"][0]
+    other = {"tp": 1, "pp": 4, "dp": 4, "micro_batch_size": 2}
+    assert (best["tp"], best["pp"], best["dp"]) != (1, 4, 4)
+    path = tmp_path / "strategies.yaml"
+    path.write_text(dump_yaml([other, {k: best[k] for k in STRATEGY_KEYS}]))
+    first, second = run_json(capsys, "evaluate", "paper-het-cluster", path)
+    assert (first["tp"], first["pp"], first["dp"], first["micro_batch_size"]) == (1, 4, 4, 2)
+    assert first["placement"] == [0, 1]   # default: rank order
+    assert {k: second[k] for k in STRATEGY_KEYS} == {k: best[k] for k in STRATEGY_KEYS}
+    assert second["iteration_time_s"] == best["iteration_time_s"]
+
+
+# -- bad input -----------------------------------------------------------------------------------------
+
+def write_bad_inputs(tmp_path) -> None:
+    """The files the bad-input cases read, each wrong in one field."""
+    write_scenario(tmp_path, "negative.yaml", inter_node_bandwidth="-5 Gbps")
+    write_scenario(tmp_path, "empty-group.yaml", count=0)
+    (tmp_path / "malformed.yaml").write_text("name: x\ncluster: [unclosed\n")
+    (tmp_path / "degrees.yaml").write_text(dump_yaml([{"tp": 1, "pp": 4, "dp": 2, "micro_batch_size": 1}]))
+    (tmp_path / "partition.yaml").write_text(
+        dump_yaml([{"tp": 1, "pp": 4, "dp": 4, "micro_batch_size": 1, "partition": [8, 8, 8, 8]}]))
+
+
+BAD_INPUT = {  # case: (arguments, {tmp} standing for tmp_path; what the error line must contain)
+    "negative bandwidth": (["plan", "{tmp}/negative.yaml"], ["cluster.nodes[0].inter_node_bandwidth", "'-5 Gbps'"]),
+    "malformed yaml": (["plan", "{tmp}/malformed.yaml"], ["malformed.yaml", "malformed YAML"]),
+    "zero count": (["plan", "{tmp}/empty-group.yaml"], ["cluster.nodes[0].count: 0:"]),
+    "missing file": (["plan", "{tmp}/nope.yaml"], ["nope.yaml", "no such file"]),
+    "unknown preset": (["plan", "no-such-preset"], ["'no-such-preset'"]),
+    "top 0": (["plan", "paper-homogeneous", "--top", "0"], ["--top: 0:"]),
+    "bench runs 0": (["bench", "--runs", "0"], ["--runs: 0:"]),
+    "bench unknown": (["bench", "--only", "nosuch"], ["--only: 'nosuch':"]),
+    "degrees": (["evaluate", "paper-homogeneous", "{tmp}/degrees.yaml"], ["strategies[0].tp*pp*dp", "1*4*2=8", "(16)"]),
+    "partition sum": (["evaluate", "paper-homogeneous", "{tmp}/partition.yaml"],
+                      ["strategies[0].partition: [8, 8, 8, 8]:", "30 layers"]),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD_INPUT))
+def test_bad_input_is_one_line_naming_field_and_value(capsys, tmp_path, case):
+    write_bad_inputs(tmp_path)
+    argv, needles = BAD_INPUT[case]
+    line = user_error(capsys, *(arg.format(tmp=tmp_path) for arg in argv))
+    for needle in needles:
+        assert needle in line
+
+
+def test_the_scenario_file_helper_makes_a_valid_scenario(capsys, tmp_path):
+    """The bad-input scenarios differ from a good one only in the field under test."""
+    code, out, _ = run(capsys, "plan", write_scenario(tmp_path), "--top", "1")
+    assert code == 0 and out.startswith("paper-homogeneous: 16 GPUs")
+
+
+# -- bench and presets --------------------------------------------------------------------------------
+
+def test_bench_json(capsys):
+    """One row with its documented fields; no assertion on speed."""
+    (row,) = run_json(capsys, "bench", "--only", "paper-homogeneous", "--runs", "1")
+    scenario = load_scenario("paper-homogeneous")
+    assert row["scenario"] == "paper-homogeneous"
+    assert (row["gpus"], row["layers"]) == (scenario.cluster.num_gpus, scenario.model.num_layers)
+    assert row["median_s"] > 0 and row["target_s"] > 0 and row["cancel_target_s"] > 0
+    assert isinstance(row["meets_target"], bool)
+    assert row["candidates"] == search(scenario).stats.candidates
+    assert 0 < row["evaluated"] <= row["candidates"]
+    assert row["candidates_per_s"] == row["candidates"] / row["median_s"]
+    assert row["peak_memory_bytes"] > 0 and row["worst_poll_gap_s"] > 0
+
+
+def test_bench_text(capsys):
+    code, out, _ = run(capsys, "bench", "--only", "paper-homogeneous", "--runs", "1")
+    assert code == 0
+    rows = [line for line in out.splitlines() if line.startswith("paper-homogeneous")]
+    assert len(rows) == 1
+    assert "cancel" in out
+
+
+def test_presets(capsys):
+    listing = run_json(capsys, "presets")
+    assert set(PAPER) <= set(listing["scenarios"])
+    code, out, _ = run(capsys, "presets")
+    assert code == 0 and out.startswith("scenarios:")
+    assert all(re.search(rf"^  {name}\s", out, re.M) for name in PAPER)
+
+
+def test_version_via_python_m():
+    done = subprocess.run([sys.executable, "-m", "amp_tui", "--version"], capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == 0
+    assert done.stdout.strip() == f"amp-tui {__version__}"
