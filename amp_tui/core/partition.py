@@ -202,7 +202,8 @@ def partitions_fit(candidates: list[Candidate], should_cancel: Callable[[], bool
     Candidates whose even split fits are settled first. For the rest: a segment needs more memory
     the more layers it holds, so of the ends the stages before can reach, the latest one before
     layer j is the best start for a stage ending at j. Stage by stage that gives every reachable
-    end; the candidates advance together, deepest pipelines first in the arrays."""
+    end; the candidates advance together, deepest pipelines first in the arrays, and those left
+    with no reachable end drop out."""
     fits = np.zeros(len(candidates), dtype=bool)
     if not candidates:
         return fits
@@ -214,21 +215,32 @@ def partitions_fit(candidates: list[Candidate], should_cancel: Callable[[], bool
         return fits
     if cancel():
         raise Cancelled
+    rows = np.array(todo)                               # candidate index of each row
     memory = _SegmentMemory([candidates[i] for i in todo])
-    L, pp = memory.L, memory.pp
+    L = memory.L
     ends = np.arange(L + 1)
     reach = np.broadcast_to(ends == 0, (len(todo), L + 1)).copy()
-    for s in range(int(pp[0])):
+    for s in range(int(memory.pp[0])):
         if cancel():
             raise Cancelled
-        n = int(np.count_nonzero(pp > s))           # rows still placing stages
-        latest = np.maximum.accumulate(np.where(reach[:n], ends, -1), axis=1)
-        start = np.concatenate([np.full((n, 1), -1), latest[:, :-1]], axis=1)
-        ok = start >= 0                         # start: the latest reachable start before each end
-        need = memory.need(n, s, np.where(ok, start, 0))
-        last_end = (L - pp[:n] + 1 + s)[:, None]        # the stages after s need a layer each
-        reach[:n] = ok & (need <= memory.capacity[:n, s:s + 1]) & (ends <= last_end)
-    fits[todo] = reach[:, L]
+        n = int(np.count_nonzero(memory.pp > s))    # rows still placing stages
+        if n == 0:
+            break
+        # Stage s ends after layer s at the earliest and leaves a layer for each stage after it.
+        window = slice(s + 1, L - int(memory.pp[n - 1]) + s + 2)
+        latest = np.maximum.accumulate(np.where(reach[:n, :window.stop - 1], ends[:window.stop - 1], -1), axis=1)
+        start = latest[:, s:]                   # the latest reachable start before each end
+        ok = start >= 0
+        need = memory.need(n, s, np.where(ok, start, 0), window)
+        last_end = (L - memory.pp[:n] + 1 + s)[:, None]
+        reach[:n] = False
+        reach[:n, window] = ok & (need <= memory.capacity[:n, s:s + 1]) & (ends[window] <= last_end)
+        stuck = ~reach[:n].any(axis=1)
+        if 4 * np.count_nonzero(stuck) > n:     # drop rows that cannot fit once they are many
+            keep = np.concatenate([~stuck, np.ones(len(rows) - n, dtype=bool)])
+            memory.keep(keep)
+            reach, rows = reach[keep], rows[keep]
+    fits[rows] = reach[:, L]
     return fits
 
 
@@ -257,21 +269,26 @@ class _SegmentMemory:
             self.in_flight[i, :c.pp] = c.memory_arrays[2]
         self.floor_log2 = np.concatenate([[0], np.log2(np.arange(1, L + 1)).astype(np.int64)])  # exact
 
-    def need(self, n: int, stage: int | None, start: np.ndarray, end: np.ndarray | None = None) -> np.ndarray:
-        """Bytes per GPU of segments [start, end) of the first n rows (end None: every end 0..L
+    def keep(self, rows: np.ndarray) -> None:
+        """Keep only these rows (a mask or indices), in their order."""
+        for name in ("pp", "params", "acts", "levels", "state", "capacity", "in_flight"):
+            setattr(self, name, getattr(self, name)[rows])
+
+    def need(self, n: int, stage: int | None, start: np.ndarray, end: np.ndarray | slice) -> np.ndarray:
+        """Bytes per GPU of segments [start, end) of the first n rows (end a slice: those ends
         in turn), on `stage` (None: column s is on stage s); entries with end <= start are
         meaningless."""
         L = self.L
         row = np.arange(n)[:, None]
-        if end is None:
-            end = np.broadcast_to(np.arange(L + 1), (n, L + 1))
-            params_end, acts_end = self.params[:n], self.acts[:n]
+        if isinstance(end, slice):
+            params_end, acts_end = self.params[:n, end], self.acts[:n, end]
+            end = np.broadcast_to(np.arange(L + 1)[end], params_end.shape)
         else:
             params_end, acts_end = self.params[row, end], self.acts[row, end]
         k = self.floor_log2[np.maximum(end - start, 0)]
-        at = row * self.levels.shape[1] + k * L                     # row's level k in the flat table
-        seg_peak = np.maximum(self.levels.ravel()[at + np.minimum(start, L - 1)],
-                              self.levels.ravel()[at + np.maximum(end - (1 << k), 0)])
+        at = row * self.levels.shape[1] + k * L                     # the row's level k, flattened
+        levels = self.levels.ravel()
+        seg_peak = np.maximum(levels[at + np.minimum(start, L - 1)], levels[at + np.maximum(end - (1 << k), 0)])
         params = params_end - self.params[row, start]
         acts = acts_end - self.acts[row, start]
         in_flight = self.in_flight[:n] if stage is None else self.in_flight[:n, stage:stage + 1]

@@ -80,6 +80,7 @@ class SearchResult:
 
 
 PREPARATION = 0.2  # share of the progress bar for enumerating and bounding candidates
+FLOOR_BATCH = 128  # candidates bounded in one vectorised pass, between cancellation polls
 
 
 def divisors(n: int) -> list[int]:
@@ -173,13 +174,16 @@ def _time_floors(candidates: list[Candidate], cancel: Callable[[], bool]) -> lis
         first, each up to C_s = M - f_s, until all of sum b is placed (a fractional relaxation),
         and M >= ceil(k / pp) x (k-th largest b) since k layers that slow must share pp stages;
       fill adds the cheapest cut at every boundary; tail >= all parameters / sum_s (1 / e_coef_s).
-    Candidates with the same pp are solved together; `cancel` is polled between them.
+    Candidates with the same pp are solved together, up to FLOOR_BATCH at a time; `cancel` is
+    polled between batches.
     """
     floors = [0.0] * len(candidates)
     by_pp: dict[int, list[int]] = {}
     for index, candidate in enumerate(candidates):
         by_pp.setdefault(candidate.pp, []).append(index)
-    for pp, members in by_pp.items():
+    batches = [(pp, members[i:i + FLOOR_BATCH]) for pp, members in by_pp.items()
+               for i in range(0, len(members), FLOOR_BATCH)]
+    for pp, members in batches:
         if cancel():
             raise Cancelled
         group = [candidates[index] for index in members]
@@ -333,7 +337,7 @@ def search(scenario: Scenario, *, top: int | None = None,
     # Whether a pruned candidate fits decides only whether it is listed as infeasible, so that the
     # list does not depend on `top`.
     no_fit += [(candidate, None) for candidate, fits in zip(pruned, partitions_fit(pruned, cancel)) if not fits]
-    infeasible = _infeasible(no_fit)
+    infeasible = _infeasible(no_fit, cancel)
     report(1.0)
 
     ranked = sorted(best, key=lambda item: (-item[0], _negate(item[1])))
@@ -354,14 +358,16 @@ def search(scenario: Scenario, *, top: int | None = None,
     return SearchResult(scenario, tuple(strategies), tuple(infeasible), baseline_prediction, stats)
 
 
-def _infeasible(no_fit: list[tuple[Candidate, str | None]]) -> list[Infeasible]:
+def _infeasible(no_fit: list[tuple[Candidate, str | None]], cancel: Callable[[], bool]) -> list[Infeasible]:
     """Candidates no partition fits, each with why (a necessary condition it fails, if one did)
     and its even split's most overfull stage, by how much."""
     if not no_fit:
         return []
     need, capacity = even_split_memory([candidate for candidate, _ in no_fit])
     out = []
-    for (candidate, why), need_row, capacity_row in zip(no_fit, need, capacity):
+    for index, ((candidate, why), need_row, capacity_row) in enumerate(zip(no_fit, need, capacity)):
+        if index % 64 == 63 and cancel():
+            raise Cancelled
         even = even_partition(candidate.num_layers, candidate.pp)
         stage = int(np.argmax(need_row - capacity_row))
         first = sum(even[:stage])
