@@ -352,12 +352,6 @@ class Candidate:
         return (params * self.state.weights, params * self.state.gradients, params * self.state.optimizer,
                 in_flight[stages] * (act_prefix[ends] - act_prefix[starts]), workspace)
 
-    def partition_memory(self, partition: tuple[int, ...]) -> np.ndarray:
-        """Bytes per GPU of each stage under `partition`, reserve included (as `predict` counts them)."""
-        bounds = np.concatenate([[0], np.cumsum(partition)]).astype(np.int64)
-        return sum(self.memory_terms(np.arange(self.pp), bounds[:-1], bounds[1:])) \
-            + self.cost.training.runtime_reserve_bytes
-
     def stage_memory(self, s: int, i: int, j: int) -> MemoryBreakdown:
         """Memory per GPU of stage s holding layers [i, j)."""
         terms = self.memory_terms(np.array([s]), np.array([i]), np.array([j]))

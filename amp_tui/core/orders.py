@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from amp_tui.core.placement import merge_runs
 from amp_tui.core.scenario import Scenario
 
 MAX_ORDERS = 120           # distinct sequences searched in full
@@ -41,24 +42,13 @@ def node_orders(scenario: Scenario, limit: int = MAX_ORDERS) -> NodeOrders:
     found: dict[tuple, tuple[int, ...]] = {}    # merged per-node hardware runs -> smallest order
     for order in _arrangements(hardware, counts):
         if order is not None:
-            key = _runs([(hardware[g], counts[g]) for g in order])
+            key = merge_runs((hardware[g], counts[g]) for g in order)
             if key not in found or order < found[key]:
                 found[key] = order
         if order is None or len(found) > limit:
             speed = sorted(rank, key=lambda g: groups[g].gpu.peak_flops_16 * groups[g].gpu.peak_fraction)
             return NodeOrders(tuple(dict.fromkeys([rank, tuple(speed), tuple(reversed(speed))])), False)
     return NodeOrders(tuple(sorted(found.values(), key=lambda order: (order != rank, order))), True)
-
-
-def _runs(sequence: list[tuple]) -> tuple:
-    """(hardware, nodes) runs: adjacent groups of identical hardware form one run of nodes."""
-    merged: list[list] = []
-    for hardware, count in sequence:
-        if merged and merged[-1][0] == hardware:
-            merged[-1][1] += count
-        else:
-            merged.append([hardware, count])
-    return tuple((hardware, count) for hardware, count in merged)
 
 
 def _arrangements(hardware: list, counts: list[int]):

@@ -42,19 +42,25 @@ class Layout:
         return tuple(sorted({g for stage in self.stage_groups for g in stage}))
 
 
+def merge_runs(items) -> tuple[tuple[object, int], ...]:
+    """Adjacent (key, nodes) items with equal keys as one run: (A, 2), (A, 1), (B, 1) -> (A, 3), (B, 1)."""
+    runs: list[list] = []
+    for key, count in items:
+        if runs and runs[-1][0] == key:
+            runs[-1][1] += count
+        else:
+            runs.append([key, count])
+    return tuple((key, count) for key, count in runs)
+
+
 def placement_label(cluster: Cluster, order: tuple[int, ...] | None) -> str:
-    """The nodes in the order they take ranks, adjacent groups of identical hardware as one run:
+    """The nodes in the order they take ranks, adjacent groups of one kind as one run:
     '1 x g4dn.12xlarge > 3 x p3.8xlarge'; 'rank order' for the order the cluster lists them in."""
     if order is None or tuple(order) == tuple(range(len(cluster.nodes))):
         return "rank order"
-    runs: list[list] = []
-    for g in order:
-        group = cluster.nodes[g]
-        if runs and runs[-1][0].hardware_key() == group.hardware_key():
-            runs[-1][1] += group.count
-        else:
-            runs.append([group, group.count])
-    return " > ".join(f"{count} x {group.label}" for group, count in runs)
+    runs = merge_runs(((cluster.nodes[g].label, cluster.nodes[g].hardware_key()), cluster.nodes[g].count)
+                      for g in order)
+    return " > ".join(f"{count} x {label}" for (label, _), count in runs)
 
 
 def node_order(cluster: Cluster, order: tuple[int, ...]) -> np.ndarray:
