@@ -142,6 +142,8 @@ def cmd_plan(args) -> int:
         raise SpecError("--top", args.top, "must be at least 1")
     if args.rank < 1:
         raise SpecError("--rank", args.rank, "must be at least 1")
+    if args.save and Path(args.save).is_dir():
+        raise SpecError("--save", Path(args.save), "is a folder; give the plan file's name")
     if args.save and not args.force and Path(args.save).exists():
         raise SpecError("--save", Path(args.save), "already exists (use --force to overwrite)")
     scenario = load_scenario(args.scenario)

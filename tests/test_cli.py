@@ -180,7 +180,7 @@ def test_plan_save_force_onto_a_directory_is_a_user_error(capsys, tmp_path):
     """`--save DIR --force` with DIR an existing folder is refused like any other bad path."""
     (tmp_path / "out").mkdir()
     line = user_error(capsys, "plan", "paper-homogeneous", "--save", tmp_path / "out", "--force")
-    assert str(tmp_path / "out") in line
+    assert line.startswith("amp-tui: error: --save: ") and str(tmp_path / "out") in line
 
 
 def test_evaluate_saved_plan_is_unchanged(capsys, tmp_path):
