@@ -52,6 +52,8 @@ def test_identical_node_groups_are_not_enumerated_twice(counts, distinct):
     nodes = [{**A, "count": counts[0]}, {**A, "count": counts[1]}, {**B, "count": counts[2]}]
     scn = build(nodes, TINY, 4)
     orders = node_orders(scn).orders
+    assert orders[0] == (0, 1, 2)
+    assert all(sorted(order) == [0, 1, 2] for order in orders)
     sequences = [_sequence(scn, order) for order in orders]
     assert len(set(sequences)) == len(sequences) == distinct
     assert set(sequences) == {_sequence(scn, order) for order in itertools.permutations(range(3))}

@@ -165,7 +165,6 @@ def test_progress_goes_from_zero_to_one():
     assert seen[-1] == 1.0
 
 
-A = {"gpu": "V100", "gpus_per_node": 1, "intra_node_bandwidth": 100, "inter_node_bandwidth": 10}
 TINY = [layer(params=1e6, flops=1e11, activation_bytes=1e6, output_bytes=1e6, width=1024, tokens=1024)] * 4
 
 
