@@ -16,6 +16,7 @@ from amp_tui.tui import edits
 from amp_tui.tui.format import cell
 from amp_tui.tui.screens.picker import PickItem
 from amp_tui.tui.widgets.pane import ScenarioPane
+from amp_tui.tui.widgets.table import Table
 
 # (header, node-group field edited from that column, what the edit dialog says is allowed)
 COLUMNS: list[tuple[str, str | None, str]] = [
@@ -71,7 +72,7 @@ class ClusterPane(ScenarioPane):
     ]
 
     def compose(self) -> ComposeResult:
-        yield DataTable(id="cluster-table", cursor_type="cell", zebra_stripes=True, cell_padding=0)
+        yield Table(id="cluster-table", cursor_type="cell", zebra_stripes=True, cell_padding=0)
         yield Static(id="cluster-totals")
 
     def on_mount(self) -> None:

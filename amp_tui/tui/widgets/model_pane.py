@@ -14,6 +14,7 @@ from amp_tui.tui import edits
 from amp_tui.tui.format import cell, format_count, format_flops
 from amp_tui.tui.screens.picker import PickItem
 from amp_tui.tui.widgets.pane import ScenarioPane
+from amp_tui.tui.widgets.table import Table
 
 # Shape columns: (header, model dict key or None for computed, hint for the edit dialog)
 FAMILY_SHAPE = [
@@ -84,8 +85,8 @@ class ModelPane(ScenarioPane):
         self._shape_columns = FAMILY_SHAPE
 
     def compose(self) -> ComposeResult:
-        yield DataTable(id="model-shape", cursor_type="cell", cell_padding=0)
-        yield DataTable(id="model-layers", cursor_type="cell", zebra_stripes=True, cell_padding=0)
+        yield Table(id="model-shape", cursor_type="cell", cell_padding=0)
+        yield Table(id="model-layers", cursor_type="cell", zebra_stripes=True, cell_padding=0)
         yield Static(id="model-note")
 
     def on_mount(self) -> None:

@@ -12,6 +12,7 @@ from amp_tui.core.search import SearchResult
 from amp_tui.core.units import format_seconds
 from amp_tui.tui.format import cell, format_memory_pair
 from amp_tui.tui.messages import StrategySelected
+from amp_tui.tui.widgets.table import Table
 
 COLUMNS = ("#", "tp×pp×dp", "mbs", "µbs", "iter", "smp/s", "memory", "gap", "vs unif")
 
@@ -50,7 +51,7 @@ class StrategyTable(Vertical):
         self._has_reason_column = False
 
     def compose(self) -> ComposeResult:
-        yield DataTable(id="strategies", cursor_type="row", zebra_stripes=True, cell_padding=0)
+        yield Table(id="strategies", cursor_type="row", zebra_stripes=True, cell_padding=0)
         yield Static(id="strategies-note")
 
     def on_mount(self) -> None:

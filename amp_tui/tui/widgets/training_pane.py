@@ -15,6 +15,7 @@ from amp_tui.tui import edits
 from amp_tui.tui.format import cell
 from amp_tui.tui.screens.picker import PickItem
 from amp_tui.tui.widgets.pane import ScenarioPane
+from amp_tui.tui.widgets.table import Table
 
 
 @dataclass(frozen=True)
@@ -75,7 +76,7 @@ class TrainingPane(ScenarioPane):
     BINDINGS = [Binding("e,space", "edit", "Edit")]
 
     def compose(self) -> ComposeResult:
-        yield DataTable(id="training-table", cursor_type="row", zebra_stripes=True, cell_padding=0)
+        yield Table(id="training-table", cursor_type="row", zebra_stripes=True, cell_padding=0)
         yield Static(Text("Enter edits: choices open a list, yes/no settings toggle."), id="training-note")
 
     def on_mount(self) -> None:
