@@ -12,6 +12,7 @@ from amp_tui.core.evaluate import evaluate
 from amp_tui.core.placement import placement_label
 from amp_tui.core.scenario import Cluster
 from amp_tui.core.search import Infeasible
+from amp_tui.core.strategy import Strategy
 from amp_tui.core.units import format_seconds
 from amp_tui.tui.widgets.stage_bars import StageBars
 from amp_tui.tui.widgets.time_chart import TimeChart
@@ -34,11 +35,15 @@ def summary(prediction: Prediction, baseline: Prediction | None, cluster: Cluste
     text.append(format_seconds(prediction.dp_allreduce_s), style="bold")
     if strategy.partition:
         text.append(f"\nlayers per stage {'/'.join(map(str, strategy.partition))}")
-    if len(cluster.nodes) > 1:
-        text.append(f" · nodes: {placement_label(cluster, strategy.placement)}")
+    text.append(_nodes(cluster, strategy))
     if not prediction.fits_memory and prediction.reason:
         text.append(f"\n{prediction.reason}", style="bold red")
     return text
+
+
+def _nodes(cluster: Cluster, strategy: Strategy) -> str:
+    """' · nodes: ...' where the cluster has more than one node group to order, else ''."""
+    return f" · nodes: {placement_label(cluster, strategy.placement)}" if len(cluster.nodes) > 1 else ""
 
 
 class SelectedPane(VerticalScroll):
@@ -67,8 +72,7 @@ class SelectedPane(VerticalScroll):
         elif isinstance(entry, Infeasible):
             strategy, scenario = entry.strategy, self.app.result.scenario
             message = Text(f"{strategy.label} micro-batch {strategy.micro_batch_size} is infeasible", style="bold")
-            if len(scenario.cluster.nodes) > 1:
-                message.append(f" · nodes: {placement_label(scenario.cluster, strategy.placement)}")
+            message.append(_nodes(scenario.cluster, strategy))
             message.append("\n")
             message.append(entry.reason, style="red")
             message.append("\nThe bars show the even split.", style="dim")
