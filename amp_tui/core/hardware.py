@@ -22,9 +22,16 @@ class GPU:
     peak_fraction: float           # best fraction of peak a large kernel reaches
     half_work: float               # work (tokens x width / tp) at which half of that is reached
     description: str = ""
+    precisions: tuple[str, ...] = ("fp16", "bf16", "fp32")   # training precisions it supports
+    peak_flops_8: float = 0.0      # dense fp8 tensor-core FLOP/s (0 where there is no fp8)
 
     def peak_flops(self, precision: str) -> float:
-        return self.peak_flops_32 if precision == "fp32" else self.peak_flops_16
+        """Peak FLOP/s of the matrix multiplies at this training precision."""
+        if precision == "fp32":
+            return self.peak_flops_32
+        if precision == "fp8":
+            return self.peak_flops_8
+        return self.peak_flops_16
 
     def efficiency(self, work: float) -> float:
         """Fraction of peak reached by a kernel of `work` = tokens x width / tp elements."""
@@ -39,6 +46,8 @@ class GPU:
             "fp16_tflops": self.peak_flops_16 / 1e12,
             "fp32_tflops": self.peak_flops_32 / 1e12,
             "efficiency": {"peak_fraction": self.peak_fraction, "half_work": self.half_work},
+            "precisions": list(self.precisions),
+            **({"fp8_tflops": self.peak_flops_8 / 1e12} if self.peak_flops_8 else {}),
         }
 
 
@@ -63,7 +72,7 @@ def parse_gpu(value: object, field: str) -> GPU:
 
 def _gpu_from_fields(name: str, fields: dict, field: str) -> GPU:
     allowed = {"name", "description", "memory", "usable_memory", "memory_bandwidth", "fp16_tflops",
-               "fp32_tflops", "efficiency"}
+               "fp32_tflops", "fp8_tflops", "efficiency", "precisions"}
     for key in fields:
         if key not in allowed:
             raise SpecError(f"{field}.{key}", fields[key], f"unknown GPU field; allowed: {', '.join(sorted(allowed))}")
@@ -78,6 +87,12 @@ def _gpu_from_fields(name: str, fields: dict, field: str) -> GPU:
     peak_fraction = parse_number(efficiency.get("peak_fraction", 0.4), f"{field}.efficiency.peak_fraction", positive=True)
     if peak_fraction > 1:
         raise SpecError(f"{field}.efficiency.peak_fraction", peak_fraction, "must be at most 1")
+    precisions = fields.get("precisions", ["fp16", "bf16", "fp32"])
+    if not isinstance(precisions, list) or not precisions or any(p not in _PRECISION_NAMES for p in precisions):
+        raise SpecError(f"{field}.precisions", precisions, f"expected a list drawn from {', '.join(_PRECISION_NAMES)}")
+    fp8 = fields.get("fp8_tflops")
+    if "fp8" in precisions and fp8 is None:
+        raise SpecError(f"{field}.fp8_tflops", None, "required for a GPU that supports fp8")
     return GPU(
         name=name,
         memory_bytes=memory,
@@ -88,7 +103,12 @@ def _gpu_from_fields(name: str, fields: dict, field: str) -> GPU:
         peak_fraction=float(peak_fraction),
         half_work=float(parse_number(efficiency.get("half_work", 131072), f"{field}.efficiency.half_work", minimum=0)),
         description=str(fields.get("description", "")),
+        precisions=tuple(precisions),
+        peak_flops_8=(parse_number(fp8, f"{field}.fp8_tflops", positive=True) * 1e12 if fp8 is not None else 0.0),
     )
+
+
+_PRECISION_NAMES = ("fp32", "fp16", "bf16", "fp8")
 
 
 _GPUS: dict[str, GPU] | None = None

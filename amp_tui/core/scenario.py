@@ -16,11 +16,13 @@ from amp_tui.core.memory import DEFAULT_STATE_BYTES
 from amp_tui.core.units import exact_bandwidth, exact_bytes, parse_bandwidth, parse_bytes, parse_int, parse_number
 from amp_tui.core.yamlio import load_yaml_file
 
-PRECISIONS = {"fp16": 2, "bf16": 2, "fp32": 4}
+# Bytes per element of weights and activations; fp8 trains with bf16 tensors and fp8 matrix multiplies.
+PRECISIONS = {"fp16": 2, "bf16": 2, "fp32": 4, "fp8": 2}
 OPTIMIZERS = ("adam", "sgd")
 SCHEDULES = ("1f1b", "gpipe")
-RECOMPUTE = ("none", "full")
-ZERO_STAGES = (0, 1, 2)
+RECOMPUTE = ("none", "selective", "full")
+ZERO_STAGES = (0, 1, 2, 3)
+AUTO = "auto"   # a training technique the search chooses per strategy
 
 
 @dataclass(frozen=True)
@@ -87,8 +89,11 @@ class Training:
     precision: str = "fp16"
     optimizer: str = "adam"
     schedule: str = "1f1b"
-    recompute: str = "none"
-    zero_stage: int = 0
+    recompute: str = "none"             # or AUTO
+    zero_stage: int | str = 0           # or AUTO
+    sequence_parallel: bool | str = False   # or AUTO
+    context_parallel: int | str = 1     # or AUTO
+    virtual_stages: int | str = 1       # or AUTO
     runtime_reserve_bytes: float = 2**30  # CUDA context, NCCL buffers, allocator slack
     # Weights + gradients + optimizer state per parameter before ZeRO; None: the optimizer's default.
     state_bytes_override: float | None = None
@@ -106,7 +111,9 @@ class Training:
     def to_dict(self) -> dict:
         return {"global_batch_size": self.global_batch_size, "precision": self.precision,
                 "optimizer": self.optimizer, "schedule": self.schedule, "recompute": self.recompute,
-                "zero_stage": self.zero_stage, "runtime_reserve": exact_bytes(self.runtime_reserve_bytes),
+                "zero_stage": self.zero_stage, "sequence_parallel": self.sequence_parallel,
+                "context_parallel": self.context_parallel, "virtual_stages": self.virtual_stages,
+                "runtime_reserve": exact_bytes(self.runtime_reserve_bytes),
                 **({"state_bytes_per_param": self.state_bytes_override} if self.state_bytes_override is not None else {})}
 
 
@@ -156,6 +163,10 @@ def _choice(value: object, options: tuple, field_name: str):
     if isinstance(value, bool) or value not in options:  # YAML's true == 1 is not a ZeRO stage
         raise SpecError(field_name, value, f"expected one of {', '.join(str(o) for o in options)}")
     return value
+
+
+def _auto_or_int(value: object, field_name: str) -> int | str:
+    return AUTO if value == AUTO else parse_int(value, field_name)
 
 
 def _bool(value: object, field_name: str) -> bool:
@@ -214,7 +225,7 @@ def parse_training(value: object, field_name: str = "training") -> Training:
     if not isinstance(value, dict):
         raise SpecError(field_name, value, "expected a mapping with at least global_batch_size")
     allowed = {"global_batch_size", "precision", "optimizer", "schedule", "recompute", "zero_stage", "runtime_reserve",
-               "state_bytes_per_param"}
+               "state_bytes_per_param", "sequence_parallel", "context_parallel", "virtual_stages"}
     _check_keys(value, allowed, field_name, "training")
     if "global_batch_size" not in value:
         raise SpecError(f"{field_name}.global_batch_size", None, "required")
@@ -232,8 +243,12 @@ def parse_training(value: object, field_name: str = "training") -> Training:
         precision=precision,
         optimizer=optimizer,
         schedule=_choice(value.get("schedule", "1f1b"), SCHEDULES, f"{field_name}.schedule"),
-        recompute=_choice(value.get("recompute", "none"), RECOMPUTE, f"{field_name}.recompute"),
-        zero_stage=_choice(value.get("zero_stage", 0), ZERO_STAGES, f"{field_name}.zero_stage"),
+        recompute=_choice(value.get("recompute", "none"), (*RECOMPUTE, AUTO), f"{field_name}.recompute"),
+        zero_stage=_choice(value.get("zero_stage", 0), (*ZERO_STAGES, AUTO), f"{field_name}.zero_stage"),
+        sequence_parallel=(AUTO if value.get("sequence_parallel") == AUTO
+                           else _bool(value.get("sequence_parallel", False), f"{field_name}.sequence_parallel")),
+        context_parallel=_auto_or_int(value.get("context_parallel", 1), f"{field_name}.context_parallel"),
+        virtual_stages=_auto_or_int(value.get("virtual_stages", 1), f"{field_name}.virtual_stages"),
         runtime_reserve_bytes=(parse_bytes(reserve, f"{field_name}.runtime_reserve") if reserve is not None
                                else Training.runtime_reserve_bytes),
         state_bytes_override=state,
@@ -264,14 +279,25 @@ def parse_scenario(value: object) -> Scenario:
         if key not in value:
             raise SpecError(key, None, "required")
     training = parse_training(value["training"])
+    cluster = parse_cluster(value["cluster"])
+    _check_precision(training.precision, cluster)
     return Scenario(
         name=str(value.get("name", "scenario")),
         description=str(value.get("description", "")),
-        cluster=parse_cluster(value["cluster"]),
+        cluster=cluster,
         model=parse_model(value["model"], training.bytes_per_element),
         training=training,
         search=parse_search_options(value.get("search")),
     )
+
+
+def _check_precision(precision: str, cluster: Cluster) -> None:
+    """bf16 on a V100 or fp8 on an A100 would be predicted at a speed the GPU does not have."""
+    for i, group in enumerate(cluster.nodes):
+        if precision not in group.gpu.precisions:
+            raise SpecError("training.precision", precision,
+                            f"cluster.nodes[{i}]'s {group.gpu.name} does not support it; "
+                            f"it supports {', '.join(group.gpu.precisions)}")
 
 
 def load_scenario(name_or_path: str) -> Scenario:

@@ -17,13 +17,25 @@ class Strategy:
     micro_batch_size: int
     partition: tuple[int, ...] | None = None   # layers per stage, over the expanded layer list
     placement: tuple[int, ...] | None = None   # node-group indices in the order they take ranks
+    # The training techniques of this strategy (see core/knobs.py); None: as the scenario's
+    # training section says (a searched strategy always has them filled in).
+    recompute: str | None = None               # none | selective | full
+    zero_stage: int | None = None              # 0..3; 1 is Megatron's distributed optimizer, 3 is FSDP
+    sequence_parallel: bool | None = None      # Megatron SP beside tensor parallelism
+    cp: int | None = None                      # context-parallel degree (ring attention)
+    virtual_stages: int | None = None          # interleaved 1F1B: model chunks per pipeline rank
 
     def num_micro_batches(self, global_batch_size: int) -> int:
         return global_batch_size // (self.dp * self.micro_batch_size)
 
     @property
+    def num_gpus(self) -> int:
+        return self.tp * (self.cp or 1) * self.pp * self.dp
+
+    @property
     def label(self) -> str:
-        return f"{self.tp}x{self.pp}x{self.dp}"
+        cp = f"c{self.cp}" if self.cp and self.cp > 1 else ""
+        return f"{self.tp}x{self.pp}x{self.dp}{cp}"
 
     def to_dict(self) -> dict:
         out: dict = {"tp": self.tp, "pp": self.pp, "dp": self.dp, "micro_batch_size": self.micro_batch_size}
@@ -31,7 +43,13 @@ class Strategy:
             out["partition"] = list(self.partition)
         if self.placement is not None:
             out["placement"] = list(self.placement)
+        for key in KNOB_FIELDS:
+            if getattr(self, key) is not None:
+                out[key] = getattr(self, key)
         return out
+
+
+KNOB_FIELDS = ("recompute", "zero_stage", "sequence_parallel", "cp", "virtual_stages")
 
 
 def even_partition(num_layers: int, pp: int) -> tuple[int, ...]:
@@ -44,7 +62,7 @@ def parse_strategy(value: object, field: str = "strategy") -> Strategy:
     """Read the fields; `validate_strategy` checks them against a scenario."""
     if not isinstance(value, dict):
         raise SpecError(field, value, "expected a mapping with tp, pp, dp, micro_batch_size")
-    allowed = {"tp", "pp", "dp", "micro_batch_size", "partition", "placement"}
+    allowed = {"tp", "pp", "dp", "micro_batch_size", "partition", "placement", *KNOB_FIELDS}
     for key in value:
         if key not in allowed and key not in _IGNORED_OUTPUT_KEYS:
             raise SpecError(f"{field}.{key}", value[key], f"unknown strategy field; allowed: {', '.join(sorted(allowed))}")
@@ -61,6 +79,7 @@ def parse_strategy(value: object, field: str = "strategy") -> Strategy:
         if not isinstance(placement, list) or not placement:
             raise SpecError(f"{field}.placement", placement, "expected a list of node-group indices")
         placement = tuple(parse_int(n, f"{field}.placement[{i}]", minimum=0) for i, n in enumerate(placement))
+    knobs = parse_knobs(value, field)
     return Strategy(
         tp=parse_int(value["tp"], f"{field}.tp"),
         pp=parse_int(value["pp"], f"{field}.pp"),
@@ -68,7 +87,31 @@ def parse_strategy(value: object, field: str = "strategy") -> Strategy:
         micro_batch_size=parse_int(value["micro_batch_size"], f"{field}.micro_batch_size"),
         partition=partition,
         placement=placement,
+        **knobs,
     )
+
+
+def parse_knobs(value: dict, field: str) -> dict:
+    """The optional technique fields of a strategy mapping, checked one by one."""
+    from amp_tui.core.scenario import RECOMPUTE, ZERO_STAGES  # scenario imports this module's users
+    out: dict = {}
+    if value.get("recompute") is not None:
+        if value["recompute"] not in RECOMPUTE:
+            raise SpecError(f"{field}.recompute", value["recompute"], f"expected one of {', '.join(RECOMPUTE)}")
+        out["recompute"] = value["recompute"]
+    if value.get("zero_stage") is not None:
+        stage = value["zero_stage"]
+        if isinstance(stage, bool) or stage not in ZERO_STAGES:
+            raise SpecError(f"{field}.zero_stage", stage, f"expected one of {', '.join(map(str, ZERO_STAGES))}")
+        out["zero_stage"] = stage
+    if value.get("sequence_parallel") is not None:
+        if not isinstance(value["sequence_parallel"], bool):
+            raise SpecError(f"{field}.sequence_parallel", value["sequence_parallel"], "expected true or false")
+        out["sequence_parallel"] = value["sequence_parallel"]
+    for key in ("cp", "virtual_stages"):
+        if value.get(key) is not None:
+            out[key] = parse_int(value[key], f"{field}.{key}")
+    return out
 
 
 # Fields a plan's strategy entry carries beside the strategy itself (rank, predictions...).

@@ -169,6 +169,10 @@ def scenario_dicts(draw, max_layers: int = 8, max_gpus: int = 8, max_groups: int
     nodes = draw(node_groups(max_gpus, max_groups, binding_memory))
     layers = draw(explicit_layers(max_layers=max_layers, heavy=binding_memory, measured=measured))
     training = draw(trainings())
+    # Only precisions every drawn GPU supports (bf16 on a T4 is refused at parse time).
+    supported = set.intersection(*(set(_gpu_precisions(node["gpu"])) for node in nodes))
+    if training["precision"] not in supported:
+        training["precision"] = draw(st.sampled_from(sorted(supported)))
     search = {"max_micro_batch_size": draw(st.sampled_from([64, 64, 2, 1])),
               "reorder_nodes": draw(st.booleans()),
               "allow_cross_node_tp": draw(st.booleans())}
@@ -189,3 +193,15 @@ def with_change(data: dict, path: tuple, value) -> dict:
         target = target[key]
     target[path[-1]] = value
     return out
+
+
+def _gpu_precisions(gpu: object) -> list[str]:
+    from amp_tui.core.hardware import gpu_catalog
+
+    if isinstance(gpu, str):
+        return list(gpu_catalog()[gpu].precisions)
+    if isinstance(gpu, dict) and "precisions" in gpu:
+        return list(gpu["precisions"])
+    if isinstance(gpu, dict) and isinstance(gpu.get("base"), str):
+        return list(gpu_catalog()[gpu["base"]].precisions)
+    return ["fp16", "bf16", "fp32"]

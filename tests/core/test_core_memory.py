@@ -25,7 +25,7 @@ REP = [0, 50, 0, 400]
 OUT = [10, 20, 30, 40]
 WORK = [0, 0, 1000, 0]
 RESERVE = 2**20
-BIG = {"base": "V100", "memory": "64 GiB"}
+BIG = {"base": "V100", "memory": "64 GiB", "precisions": ["fp16", "bf16", "fp32"]}  # bf16 too, for the memory cases
 
 
 def scenario(gbs=8, gpu=BIG, per_node=8, **training):

@@ -101,8 +101,11 @@ SCENARIO_CASES = [
     (HET, ("training", "precision"), "fp8", "training.precision"),
     (HET, ("training", "optimizer"), "lamb", "training.optimizer"),
     (HET, ("training", "schedule"), "interleaved", "training.schedule"),
-    (HET, ("training", "recompute"), "selective", "training.recompute"),
-    (HET, ("training", "zero_stage"), 3, "training.zero_stage"),
+    (HET, ("training", "precision"), "bf16", "training.precision"),   # V100 and T4 have no bf16
+    (HET, ("training", "recompute"), "partial", "training.recompute"),
+    (HET, ("training", "zero_stage"), 4, "training.zero_stage"),
+    (HET, ("training", "context_parallel"), 0, "training.context_parallel"),
+    (HET, ("training", "sequence_parallel"), "yes", "training.sequence_parallel"),
     (HET, ("training", "zero_stage"), "one", "training.zero_stage"),
     (HET, ("training", "zero_stage"), -1, "training.zero_stage"),
     (HET, ("training", "runtime_reserve"), "lots", "training.runtime_reserve"),
