@@ -11,6 +11,7 @@ from pathlib import Path
 from amp_tui.core.errors import SpecError
 from amp_tui.core.hardware import GPU, gpu_catalog, instance_catalog, parse_gpu
 from amp_tui.core.model import Model, parse_model
+from amp_tui.core.params import LINK_CLASSES, Calibration, ModelParams, parse_calibration
 from amp_tui.core.presets import load_preset, preset_names
 from amp_tui.core.memory import DEFAULT_STATE_BYTES
 from amp_tui.core.units import exact_bandwidth, exact_bytes, parse_bandwidth, parse_bytes, parse_int, parse_number
@@ -35,6 +36,18 @@ class NodeGroup:
     intra_node_bandwidth: float
     inter_node_bandwidth: float
     instance: str | None = None
+    intra_node_link: str = ""     # link class (params.LINK_CLASSES); "" infers it from the bandwidth
+    inter_node_link: str = ""
+
+    @property
+    def intra_link_class(self) -> str:
+        """NVLink/NVSwitch nodes reach 20 GB/s and more between GPUs; PCIe Gen3/Gen4 less."""
+        return self.intra_node_link or ("nvlink" if self.intra_node_bandwidth >= 20e9 else "pcie")
+
+    @property
+    def inter_link_class(self) -> str:
+        """RDMA fabrics (InfiniBand, EFA, RoCE) come at 100 Gbps and more per node; below is TCP."""
+        return self.inter_node_link or ("infiniband" if self.inter_node_bandwidth >= 12.5e9 else "ethernet")
 
     @property
     def label(self) -> str:
@@ -58,6 +71,9 @@ class NodeGroup:
         out["gpus_per_node"] = self.gpus_per_node
         out["intra_node_bandwidth"] = exact_bandwidth(self.intra_node_bandwidth)
         out["inter_node_bandwidth"] = exact_bandwidth(self.inter_node_bandwidth)
+        for key in ("intra_node_link", "inter_node_link"):
+            if getattr(self, key):
+                out[key] = getattr(self, key)
         return out
 
 
@@ -137,6 +153,11 @@ class Scenario:
     training: Training
     search: SearchOptions = field(default_factory=SearchOptions)
     description: str = ""
+    calibration: Calibration = field(default_factory=Calibration)
+
+    @property
+    def params(self) -> ModelParams:
+        return ModelParams(self.calibration)
 
     def to_dict(self) -> dict:
         """A self-contained mapping (presets resolved) that `parse_scenario` reads back."""
@@ -145,6 +166,8 @@ class Scenario:
             out["description"] = self.description
         out.update(cluster=self.cluster.to_dict(), model=self.model.to_dict(),
                    training=self.training.to_dict(), search=self.search.to_dict())
+        if self.calibration.values:
+            out["calibration"] = self.calibration.to_dict()
         return out
 
     def with_training(self, **changes) -> "Scenario":
@@ -178,7 +201,8 @@ def _bool(value: object, field_name: str) -> bool:
 def parse_node_group(value: object, field_name: str) -> NodeGroup:
     if not isinstance(value, dict):
         raise SpecError(field_name, value, "expected a mapping (instance, count, gpu, gpus_per_node, bandwidths)")
-    allowed = {"instance", "count", "gpu", "gpus_per_node", "intra_node_bandwidth", "inter_node_bandwidth"}
+    allowed = {"instance", "count", "gpu", "gpus_per_node", "intra_node_bandwidth", "inter_node_bandwidth",
+               "intra_node_link", "inter_node_link"}
     _check_keys(value, allowed, field_name, "node")
     fields: dict = {}
     instance = value.get("instance")
@@ -199,6 +223,8 @@ def parse_node_group(value: object, field_name: str) -> NodeGroup:
         intra_node_bandwidth=parse_bandwidth(fields["intra_node_bandwidth"], f"{field_name}.intra_node_bandwidth"),
         inter_node_bandwidth=parse_bandwidth(fields["inter_node_bandwidth"], f"{field_name}.inter_node_bandwidth"),
         instance=str(instance) if instance is not None else None,
+        intra_node_link=_choice(fields.get("intra_node_link", ""), ("", *LINK_CLASSES), f"{field_name}.intra_node_link"),
+        inter_node_link=_choice(fields.get("inter_node_link", ""), ("", *LINK_CLASSES), f"{field_name}.inter_node_link"),
     )
 
 
@@ -274,7 +300,8 @@ def parse_search_options(value: object, field_name: str = "search") -> SearchOpt
 def parse_scenario(value: object) -> Scenario:
     if not isinstance(value, dict):
         raise SpecError("scenario", type(value).__name__, "expected a mapping with cluster, model and training")
-    _check_keys(value, {"name", "description", "cluster", "model", "training", "search", "format"}, "scenario", "scenario")
+    _check_keys(value, {"name", "description", "cluster", "model", "training", "search", "format", "calibration"},
+                "scenario", "scenario")
     for key in ("cluster", "model", "training"):
         if key not in value:
             raise SpecError(key, None, "required")
@@ -288,6 +315,7 @@ def parse_scenario(value: object) -> Scenario:
         model=parse_model(value["model"], training.bytes_per_element),
         training=training,
         search=parse_search_options(value.get("search")),
+        calibration=parse_calibration(value.get("calibration")),
     )
 
 

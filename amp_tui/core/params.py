@@ -1,0 +1,180 @@
+"""The cost model's physical parameters: named, with defaults, bounds and priors.
+
+Every constant the cost model uses beyond the hardware catalog is one of these: how far below
+peak a GPU's kernels run, what fraction of a link's bandwidth a collective achieves and what each
+message costs in latency, the fixed costs of a layer, a micro-batch and an iteration, and the
+memory a framework adds to the tensors it holds. Defaults are fitted to the published runs
+(`amp-tui validate`); a scenario's `calibration:` section overrides any of them (written by
+`amp-tui calibrate` from the user's own measurements). The cost model reads values through
+`ModelParams`; it does not know how they were chosen.
+
+Names are `family` or `family.key`: the key is a GPU type (`compute_efficiency.V100`) or a link
+class (`link_efficiency.ethernet`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from amp_tui.core.errors import SpecError
+from amp_tui.core.units import parse_number
+
+# Link classes: what a GPU-to-GPU path runs over. Each reaches its own fraction of the nominal
+# (catalog) bandwidth and pays its own per-message latency.
+LINK_CLASSES = ("nvlink", "pcie", "infiniband", "ethernet")
+
+
+@dataclass(frozen=True)
+class Family:
+    """One kind of parameter; `keyed` families have one value per GPU type or link class."""
+
+    name: str
+    default: float | dict[str, float]
+    lower: float
+    upper: float
+    prior_sigma: float      # in natural-log units: how far calibration may stray without evidence
+    unit: str
+    doc: str
+    keyed_by: str = ""      # "gpu", "link", or "" for a single value
+
+    def default_for(self, key: str) -> float:
+        if isinstance(self.default, dict):
+            return self.default.get(key, self.default["*"])
+        return self.default
+
+
+FAMILIES: dict[str, Family] = {family.name: family for family in (
+    Family("compute_efficiency", 1.0, 0.25, 3.0, 0.35, "x",
+           "multiplies the GPU's catalog peak fraction: how fast its large matrix multiplies really run",
+           keyed_by="gpu"),
+    Family("link_efficiency", {"nvlink": 0.85, "pcie": 0.8, "infiniband": 0.8, "ethernet": 0.7, "*": 0.8},
+           0.05, 1.0, 0.4, "x", "achieved fraction of the catalog bandwidth for collectives and sends",
+           keyed_by="link"),
+    Family("link_latency_s", {"nvlink": 8e-6, "pcie": 15e-6, "infiniband": 15e-6, "ethernet": 60e-6, "*": 20e-6},
+           1e-7, 5e-3, 1.0, "s", "per-message latency (the alpha term) of one step of a collective or one send",
+           keyed_by="link"),
+    Family("layer_floor_s", 40e-6, 0.0, 2e-3, 1.0, "s",
+           "kernel-launch floor of one layer's forward pass: a latency-bound layer takes at least this"),
+    Family("micro_batch_overhead_s", 1.5e-3, 0.0, 0.1, 1.0, "s",
+           "the pipeline engine's fixed cost per micro-batch on each stage (scheduling, P2P setup)"),
+    Family("iteration_overhead_s", 0.02, 0.0, 5.0, 1.5, "s",
+           "fixed cost per iteration: gradient clipping, loss scaling, logging, step bookkeeping"),
+    Family("memory_fragmentation", 0.08, 0.0, 0.5, 0.6, "x",
+           "allocator fragmentation: extra share of the activation and buffer memory the allocator holds"),
+)}
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """Fitted values by parameter name, with where they came from; empty means the defaults."""
+
+    values: tuple[tuple[str, float], ...] = ()
+    source: str = ""              # e.g. "amp-tui calibrate, 5 measurements, 2026-11-24"
+    residual_log_sd: float | None = None   # spread of log(measured / predicted) after the fit
+
+    def as_dict(self) -> dict[str, float]:
+        return dict(self.values)
+
+    def to_dict(self) -> dict:
+        out: dict = {"parameters": dict(self.values)}
+        if self.source:
+            out["source"] = self.source
+        if self.residual_log_sd is not None:
+            out["residual_log_sd"] = self.residual_log_sd
+        return out
+
+
+def split_name(name: str) -> tuple[Family, str]:
+    family_name, _, key = name.partition(".")
+    family = FAMILIES.get(family_name)
+    if family is None:
+        raise KeyError(name)
+    return family, key
+
+
+def check_name(name: object, field: str) -> str:
+    if not isinstance(name, str):
+        raise SpecError(field, name, "expected a parameter name")
+    try:
+        family, key = split_name(name)
+    except KeyError:
+        raise SpecError(field, name, f"unknown parameter; families: {', '.join(FAMILIES)}") from None
+    if family.keyed_by and not key:
+        raise SpecError(field, name, f"needs a {family.keyed_by} key, e.g. {family.name}.{_example(family)}")
+    if not family.keyed_by and key:
+        raise SpecError(field, name, f"{family.name} takes no key")
+    if family.keyed_by == "link" and key not in LINK_CLASSES:
+        raise SpecError(field, name, f"unknown link class; known: {', '.join(LINK_CLASSES)}")
+    return name
+
+
+def _example(family: Family) -> str:
+    return "V100" if family.keyed_by == "gpu" else "ethernet"
+
+
+def parse_calibration(value: object, field: str = "calibration") -> Calibration:
+    if value is None:
+        return Calibration()
+    if not isinstance(value, dict):
+        raise SpecError(field, value, "expected a mapping with parameters")
+    allowed = {"parameters", "source", "residual_log_sd"}
+    for key in value:
+        if key not in allowed:
+            raise SpecError(f"{field}.{key}", value[key], f"unknown calibration field; allowed: {', '.join(sorted(allowed))}")
+    parameters = value.get("parameters") or {}
+    if not isinstance(parameters, dict):
+        raise SpecError(f"{field}.parameters", parameters, "expected a mapping of parameter name to value")
+    values = []
+    for name, number in parameters.items():
+        check_name(name, f"{field}.parameters")
+        family, _ = split_name(name)
+        number = float(parse_number(number, f"{field}.parameters.{name}"))
+        if not family.lower <= number <= family.upper:
+            raise SpecError(f"{field}.parameters.{name}", number,
+                            f"outside the physical range {family.lower:g} .. {family.upper:g} {family.unit}")
+        values.append((name, number))
+    spread = value.get("residual_log_sd")
+    return Calibration(
+        values=tuple(sorted(values)),
+        source=str(value.get("source", "")),
+        residual_log_sd=None if spread is None else float(parse_number(spread, f"{field}.residual_log_sd", minimum=0)),
+    )
+
+
+class ModelParams:
+    """The values the cost model uses: the calibration's where it has one, else the default."""
+
+    def __init__(self, calibration: Calibration | None = None):
+        self.calibration = calibration or Calibration()
+        self._fitted = self.calibration.as_dict()
+
+    def __call__(self, family: str, key: str = "") -> float:
+        name = f"{family}.{key}" if key else family
+        if name in self._fitted:
+            return self._fitted[name]
+        return FAMILIES[family].default_for(key)
+
+    def source(self, family: str, key: str = "") -> str:
+        name = f"{family}.{key}" if key else family
+        return "calibrated" if name in self._fitted else "default"
+
+
+def parameter_names(gpu_names: list[str], link_classes: list[str]) -> list[str]:
+    """Every parameter a scenario with these GPU types and link classes uses."""
+    names = []
+    for family in FAMILIES.values():
+        keys = {"gpu": gpu_names, "link": link_classes}.get(family.keyed_by, [""])
+        names += [f"{family.name}.{key}" if key else family.name for key in dict.fromkeys(keys)]
+    return names
+
+
+def bounds(name: str) -> tuple[float, float]:
+    family, _ = split_name(name)
+    return family.lower, family.upper
+
+
+def prior(name: str) -> tuple[float, float]:
+    """(default value, prior sigma in log units) of a parameter."""
+    family, key = split_name(name)
+    return family.default_for(key), family.prior_sigma
+
