@@ -194,12 +194,12 @@ def test_evaluate_saved_plan_is_unchanged(capsys, tmp_path):
 def test_evaluate_strategies_file(capsys, tmp_path):
     """Two strategies come back in input order; plan's best partition reproduces its iteration time."""
     best = run_json(capsys, "plan", "paper-het-cluster", "--top", "1")["strategies"][0]
-    other = {"tp": 1, "pp": 4, "dp": 4, "micro_batch_size": 2}
-    assert (best["tp"], best["pp"], best["dp"]) != (1, 4, 4)
+    other = {"tp": 1, "pp": 2, "dp": 8, "micro_batch_size": 2}
+    assert (best["tp"], best["pp"], best["dp"]) != (1, 2, 8)
     path = tmp_path / "strategies.yaml"
     path.write_text(dump_yaml([other, {k: best[k] for k in STRATEGY_KEYS}]))
     first, second = run_json(capsys, "evaluate", "paper-het-cluster", path)
-    assert (first["tp"], first["pp"], first["dp"], first["micro_batch_size"]) == (1, 4, 4, 2)
+    assert (first["tp"], first["pp"], first["dp"], first["micro_batch_size"]) == (1, 2, 8, 2)
     assert first["placement"] == [0, 1]   # default: rank order
     assert {k: second[k] for k in STRATEGY_KEYS} == {k: best[k] for k in STRATEGY_KEYS}
     assert second["iteration_time_s"] == best["iteration_time_s"]

@@ -215,7 +215,7 @@ def test_bad_placement(saved, tmp_path):
 
 
 def test_strategy_invalid_for_its_scenario(saved, tmp_path):
-    error = _load_error(tmp_path, _edited(saved[3], lambda d: d["strategy"].update(dp=4)))
+    error = _load_error(tmp_path, _edited(saved[3], lambda d: d["strategy"].update(dp=3)))
     assert "strategy.tp*pp*dp" in error.field
 
 

@@ -29,21 +29,29 @@ from functools import cached_property
 import numpy as np
 
 from amp_tui.core.hardware import GPU
+from amp_tui.core.knobs import Knobs, default_knobs
 from amp_tui.core.memory import (MemoryBreakdown, micro_batches_in_flight, optimizer_traffic_per_param,
                                  state_bytes_per_param)
 from amp_tui.core.placement import Layout, Nodes, build_layout
 from amp_tui.core.scenario import Scenario
 from amp_tui.core.strategy import Strategy
+from amp_tui.core.terms import compute as compute_terms
 from amp_tui.core.units import format_bytes
+
+# Gradients are all-reduced in buckets of this size (PyTorch DDP's 25 MB; Megatron's are similar):
+# each bucket pays the ring's per-message latency.
+DP_BUCKET_BYTES = 25e6
 
 
 class CostModel:
     """Per-scenario caches of layer times and layouts; candidates are built from these."""
 
-    def __init__(self, scenario: Scenario):
+    def __init__(self, scenario: Scenario, knobs: Knobs | None = None):
         self.scenario = scenario
         self.model = scenario.model
         self.training = scenario.training
+        self.params = scenario.params
+        self.knobs = knobs or default_knobs(scenario.training)
         self.gpus: list[GPU] = [group.gpu for group in scenario.cluster.nodes]
         # Groups with the same GPU share layer times: key the cache by the first such group.
         self._gpu_id = [self.gpus.index(gpu) for gpu in self.gpus]
@@ -68,16 +76,8 @@ class CostModel:
         return self._profiles[key]
 
     def _analytic_forward(self, gpu: GPU, tp: int, mbs: int | np.ndarray) -> np.ndarray:
-        cols = self.model.columns
-        work = self._work_per_sample * (mbs / tp)
-        # A layer that does not say how wide it is gets the GPU's best efficiency.
-        if gpu.half_work > 0:
-            efficiency = np.where(work > 0, gpu.peak_fraction * work / (work + gpu.half_work), gpu.peak_fraction)
-        else:
-            efficiency = gpu.peak_fraction
-        compute = cols["flops"] * (mbs / (tp * gpu.peak_flops(self.training.precision))) / efficiency
-        traffic = cols["activation_bytes"] * (2.0 * mbs / tp / gpu.memory_bandwidth)
-        return np.maximum(compute, traffic)
+        return compute_terms.analytic_forward(self.model, gpu, self.training.precision, self.params,
+                                              tp, self.knobs.cp, self.knobs.sequence_parallel, mbs)
 
     def _calibration(self, group: int) -> np.ndarray:
         """Per layer, measured / analytic forward time at tp = 1, micro-batch 1 on this GPU (1 where
@@ -109,7 +109,7 @@ class CostModel:
             return
         mbs = np.array(todo, dtype=np.float64)[:, None]
         gpu = self.gpus[group]
-        passes = 4.0 if self.training.recompute == "full" else 3.0
+        passes = 4.0 if self.knobs.recompute == "full" else 3.0
         measured = self._measured(gpu.name, tp)
         have = ~np.isnan(measured)
         analytic = self._analytic_forward(gpu, tp, mbs)
@@ -125,10 +125,23 @@ class CostModel:
             forward = analytic
         comm_passes = passes - 1.0  # forward and backward all-reduces, forward again under recompute
         ring = 2.0 * (tp - 1) / tp
-        tp_bytes = np.where(have, 0.0, self.model.columns["tp_comm_bytes"] * (comm_passes * mbs * ring))
+        tp_bytes = np.where(have, 0.0, self.model.columns["tp_comm_bytes"] * (comm_passes * mbs * ring / self.knobs.cp))
         compute = passes * forward
+        if self.knobs.recompute == "selective":   # attention scores and softmax run forward again
+            compute = compute + compute_terms.selective_recompute_time(self.model, gpu, self.training.precision,
+                                                                       self.params, tp, self.knobs.cp, mbs)
         for row, m in enumerate(todo):
             self._layer_times[(gpu_id, tp, m)] = (compute[row], tp_bytes[row])
+
+    @cached_property
+    def tp_messages(self) -> np.ndarray:
+        """Per layer per sample-independent micro-batch: tensor-parallel collectives (each a ring
+        of 2 (tp - 1) steps): a Megatron block all-reduces twice per pass, another layer that
+        communicates once; forward, backward, and forward again under full recomputation."""
+        cols = self.model.columns
+        kinds = np.array([layer.kind == "block" for layer in self.model.layers])
+        per_pass = np.where(cols["tp_comm_bytes"] > 0, np.where(kinds, 2.0, 1.0), 0.0)
+        return per_pass * (3.0 if self.knobs.recompute == "full" else 2.0)
 
     def activation_arrays(self, tp: int) -> tuple[np.ndarray, np.ndarray]:
         """Per sample of a micro-batch, per GPU at this tp: (prefix sums of the activation bytes each
@@ -136,32 +149,34 @@ class CostModel:
         layer's input, and recomputes one layer's full activations at a time."""
         key = ("activations", tp)
         if key not in self._profiles:
-            cols = self.model.columns
-            replicated = cols["activation_replicated_bytes"]
-            full = replicated + (cols["activation_bytes"] - replicated) / tp
-            workspace = cols["workspace_bytes"] / tp
-            if self.training.recompute == "full":
-                kept = np.concatenate([[0.0], cols["output_bytes"][:-1]])  # each layer's input
-                peak = workspace + full
-            else:
-                kept, peak = full, workspace
-            self._profiles[key] = (np.concatenate([[0.0], np.cumsum(kept)]), peak)
+            kept, peak = compute_terms.activation_terms(self.model, tp, self.knobs)
+            grow = 1.0 + self.params("memory_fragmentation")
+            self._profiles[key] = (np.concatenate([[0.0], np.cumsum(kept)]) * grow, peak * grow)
         return self._profiles[key]
 
     def stage_times(self, groups: tuple[int, ...], tp_seconds_per_byte: float, tp: int,
-                    mbs: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Per layer on a stage served by node `groups` with this tensor-parallel link: (time, its
-        tensor-parallel part) on the slowest serving GPU type, and prefix sums of the time."""
-        key = ("stage", groups, tp_seconds_per_byte, tp, mbs)
+                    mbs: int, tp_latency: float = 0.0, shard: tuple[float, float] = (0.0, 0.0)
+                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Per layer on a stage served by node `groups` with this tensor-parallel link (s/byte and
+        per-message latency): (time, its communication part) on the slowest serving GPU type, and
+        prefix sums of the time. `shard` (s/byte, latency) prices ZeRO-3's per-layer parameter
+        all-gathers and gradient reduce-scatters, overlapped with the layer's compute."""
+        key = ("stage", groups, tp_seconds_per_byte, tp, mbs, tp_latency, shard)
         if key not in self._profiles:
             times = np.zeros(self.model.num_layers)
             tp_part = np.zeros(self.model.num_layers)
+            alpha = self.tp_messages * (2.0 * (tp - 1) * tp_latency) if tp > 1 else 0.0
+            sharded = compute_terms.zero3_layer_time(self.model, self.training.bytes_per_element, tp, shard) if shard[0] else None
             for g in groups:
                 compute, tp_bytes = self.layer_times(g, tp, mbs)
-                total = compute + tp_bytes * tp_seconds_per_byte
+                comm = tp_bytes * tp_seconds_per_byte + alpha
+                total = compute + comm
+                if sharded is not None:    # prefetched: the layer waits only for what compute does not hide
+                    exposed = np.maximum(sharded - compute, 0.0) + shard[1] * 3.0
+                    total, comm = total + exposed, comm + exposed
                 slower = total > times
                 times = np.where(slower, total, times)
-                tp_part = np.where(slower, tp_bytes * tp_seconds_per_byte, tp_part)
+                tp_part = np.where(slower, comm, tp_part)
             self._profiles[key] = (times, tp_part, np.concatenate([[0.0], np.cumsum(times)]))
         return self._profiles[key]
 
@@ -177,7 +192,8 @@ class CostModel:
             in_flight = ("in flight", pp, num_micro_batches)
             if in_flight not in self._profiles:
                 schedule = self.training.schedule
-                counts = [micro_batches_in_flight(schedule, s, pp, num_micro_batches) for s in range(pp)]
+                counts = [micro_batches_in_flight(schedule, s, pp, num_micro_batches, self.knobs.virtual_stages)
+                          for s in range(pp)]
                 self._profiles[in_flight] = np.array(counts, dtype=np.float64)
             self._profiles[key] = (*self._profiles[per_micro_batch], self._profiles[in_flight])
         return self._profiles[key]
@@ -186,8 +202,11 @@ class CostModel:
         key = (tp, pp, dp, order)
         if key not in self._layouts:
             if order not in self._nodes:
-                self._nodes[order] = Nodes(self.scenario.cluster, order)
-            self._layouts[key] = build_layout(self.scenario.cluster, tp, pp, dp, order, self._nodes[order])
+                self._nodes[order] = Nodes(self.scenario.cluster, order, self.params)
+            # Context-parallel ranks sit beside the tensor-parallel ones (Megatron's order
+            # tp-cp-dp-pp): the layout places tp x cp ranks per replica of a stage.
+            self._layouts[key] = build_layout(self.scenario.cluster, tp * self.knobs.cp, pp, dp, order,
+                                              self._nodes[order])
         return self._layouts[key]
 
     def candidate(self, tp: int, pp: int, dp: int, mbs: int, order: tuple[int, ...]) -> "Candidate":
@@ -204,11 +223,13 @@ class StagePrediction:
     compute_s: float               # per micro-batch, forward + backward, incl. tensor-parallel comm
     tp_comm_s: float               # the tensor-parallel all-reduce part of compute_s
     comm_s: float                  # pipeline sends per micro-batch, both neighbours, both directions
-    stage_time_s: float            # compute_s + comm_s: the stage's busy time per micro-batch
-    dp_allreduce_s: float
+    overhead_s: float              # the pipeline engine's fixed cost per micro-batch
+    stage_time_s: float            # compute_s + comm_s + overhead_s: busy time per micro-batch
+    dp_allreduce_s: float          # after the last micro-batch (incl. its per-bucket latency)
     optimizer_step_s: float
     memory: MemoryBreakdown
     capacity_bytes: float
+    latency_s: float = 0.0         # per micro-batch, the per-message latency inside tp_comm_s and comm_s
 
     @property
     def fits(self) -> bool:
@@ -219,6 +240,7 @@ class StagePrediction:
             "stage": self.index, "first_layer": self.first_layer, "last_layer": self.last_layer,
             "gpu": self.gpu, "gpu_types": list(self.gpu_types),
             "compute_s": self.compute_s, "tp_comm_s": self.tp_comm_s, "comm_s": self.comm_s,
+            "overhead_s": self.overhead_s, "latency_s": self.latency_s,
             "stage_time_s": self.stage_time_s, "dp_allreduce_s": self.dp_allreduce_s,
             "optimizer_step_s": self.optimizer_step_s,
             "memory_bytes": self.memory.total_bytes, "capacity_bytes": self.capacity_bytes,
@@ -241,6 +263,36 @@ class Prediction:
     peak_memory_bytes: float
     stages: tuple[StagePrediction, ...]
     reason: str | None = None       # why it does not fit
+    iteration_overhead_s: float = 0.0   # the fixed cost of every iteration
+    virtual_stages: int = 1         # interleaved chunks per pipeline rank (fill and drain / v)
+
+    def time_terms(self) -> dict[str, float]:
+        """The iteration time as named terms that add up to it: each is what that kind of work
+        costs on the critical path, the bottleneck stage's share in the steady state plus every
+        stage's in the fill and drain, and the slowest stage's tail."""
+        B, v = self.num_micro_batches, self.virtual_stages
+        b = self.stages[self.bottleneck_stage]
+        tail = max(self.stages, key=lambda st: st.dp_allreduce_s + st.optimizer_step_s)
+
+        def path(per_stage) -> float:
+            return (B - 1) * per_stage(b) + sum(per_stage(st) for st in self.stages) / v
+
+        return {
+            "compute": path(lambda st: st.compute_s - st.tp_comm_s),
+            "tensor-parallel comm": path(lambda st: st.tp_comm_s),
+            "pipeline sends": path(lambda st: st.comm_s / 2) + (B - 1) * b.comm_s / 2,
+            "pipeline engine overhead": path(lambda st: st.overhead_s),
+            "data-parallel all-reduce": tail.dp_allreduce_s,
+            "optimizer step": tail.optimizer_step_s,
+            "per-iteration overhead": self.iteration_overhead_s,
+        }
+
+    @property
+    def latency_s(self) -> float:
+        """How much of the iteration is per-message latency (alpha terms) on the critical path."""
+        B, v = self.num_micro_batches, self.virtual_stages
+        b = self.stages[self.bottleneck_stage]
+        return (B - 1) * b.latency_s + sum(st.latency_s for st in self.stages) / v
 
     @property
     def tightest_stage(self) -> "StagePrediction":
@@ -260,6 +312,8 @@ class Prediction:
             "dp_allreduce_s": self.dp_allreduce_s, "bubble_fraction": self.bubble_fraction,
             "steady_state_s": self.steady_state_s, "fill_drain_s": self.fill_drain_s,
             "dp_and_optimizer_s": self.dp_and_optimizer_s,
+            "iteration_overhead_s": self.iteration_overhead_s, "latency_s": self.latency_s,
+            "time_terms": self.time_terms(),
         })
         if self.reason:
             out["reason"] = self.reason
@@ -278,31 +332,59 @@ class Candidate:
         self.layout = layout
         self.mbs = mbs
         training = cost.training
-        self.tp, self.pp, self.dp = layout.tp, layout.pp, layout.dp
+        self.knobs = cost.knobs
+        self.cp = cost.knobs.cp
+        self.tp, self.pp, self.dp = layout.tp // self.cp, layout.pp, layout.dp
         self.num_layers = cost.model.num_layers
         self.num_micro_batches = training.global_batch_size // (self.dp * mbs)
-        self.state = state_bytes_per_param(training, self.dp)
+        # ZeRO shards over every rank holding the same parameters: data- and context-parallel ones.
+        self.state = state_bytes_per_param(training, self.dp * self.cp, self.knobs.zero_stage)
+        params = cost.params
+        self.micro_batch_overhead = params("micro_batch_overhead_s")
 
     # Seconds per (parameter / tp) of stage s for the all-reduce and the optimizer step, and both.
     @cached_property
     def dp_coef(self) -> np.ndarray:
-        ring = 2.0 * (self.dp - 1) / self.dp
-        return ring * self.state.weights * self.layout.dp_seconds_per_byte
+        if self.knobs.zero_stage >= 3:    # gradients are reduce-scattered layer by layer (stage times)
+            return np.zeros(self.pp)
+        grad_bytes = self.state.weights
+        steps = _collective_steps(self.dp)
+        latency = steps * self.layout.dp_latency * (grad_bytes / DP_BUCKET_BYTES)    # one alpha per bucket
+        return grad_bytes * self.layout.dp_allreduce_seconds_per_byte + latency
 
     @cached_property
     def opt_coef(self) -> np.ndarray:
-        return optimizer_traffic_per_param(self.cost.training, self.dp) / self.layout.stage_memory_bandwidth
+        return optimizer_traffic_per_param(self.cost.training, self.dp * self.cp,
+                                           self.knobs.zero_stage) / self.layout.stage_memory_bandwidth
 
     @cached_property
     def e_coef(self) -> np.ndarray:
         return self.dp_coef + self.opt_coef
 
     @cached_property
+    def last_bucket_latency(self) -> np.ndarray:
+        """Per stage, the all-reduce latency paid whatever the stage holds: one bucket's."""
+        if self.knobs.zero_stage >= 3:
+            return np.zeros(self.pp)
+        return _collective_steps(self.dp) * self.layout.dp_latency
+
+    @property
+    def iteration_overhead(self) -> float:
+        return self.cost.params("iteration_overhead_s")
+
+    @cached_property
+    def e_const(self) -> np.ndarray:
+        """Per stage, what its tail E_s costs whatever it holds (the partition search's view,
+        with the iteration's fixed cost folded in)."""
+        return self.iteration_overhead + self.last_bucket_latency
+
+    @cached_property
     def tail_floor(self) -> float:
         """A lower bound on max_s E_s over every partition: with P_s the stage's parameters,
-        summing to P, max_s e_s P_s >= P / sum_s (1 / e_s)."""
+        summing to P, max_s e_s P_s >= P / sum_s (1 / e_s), and every E_s has its constant."""
         coef = self.e_coef
-        return float(self.param_prefix[-1]) / float(np.sum(1.0 / coef)) if np.all(coef > 0) else 0.0
+        base = float(self.param_prefix[-1]) / float(np.sum(1.0 / coef)) if np.all(coef > 0) else 0.0
+        return base + float(self.e_const.min())
 
     @cached_property
     def stage_layer_times(self) -> tuple[np.ndarray, np.ndarray]:
@@ -316,21 +398,40 @@ class Candidate:
         return np.array([row[2] for row in self._stage_rows])
 
     @cached_property
-    def _stage_rows(self) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    def stage_hardware(self) -> list[tuple]:
+        """Per stage, what its layer times depend on beside tp and the micro-batch size: serving
+        groups, tensor-parallel link (s/byte, latency), ZeRO-3 sharding link (s/byte, latency)."""
         layout = self.layout
-        return [self.cost.stage_times(groups, float(spb), self.tp, self.mbs)
-                for groups, spb in zip(layout.stage_groups, layout.stage_tp_seconds_per_byte)]
+        shard = [(0.0, 0.0)] * self.pp
+        if self.knobs.zero_stage >= 3 and self.dp * self.cp > 1:
+            n = self.dp
+            ring = (n - 1) / n
+            shard = [(float(spb) * ring, float(lat) * (n - 1))
+                     for spb, lat in zip(layout.dp_seconds_per_byte, layout.dp_latency)]
+        return [(groups, float(spb), float(lat), sh) for groups, spb, lat, sh in
+                zip(layout.stage_groups, layout.stage_tp_seconds_per_byte, layout.stage_tp_latency, shard)]
+
+    @cached_property
+    def _stage_rows(self) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+        return [self.cost.stage_times(groups, spb, self.tp, self.mbs, lat, shard)
+                for groups, spb, lat, shard in self.stage_hardware]
 
     @cached_property
     def cut_unit(self) -> np.ndarray:
         """(L + 1,): bytes sent per micro-batch, both directions, across a boundary after layer
         j - 1 (column 0 unused); times a boundary's seconds per byte, its send time."""
-        return 2.0 * self.mbs * np.concatenate([[0.0], self.cost._output])
+        return 2.0 * self.mbs * self.knobs.virtual_stages / self.cp * np.concatenate([[0.0], self.cost._output])
+
+    @cached_property
+    def cut_latency(self) -> np.ndarray:
+        """(pp - 1,): per micro-batch, the latency of boundary k's sends: one message each way,
+        v of them with v interleaved model chunks per pipeline rank."""
+        return 2.0 * self.knobs.virtual_stages * self.layout.boundary_latency
 
     @cached_property
     def cut_cost(self) -> np.ndarray:
         """(pp - 1, L + 1): pipeline send time per micro-batch when boundary k follows layer j - 1."""
-        return self.cut_unit[None, :] * self.layout.boundary_seconds_per_byte[:, None]
+        return self.cut_unit[None, :] * self.layout.boundary_seconds_per_byte[:, None] + self.cut_latency[:, None]
 
     @cached_property
     def param_prefix(self) -> np.ndarray:
@@ -370,16 +471,21 @@ class Candidate:
         comm[:-1] += cuts
         comm[1:] += cuts
         params = self.param_prefix[ends] - self.param_prefix[starts]
-        dp_allreduce, optimizer_step = self.dp_coef * params, self.opt_coef * params
+        dp_allreduce = self.dp_coef * params + self.last_bucket_latency
+        optimizer_step = self.opt_coef * params
         memory = self.memory_terms(stages, starts, ends)
-        busy = compute + comm
+        overhead = self.micro_batch_overhead
+        busy = compute + comm + overhead
+        v = self.knobs.virtual_stages
         return {
             "starts": starts, "ends": ends, "compute": compute, "comm": comm, "busy": busy,
             "dp_allreduce": dp_allreduce, "optimizer_step": optimizer_step, "memory": memory,
             "memory_total": sum(memory) + self.cost.training.runtime_reserve_bytes,
             "steady": (B - 1) * float(busy.max()),
-            "fill": float(compute.sum() + cuts.sum()),
+            # Interleaving v chunks per rank fills and drains the pipeline v times faster.
+            "fill": float(compute.sum() + cuts.sum() + pp * overhead) / v,
             "tail": float((dp_allreduce + optimizer_step).max()),
+            "fixed": self.iteration_overhead,
         }
 
     def quick_evaluate(self, partition: tuple[int, ...]) -> tuple[float, int, float]:
@@ -388,7 +494,7 @@ class Candidate:
         t = self._terms(partition)
         over = t["memory_total"] - self.layout.stage_capacity
         fullest = int(np.argmax(over))
-        return t["steady"] + t["fill"] + t["tail"], fullest, float(over[fullest])
+        return t["steady"] + t["fill"] + t["tail"] + t["fixed"], fullest, float(over[fullest])
 
     def strategy(self, partition: tuple[int, ...]) -> Strategy:
         return Strategy(self.tp, self.pp, self.dp, self.mbs, tuple(int(n) for n in partition), self.layout.order)
@@ -405,6 +511,7 @@ class Candidate:
                       t["busy"].tolist(), t["dp_allreduce"].tolist(), t["optimizer_step"].tolist(),
                       zip(*(term.tolist() for term in t["memory"])), self.layout.stage_capacity.tolist(),
                       self.layout.stage_groups)
+        latency = self._latency_per_stage(t["starts"], t["ends"])
         for s, row in enumerate(columns):
             i, j, compute, comm, busy, dp_allreduce, optimizer_step, memory, capacity, groups = row
             slowest = groups[0] if len(groups) == 1 else max(
@@ -412,13 +519,15 @@ class Candidate:
             stages.append(StagePrediction(
                 index=s, first_layer=i, last_layer=j - 1,
                 gpu=gpus[slowest].name, gpu_types=tuple(dict.fromkeys(gpus[g].name for g in groups)),
-                compute_s=compute, tp_comm_s=float(tp_part[s, i:j].sum()), comm_s=comm, stage_time_s=busy,
+                compute_s=compute, tp_comm_s=float(tp_part[s, i:j].sum()), comm_s=comm,
+                overhead_s=self.micro_batch_overhead, stage_time_s=busy,
                 dp_allreduce_s=dp_allreduce, optimizer_step_s=optimizer_step,
                 memory=MemoryBreakdown(*memory, reserve_bytes=reserve), capacity_bytes=capacity,
+                latency_s=float(latency[s]),
             ))
         bottleneck = float(t["busy"].max())
         steady, fill, tail = t["steady"], t["fill"], t["tail"]
-        iteration = steady + fill + tail
+        iteration = steady + fill + tail + t["fixed"]
         pipeline = steady + fill
         over = [stage for stage in stages if not stage.fits]
         reason = None
@@ -432,8 +541,20 @@ class Candidate:
             dp_allreduce_s=float(t["dp_allreduce"].max()),
             bubble_fraction=max(0.0, (pipeline - B * bottleneck) / pipeline) if pipeline > 0 else 0.0,
             fits_memory=not over, peak_memory_bytes=max(stage.memory.total_bytes for stage in stages),
-            stages=tuple(stages), reason=reason,
+            stages=tuple(stages), reason=reason, iteration_overhead_s=t["fixed"],
+            virtual_stages=self.knobs.virtual_stages,
         )
+
+    def _latency_per_stage(self, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+        """Per stage per micro-batch: tensor-parallel collectives' and pipeline sends' latency."""
+        latency = np.zeros(self.pp)
+        if self.tp > 1:
+            messages = np.concatenate([[0.0], np.cumsum(self.cost.tp_messages)])
+            latency += (messages[ends] - messages[starts]) * 2.0 * (self.tp - 1) * self.layout.stage_tp_latency
+        if self.pp > 1:
+            latency[:-1] += self.cut_latency
+            latency[1:] += self.cut_latency
+        return latency
 
 
 def memory_reason(stage: StagePrediction) -> str:
@@ -444,3 +565,11 @@ def memory_reason(stage: StagePrediction) -> str:
 def over_capacity(stage: int, first_layer: int, last_layer: int, gpu: str, need: float, capacity: float) -> str:
     return (f"stage {stage} (layers {first_layer}-{last_layer}, {gpu}) needs {format_bytes(need)} of "
             f"{format_bytes(capacity)}: {format_bytes(need - capacity)} over")
+
+
+def _collective_steps(n: int) -> float:
+    """Messages in sequence for an all-reduce over n ranks: a ring's 2 (n - 1), or a tree's
+    2 log2 n, whichever NCCL would pick as cheaper in latency."""
+    if n <= 1:
+        return 0.0
+    return float(min(2 * (n - 1), 2 * np.ceil(np.log2(n))))

@@ -51,6 +51,11 @@ def resolve(strategy: Strategy, training: Training) -> Knobs:
     return Knobs(**values)
 
 
+def default_knobs(training: Training) -> Knobs:
+    """The knobs of a strategy that states none: the training section's, defaults for `auto`."""
+    return resolve(Strategy(1, 1, 1, 1), training)
+
+
 def knob_choices(training: Training) -> list[Knobs]:
     """Every combination the search tries: fixed knobs as given, `auto` ones over their choices."""
     fixed = fixed_knobs(training)

@@ -37,26 +37,37 @@ class StateBytes:
         return self.weights + self.gradients + self.optimizer
 
 
-def state_bytes_per_param(training: Training, dp: int) -> StateBytes:
+def state_bytes_per_param(training: Training, dp: int, zero_stage: int | None = None) -> StateBytes:
+    """Per parameter on one GPU; ZeRO-1 (Megatron's distributed optimizer) shards the optimizer
+    state over the `dp` ranks that hold the parameter, ZeRO-2 the gradients too, ZeRO-3 (FSDP)
+    the weights as well."""
+    stage = training.zero_stage if zero_stage is None else zero_stage
     e = training.bytes_per_element
     optimizer = training.state_bytes_per_param - 2 * e   # what is neither weights nor gradients
     return StateBytes(
-        weights=e,
-        gradients=e / dp if training.zero_stage >= 2 else e,
-        optimizer=optimizer / dp if training.zero_stage >= 1 else optimizer,
+        weights=e / dp if stage >= 3 else e,
+        gradients=e / dp if stage >= 2 else e,
+        optimizer=optimizer / dp if stage >= 1 else optimizer,
     )
 
 
-def optimizer_traffic_per_param(training: Training, dp: int) -> float:
+def optimizer_traffic_per_param(training: Training, dp: int, zero_stage: int | None = None) -> float:
     """Bytes moved per parameter by one optimizer step on one GPU (ZeRO shards the step too)."""
+    stage = training.zero_stage if zero_stage is None else zero_stage
     traffic = _OPTIMIZER_TRAFFIC[training.optimizer]
-    return traffic / dp if training.zero_stage >= 1 else traffic
+    return traffic / dp if stage >= 1 else traffic
 
 
-def micro_batches_in_flight(schedule: str, stage: int, pp: int, num_micro_batches: int) -> int:
-    """Activations a stage holds at its peak: 1F1B stage s keeps min(pp - s, B), GPipe keeps all B."""
+def micro_batches_in_flight(schedule: str, stage: int, pp: int, num_micro_batches: int,
+                            virtual_stages: int = 1) -> float:
+    """Micro-batches of activations a stage holds at its peak: 1F1B stage s keeps min(pp - s, B),
+    GPipe keeps all B. Megatron's interleaved 1F1B with v chunks per rank warms up with
+    2 (pp - s - 1) + (v - 1) pp + 1 chunk passes, each holding 1/v of the stage's activations."""
     if schedule == "gpipe":
         return num_micro_batches
+    if virtual_stages > 1:
+        warmup = 2 * (pp - stage - 1) + (virtual_stages - 1) * pp + 1
+        return min(warmup / virtual_stages, num_micro_batches)
     return min(pp - stage, num_micro_batches)
 
 

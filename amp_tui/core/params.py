@@ -51,7 +51,7 @@ FAMILIES: dict[str, Family] = {family.name: family for family in (
            0.05, 1.0, 0.4, "x", "achieved fraction of the catalog bandwidth for collectives and sends",
            keyed_by="link"),
     Family("link_latency_s", {"nvlink": 8e-6, "pcie": 15e-6, "infiniband": 15e-6, "ethernet": 60e-6, "*": 20e-6},
-           1e-7, 5e-3, 1.0, "s", "per-message latency (the alpha term) of one step of a collective or one send",
+           0.0, 5e-3, 1.0, "s", "per-message latency (the alpha term) of one step of a collective or one send",
            keyed_by="link"),
     Family("layer_floor_s", 40e-6, 0.0, 2e-3, 1.0, "s",
            "kernel-launch floor of one layer's forward pass: a latency-bound layer takes at least this"),

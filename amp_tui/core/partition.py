@@ -109,7 +109,7 @@ class SegmentTables:
         # Segment compute time: one (end, length) table per distinct stage hardware, then each
         # stage's window of its table.
         prefix = c.time_prefix
-        hardware = list(zip(c.layout.stage_groups, c.layout.stage_tp_seconds_per_byte))
+        hardware = c.stage_hardware
         kinds = {kind: s for s, kind in reversed(list(enumerate(hardware)))}   # kind -> first stage
         if len(kinds) == 1:
             compute = windows(prefix[0][j] - prefix[0][start])
@@ -118,23 +118,30 @@ class SegmentTables:
             for kind, first in kinds.items():
                 mine = np.array([k == kind for k in hardware])
                 compute[mine] = windows(prefix[first][j] - prefix[first][start])[mine]
-        # Per segment: g = compute + the send after it, tau = g + the send before it, E = tail.
+        # Per segment: g = compute + the send after it, tau = g + the send before it, E = tail;
+        # every stage pays the engine's fixed cost per micro-batch. With v interleaved chunks
+        # per rank the fill and drain (sum g) shrink v-fold (see cost.Candidate._terms).
+        overhead = c.micro_batch_overhead
         self.costs = np.empty((3, pp, R, W))
         self.g, self.tau, self.e = self.costs
         if pp > 1:
             unit = c.cut_unit                                           # (L + 1,): bytes sent per cut
             spb = c.layout.boundary_seconds_per_byte[:, None]
+            latency = c.cut_latency[:, None]
             step = unit.itemsize             # ends[k, r]: bytes across boundary k after layer k + r
             ends = np.ndarray((pp - 1, R), dtype=unit.dtype, buffer=unit, offset=step, strides=(step, step))
-            np.add(compute[:-1], (ends * spb)[:, :, None], out=self.g[:-1])
-            self.g[-1] = compute[-1]
-            received = windows(np.where(valid, unit[start], 0.0))[1:] * spb[:, :, None]
+            np.add(compute[:-1], (ends * spb + latency + overhead)[:, :, None], out=self.g[:-1])
+            self.g[-1] = compute[-1] + overhead
+            received = windows(np.where(valid, unit[start], 0.0))[1:] * spb[:, :, None] + latency[:, :, None]
             np.add(self.g[1:], received, out=self.tau[1:])
             self.tau[0] = self.g[0]
         else:
-            self.g[:] = compute
-            self.tau[:] = compute
+            np.add(compute, overhead, out=self.g)
+            self.tau[:] = self.g
+        if c.knobs.virtual_stages > 1:
+            self.g /= c.knobs.virtual_stages
         np.multiply(c.e_coef[:, None, None], windows(params), out=self.e)
+        self.e += c.e_const[:, None, None]
 
     def minsum(self, allowed: np.ndarray, g: np.ndarray | None = None) -> tuple[float, tuple[int, ...] | None]:
         """Minimum sum of g over partitions using only allowed segments, and one such partition.
@@ -393,10 +400,10 @@ def _sum_and_tail_floors(candidate: Candidate) -> tuple[float, float]:
     """Lower bounds on sum g and on max E over all partitions, without a DP: every layer on its
     fastest stage and every boundary at its cheapest cut; and Candidate.tail_floor."""
     times, _ = candidate.stage_layer_times
-    g_floor = float(times.min(axis=0).sum())
+    g_floor = float(times.min(axis=0).sum()) + candidate.pp * candidate.micro_batch_overhead
     if candidate.pp > 1:
         g_floor += float(candidate.cut_cost[:, 1:-1].min(axis=1).sum())
-    return g_floor, candidate.tail_floor
+    return g_floor / candidate.knobs.virtual_stages, candidate.tail_floor
 
 
 def _solve_by_enumeration(tables: SegmentTables, upper_bound: float) -> PartitionResult:

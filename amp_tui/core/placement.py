@@ -6,7 +6,13 @@ ranks filled node by node in the order the placement lists node groups, GPUs of 
 Links: two GPUs on one node talk at that node's intra-node bandwidth; two nodes at the lower of their
 inter-node bandwidths, shared by every concurrent flow that leaves (or enters) the node's network
 interface. That sharing is why four tensor-parallel replicas all-reducing across the same nodes are
-not four times faster than one.
+not four times faster than one. Each bandwidth is the catalog figure times the achieved fraction of
+its link class (params `link_efficiency.CLASS`), and every message on a link pays its class's
+latency (`link_latency_s.CLASS`, the alpha term).
+
+A data-parallel all-reduce whose ring spans nodes with several members per node runs as NCCL does
+when that is faster: reduce-scatter inside each node, all-reduce across nodes, all-gather inside
+(hierarchical), else as one ring.
 """
 
 from __future__ import annotations
@@ -16,6 +22,7 @@ from functools import cached_property
 
 import numpy as np
 
+from amp_tui.core.params import ModelParams
 from amp_tui.core.scenario import Cluster
 
 
@@ -35,6 +42,10 @@ class Layout:
     stage_tp_seconds_per_byte: np.ndarray   # slowest tensor-parallel ring link per stage (0 if tp = 1)
     boundary_seconds_per_byte: np.ndarray   # pipeline send after each stage but the last
     dp_seconds_per_byte: np.ndarray         # slowest data-parallel ring link per stage (0 if dp = 1)
+    dp_allreduce_seconds_per_byte: np.ndarray   # all-reduce time per byte reduced, per stage (ring or hierarchical)
+    stage_tp_latency: np.ndarray            # per message on the slowest tensor-parallel link, per stage
+    boundary_latency: np.ndarray            # per message on each pipeline boundary's slowest link
+    dp_latency: np.ndarray                  # per message on the slowest data-parallel link, per stage
 
     @cached_property
     def serving_groups(self) -> tuple[int, ...]:
@@ -72,7 +83,8 @@ class Nodes:
     """The cluster's nodes in one placement order, and the bandwidth of flows between its ranks.
     Every layout with this order shares it."""
 
-    def __init__(self, cluster: Cluster, order: tuple[int, ...]):
+    def __init__(self, cluster: Cluster, order: tuple[int, ...], params: ModelParams | None = None):
+        params = params or ModelParams()
         groups = cluster.nodes
         self.order = tuple(order)
         self.node_group = node_order(cluster, order)
@@ -81,8 +93,12 @@ class Nodes:
         starts = np.concatenate([[0], np.cumsum(per_node)[:-1]])
         self.rank_local_gpu = np.arange(len(self.rank_node)) - np.repeat(starts, per_node)
         self.rank_group = self.node_group[self.rank_node]
-        self.intra = np.array([g.intra_node_bandwidth for g in groups])[self.node_group]
-        self.inter = np.array([g.inter_node_bandwidth for g in groups])[self.node_group]
+        self.intra = np.array([g.intra_node_bandwidth * params("link_efficiency", g.intra_link_class)
+                               for g in groups])[self.node_group]
+        self.inter = np.array([g.inter_node_bandwidth * params("link_efficiency", g.inter_link_class)
+                               for g in groups])[self.node_group]
+        self.intra_latency = np.array([params("link_latency_s", g.intra_link_class) for g in groups])[self.node_group]
+        self.inter_latency = np.array([params("link_latency_s", g.inter_link_class) for g in groups])[self.node_group]
         self.usable = np.array([g.gpu.usable_memory_bytes for g in groups])       # per node group
         self.memory_bandwidth = np.array([g.gpu.memory_bandwidth for g in groups])
         for array in vars(self).values():     # shared by every layout of this order
@@ -103,28 +119,68 @@ class Nodes:
                             self.inter[dst_node] / np.maximum(n_in[row + dst_node], 1))
         return np.where(crossing, shared, self.intra[src_node])
 
+    def flow_latency(self, src: np.ndarray, dst: np.ndarray) -> np.ndarray:
+        src_node, dst_node = self.rank_node[src], self.rank_node[dst]
+        inter = np.maximum(self.inter_latency[src_node], self.inter_latency[dst_node])
+        return np.where(src_node != dst_node, inter, self.intra_latency[src_node])
+
     def ring_seconds_per_byte(self, ring_ranks: np.ndarray) -> np.ndarray:
         """Rings along the last axis, all concurrent; the slowest link's s/byte per ring."""
+        return self.ring_links(ring_ranks)[0]
+
+    def ring_links(self, ring_ranks: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Rings along the last axis, all concurrent: (the slowest link's s/byte, the largest
+        per-message latency) per ring; zeros for rings of one."""
         if ring_ranks.shape[-1] == 1:
-            return np.zeros(ring_ranks.shape[:-1])
+            zeros = np.zeros(ring_ranks.shape[:-1])
+            return zeros, zeros
         nxt = np.concatenate([ring_ranks[..., 1:], ring_ranks[..., :1]], axis=-1)
         bandwidth = self.flow_bandwidth(ring_ranks.reshape(1, -1), nxt.reshape(1, -1)).reshape(ring_ranks.shape)
-        return 1.0 / bandwidth.min(axis=-1)
+        latency = self.flow_latency(ring_ranks, nxt)
+        return 1.0 / bandwidth.min(axis=-1), latency.max(axis=-1)
+
+    def allreduce_seconds_per_byte(self, ring_ranks: np.ndarray) -> np.ndarray:
+        """Rings along the last axis, all concurrent: seconds per byte reduced, the faster of one
+        ring (2 (n-1)/n of the bytes over the slowest link) and the hierarchical all-reduce
+        (2 (g-1)/g inside each node of g members, then 2 (N-1)/N across the N nodes, the nodes'
+        rings sharing each network interface)."""
+        n = ring_ranks.shape[-1]
+        ring_spb, _ = self.ring_links(ring_ranks)
+        flat = ring_ranks.reshape(-1, n)
+        nodes = self.rank_node[flat]
+        first = np.concatenate([np.ones((len(flat), 1), dtype=bool), nodes[:, 1:] != nodes[:, :-1]], axis=1)
+        num_nodes = first.sum(axis=1)                                  # rank order keeps a node's ranks together
+        ring = (2.0 * (n - 1) / n) * ring_spb.reshape(-1)
+        per_node = n // np.maximum(num_nodes, 1)
+        even = (num_nodes > 1) & (per_node > 1) & (per_node * num_nodes == n)
+        if not even.any():
+            return ring.reshape(ring_spb.shape)
+        # Across nodes, the g members of a node each reduce 1/g of the bytes side by side: the
+        # interface carries as many bytes as the flat ring's one crossing flow, so the flat ring's
+        # shared crossing link (its slowest) prices that phase.
+        intra = 1.0 / self.intra[nodes].min(axis=1)
+        inter_shared = ring_spb.reshape(-1)
+        hierarchical = (2.0 * (per_node - 1) / np.maximum(per_node, 1)) * intra + \
+            (2.0 * (num_nodes - 1) / np.maximum(num_nodes, 1)) * inter_shared
+        return np.where(even, np.minimum(ring, hierarchical), ring).reshape(ring_spb.shape)
 
 
 def build_layout(cluster: Cluster, tp: int, pp: int, dp: int, order: tuple[int, ...],
                  nodes: Nodes | None = None) -> Layout:
     """The layout of (tp, pp, dp) on the cluster's nodes in `order` (`nodes`, if given, must be
-    Nodes(cluster, order))."""
+    Nodes(cluster, order, params))."""
     nodes = nodes or Nodes(cluster, order)
     ranks = np.arange(pp * dp * tp).reshape(pp, dp, tp)  # [stage, replica, tp_rank] = global rank
-    tp_spb = nodes.ring_seconds_per_byte(ranks).max(axis=1)                       # rings over tp ranks
-    dp_spb = nodes.ring_seconds_per_byte(ranks.transpose(0, 2, 1)).max(axis=1)    # rings over replicas
+    tp_spb, tp_latency = (a.max(axis=1) for a in nodes.ring_links(ranks))            # rings over tp ranks
+    dp_rings = ranks.transpose(0, 2, 1)
+    dp_spb, dp_latency = (a.max(axis=1) for a in nodes.ring_links(dp_rings))         # rings over replicas
+    dp_allreduce = nodes.allreduce_seconds_per_byte(dp_rings).max(axis=1) if dp > 1 else np.zeros(pp)
     # Boundary k's sends (stage k -> k + 1, every replica and tensor rank) run together.
-    boundary = np.zeros(0)
+    boundary = boundary_latency = np.zeros(0)
     if pp > 1:
-        sends = nodes.flow_bandwidth(ranks[:-1].reshape(pp - 1, -1), ranks[1:].reshape(pp - 1, -1))
-        boundary = 1.0 / sends.min(axis=1)
+        src, dst = ranks[:-1].reshape(pp - 1, -1), ranks[1:].reshape(pp - 1, -1)
+        boundary = 1.0 / nodes.flow_bandwidth(src, dst).min(axis=1)
+        boundary_latency = nodes.flow_latency(src, dst).max(axis=1)
 
     serves = np.zeros((pp, len(cluster.nodes)), dtype=bool)   # does group g serve stage s?
     serves[np.repeat(np.arange(pp), dp * tp), nodes.rank_group[:pp * dp * tp]] = True
@@ -139,4 +195,8 @@ def build_layout(cluster: Cluster, tp: int, pp: int, dp: int, order: tuple[int, 
         stage_tp_seconds_per_byte=tp_spb,
         boundary_seconds_per_byte=boundary,
         dp_seconds_per_byte=dp_spb,
+        dp_allreduce_seconds_per_byte=dp_allreduce,
+        stage_tp_latency=tp_latency,
+        boundary_latency=boundary_latency,
+        dp_latency=dp_latency,
     )

@@ -18,6 +18,7 @@ import numpy as np
 
 from amp_tui.core.cost import Candidate, CostModel, Prediction, over_capacity
 from amp_tui.core.errors import Cancelled
+from amp_tui.core.knobs import Knobs, default_knobs, knob_choices
 from amp_tui.core.orders import NodeOrders, node_orders
 from amp_tui.core.partition import INF, SegmentTables, even_split_memory, partitions_fit, solve
 from amp_tui.core.scenario import Scenario
@@ -98,30 +99,49 @@ def tp_degrees(scenario: Scenario) -> list[int]:
     return [tp for tp in options if not heads or heads % tp == 0]
 
 
-def enumerate_candidates(scenario: Scenario, orders: NodeOrders | None = None
+def enumerate_candidates(scenario: Scenario, orders: NodeOrders | None = None, knobs: Knobs | None = None
                          ) -> list[tuple[int, int, int, int, tuple[int, ...]]]:
-    """Every (tp, pp, dp, micro-batch size, node-group order) to search, over `orders` (by default
-    node_orders(scenario)). One pipeline stage with one replica has a single order: rank order."""
+    """Every (tp, pp, dp, micro-batch size, node-group order) to search with these training
+    techniques (default: the training section's), over `orders` (by default
+    node_orders(scenario)). One pipeline stage with one replica has a single order: rank order.
+    Context parallelism takes its share of the GPUs (tp x cp x pp x dp); combinations a
+    technique cannot change are left out (sequence parallelism without tensor parallelism,
+    interleaving without a pipeline to interleave)."""
+    knobs = knobs or default_knobs(scenario.training)
     n = scenario.cluster.num_gpus
     layers = scenario.model.num_layers
     gbs = scenario.training.global_batch_size
+    cp, v = knobs.cp, knobs.virtual_stages
     out = []
+    if n % cp or (cp > 1 and scenario.model.sequence_length % (2 * cp)):
+        return out
     orders = (orders or node_orders(scenario)).orders
     for tp in tp_degrees(scenario):
-        if n % tp:
+        if (n // cp) % tp or (knobs.sequence_parallel and tp == 1) or tp * cp > _largest_node(scenario, tp):
             continue
-        for pp in divisors(n // tp):
-            if pp > layers:
+        for pp in divisors(n // (tp * cp)):
+            if pp * v > layers:
                 break
-            dp = n // (tp * pp)
+            if v > 1 and pp == 1:
+                continue
+            dp = n // (tp * cp * pp)
             if gbs % dp:
                 continue
             for mbs in divisors(gbs // dp):
                 if mbs > scenario.search.max_micro_batch_size:
                     break
+                if v > 1 and (gbs // (dp * mbs)) % pp:   # Megatron: micro-batches a multiple of pp
+                    continue
                 for order in (orders if pp > 1 or dp > 1 else orders[:1]):
                     out.append((tp, pp, dp, mbs, order))
     return out
+
+
+def _largest_node(scenario: Scenario, tp: int) -> int:
+    """Context-parallel rings stay inside a node with tensor parallelism unless tp may span nodes."""
+    if scenario.search.allow_cross_node_tp:
+        return scenario.cluster.num_gpus
+    return math.gcd(*(group.gpus_per_node for group in scenario.cluster.nodes))
 
 
 def _memory_shortfall(candidate: Candidate) -> str | None:
@@ -203,8 +223,11 @@ def _time_floors(candidates: list[Candidate], cancel: Callable[[], bool]) -> lis
         k = np.arange(1, descending.shape[1] + 1)
         m_floor = (np.ceil(k / pp)[None, :] * descending).max(axis=1)
         B = np.array([c.num_micro_batches for c in group], dtype=np.float64)
-        pipeline = _pipeline_floors(rho, sends, work, m_floor, B)
-        for index, value in zip(members, pipeline + cheapest_cut.sum(axis=1) + tail):
+        # With v interleaved chunks the fill and drain count 1/v: (B - 1) M + S / v is
+        # ((v (B - 1) + 1 - 1) M + S) / v, the same problem with more micro-batches.
+        v = np.array([c.knobs.virtual_stages for c in group], dtype=np.float64)
+        pipeline = _pipeline_floors(rho, sends, work, m_floor, v * (B - 1) + 1) / v
+        for index, value in zip(members, pipeline + cheapest_cut.sum(axis=1) / v + tail):
             floors[index] = float(value)
     return floors
 
@@ -278,16 +301,18 @@ def search(scenario: Scenario, *, top: int | None = None,
     top = top or scenario.search.top
     cancel = should_cancel or (lambda: False)
     report = progress or (lambda fraction: None)
-    cost = CostModel(scenario)
     rank = tuple(range(len(scenario.cluster.nodes)))
     orders = node_orders(scenario)
-    keys = enumerate_candidates(scenario, orders)
-    sizes: dict[int, list[int]] = {}             # micro-batch sizes per tp, computed in one pass each
-    for tp, _, _, mbs, _ in keys:
-        sizes.setdefault(tp, []).append(mbs)
+    # One cost model per combination of training techniques; a key's last entry says which.
+    costs = [CostModel(scenario, knobs) for knobs in knob_choices(scenario.training)]
+    keys = [(*key, k) for k, cost in enumerate(costs)
+            for key in enumerate_candidates(scenario, orders, cost.knobs)]
+    sizes: dict[tuple[int, int], list[int]] = {}   # micro-batch sizes per tp, computed in one pass each
+    for tp, _, _, mbs, _, k in keys:
+        sizes.setdefault((k, tp), []).append(mbs)
     for group in range(len(scenario.cluster.nodes)):
-        for tp, micro_batch_sizes in sizes.items():
-            cost.prepare_layer_times(group, tp, micro_batch_sizes)
+        for (k, tp), micro_batch_sizes in sizes.items():
+            costs[k].prepare_layer_times(group, tp, micro_batch_sizes)
 
     no_fit: list[tuple[Candidate, str | None]] = []     # no partition fits: why, if known
     fitting = []
@@ -296,7 +321,7 @@ def search(scenario: Scenario, *, top: int | None = None,
             raise Cancelled
         if index % 64 == 0:
             report(PREPARATION * index / len(keys))
-        candidate = cost.candidate(*key)
+        candidate = costs[key[5]].candidate(*key[:5])
         shortfall = _memory_shortfall(candidate)
         if shortfall:
             no_fit.append((candidate, shortfall))
@@ -382,5 +407,5 @@ def _infeasible(no_fit: list[tuple[Candidate, str | None]], cancel: Callable[[],
 
 def _negate(key: tuple) -> tuple:
     """Keys sort ascending on ties; the heap pops its largest, so store ties negated (and back)."""
-    tp, pp, dp, mbs, order = key
-    return (-tp, -pp, -dp, -mbs, tuple(-g - 1 for g in order))
+    tp, pp, dp, mbs, order, k = key
+    return (-tp, -pp, -dp, -mbs, tuple(-g - 1 for g in order), -k)

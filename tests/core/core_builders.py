@@ -37,8 +37,20 @@ def layer(params=0.0, flops=0.0, activation_bytes=0.0, output_bytes=0.0, **extra
             "output_bytes": output_bytes, **extra}
 
 
+# AMP's model with none of the terms its successors add: links at their label, no latency, no
+# fixed costs, no allocator slack. Tests of the formula's structure by hand use it; the added
+# terms have their own tests.
+IDEAL = {"parameters": {
+    **{f"link_efficiency.{c}": 1.0 for c in ("nvlink", "pcie", "infiniband", "ethernet")},
+    **{f"link_latency_s.{c}": 0.0 for c in ("nvlink", "pcie", "infiniband", "ethernet")},
+    "layer_floor_s": 0.0, "micro_batch_overhead_s": 0.0, "iteration_overhead_s": 0.0,
+    "memory_fragmentation": 0.0,
+}}
+
+
 def scenario_dict(nodes: list[dict], layers: list[dict], global_batch_size: int, *,
-                  sequence_length: int = 1, search: dict | None = None, **training) -> dict:
+                  sequence_length: int = 1, search: dict | None = None, calibration: dict | None = None,
+                  **training) -> dict:
     out = {
         "name": "test",
         "cluster": {"nodes": nodes},
@@ -47,6 +59,8 @@ def scenario_dict(nodes: list[dict], layers: list[dict], global_batch_size: int,
     }
     if search is not None:
         out["search"] = search
+    if calibration is not None:
+        out["calibration"] = calibration
     return out
 
 

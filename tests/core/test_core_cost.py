@@ -9,10 +9,12 @@ from hypothesis import strategies as st
 from amp_tui.core.cost import CostModel
 from amp_tui.core.evaluate import evaluate
 from amp_tui.core.hardware import gpu_catalog
+from amp_tui.core.params import FAMILIES
+from amp_tui.core.terms.compute import GEMM_HALF_DIM, layer_shapes
 from amp_tui.core.scenario import parse_scenario
 from amp_tui.core.search import enumerate_candidates
 from amp_tui.core.strategy import Strategy
-from core_builders import GBPS, build, close, examples, layer, node, scenario_dicts, with_change
+from core_builders import GBPS, IDEAL, build, close, examples, layer, node, scenario_dicts, with_change
 
 V100 = gpu_catalog()["V100"]
 T4 = gpu_catalog()["T4"]
@@ -29,7 +31,7 @@ PROFILED = [_profiled(1e6, 4e6, 0.002), _profiled(2e6, 1e6, 0.003)]
 
 def test_amp_formula_by_hand_with_measured_times():
     """T = (B - 1) max tau + sum C + sum c + max E, every term from the spec by hand."""
-    scn = build([node(1, "V100", 2, intra=100, inter=10)], PROFILED, 4)
+    scn = build([node(1, "V100", 2, intra=100, inter=10)], PROFILED, 4, calibration=IDEAL)
     p = CostModel(scn).candidate(1, 2, 1, 1, (0,)).predict((1, 1))
     B = 4
     C = [3 * 0.002, 3 * 0.003]                      # forward + backward = 3 x measured forward
@@ -47,7 +49,7 @@ def test_amp_formula_by_hand_with_measured_times():
 
 
 def test_measured_time_scales_with_micro_batch_size():
-    scn = build([node(1, "V100", 2, intra=100, inter=10)], PROFILED, 4)
+    scn = build([node(1, "V100", 2, intra=100, inter=10)], PROFILED, 4, calibration=IDEAL)
     p = CostModel(scn).candidate(1, 2, 1, 2, (0,)).predict((1, 1))
     # kappa = half_work / (tokens x width) = 1: a 2-sample micro-batch takes (2 + 1) / (1 + 1) = 1.5 x
     C = [3 * 1.5 * 0.002, 3 * 1.5 * 0.003]
@@ -59,29 +61,61 @@ def test_measured_time_scales_with_micro_batch_size():
     assert p.stages[0].compute_s / 2 < 3 * 0.002
 
 
-@pytest.mark.parametrize("precision, peak", [("fp16", T4.peak_flops_16), ("fp32", T4.peak_flops_32)])
-def test_analytic_forward_time_by_hand(precision, peak):
+@pytest.mark.parametrize("precision, peak, e", [("fp16", T4.peak_flops_16, 2), ("fp32", T4.peak_flops_32, 4)])
+def test_analytic_forward_time_by_hand(precision, peak, e):
+    """Matrix multiplies at the efficiency their shape allows, then weights and activations
+    through memory, then the launch floor; forward + backward = 3 x forward."""
     lay = layer(params=1e6, flops=1e12, activation_bytes=1e6, output_bytes=1e6, tokens=1024, width=1024)
     scn = build([node(1, "T4", 1)], [lay], 1, precision=precision)
     compute, tp_bytes = CostModel(scn).layer_times(0, 1, 1)
-    work = 1024 * 1024
-    efficiency = T4.peak_fraction * work / (work + T4.half_work)
-    assert compute[0] == pytest.approx(3 * 1e12 / (peak * efficiency), rel=1e-12)
+    shape = (1024 / (1024 + GEMM_HALF_DIM)) ** 2          # M = 1024 tokens, N = 1024 columns
+    matmuls = 1e12 / (peak * T4.peak_fraction * shape)
+    memory = (2 * 1e6 + 1e6 * e) / T4.memory_bandwidth   # activations written and read, weights read
+    floor = FAMILIES["layer_floor_s"].default
+    assert compute[0] == pytest.approx(3 * (matmuls + memory + floor), rel=1e-12)
     assert tp_bytes[0] == 0
 
 
-def test_analytic_time_has_a_memory_bandwidth_floor():
+def test_memory_bound_layers_pay_for_their_traffic():
     lay = layer(params=0, flops=1, activation_bytes=1e9, output_bytes=1e6, tokens=1024, width=1024)
-    scn = build([node(1, "T4", 1)], [lay], 1)
+    scn = build([node(1, "T4", 1)], [lay], 1, calibration=IDEAL)
     compute, _ = CostModel(scn).layer_times(0, 1, 1)
-    assert compute[0] == pytest.approx(3 * 2 * 1e9 / T4.memory_bandwidth, rel=1e-12)
+    assert compute[0] == pytest.approx(3 * 2 * 1e9 / T4.memory_bandwidth, rel=1e-6)
+
+
+def test_small_matrix_multiplies_run_below_peak():
+    """The same FLOPs in a narrow product (few tokens, tensor parallelism slicing the width) take
+    longer than in a large one: small kernels cannot fill the GPU."""
+    wide = layer(params=0, flops=1e12, activation_bytes=0, output_bytes=1, tokens=4096, width=4096)
+    narrow = layer(params=0, flops=1e12, activation_bytes=0, output_bytes=1, tokens=64, width=128)
+    times = [CostModel(build([node(1, "V100", 1)], [lay], 1, calibration=IDEAL)).layer_times(0, 1, 1)[0][0]
+             for lay in (wide, narrow)]
+    assert times[1] > 1.5 * times[0]
+
+
+def test_every_layer_pays_the_launch_floor():
+    tiny = layer(params=10, flops=1e3, activation_bytes=10, output_bytes=10, tokens=1, width=1)
+    floor = 1e-4
+    scn = build([node(1, "V100", 1)], [tiny], 1,
+                calibration={"parameters": {**IDEAL["parameters"], "layer_floor_s": floor}})
+    compute, _ = CostModel(scn).layer_times(0, 1, 1)
+    assert 3 * floor < compute[0] < 3 * floor * 1.01
+
+
+def test_explicit_layers_get_their_shape_inferred():
+    """A layer list with only params and output bytes (the planning-core contract) is read as
+    transformer blocks: width from 12 h^2 parameters, tokens from the model's sequence length."""
+    h, s = 1024, 512
+    lay = layer(params=12 * h * h, flops=1e9, activation_bytes=1e6, output_bytes=s * h * 2)
+    tokens, width = layer_shapes(build([node(1, "V100", 1)], [lay], 1, sequence_length=s).model, 2)
+    assert width[0] == pytest.approx(h) and tokens[0] == pytest.approx(s)
 
 
 @pytest.mark.parametrize("recompute, passes", [("none", 3), ("full", 4)])
 def test_tensor_parallel_all_reduce_by_hand(recompute, passes):
     lay = layer(params=1e6, flops=1e9, activation_bytes=1e6, output_bytes=1e6, tp_comm_bytes=1e6,
                 tokens=1024, width=1024)
-    scn = build([node(1, "V100", 2, intra=100, inter=10)], [lay], 1, recompute=recompute)
+    scn = build([node(1, "V100", 2, intra=100, inter=10)], [lay], 1, recompute=recompute, calibration=IDEAL)
     p = CostModel(scn).candidate(2, 1, 1, 1, (0,)).predict((1,))
     # (passes - 1) all-reduces of 1 MB; a ring of 2 moves 2 (2 - 1) / 2 = 1 x the data
     assert p.stages[0].tp_comm_s == pytest.approx((passes - 1) * 1e6 / (100 * GBPS), rel=1e-12)
@@ -92,7 +126,7 @@ def test_tensor_parallel_all_reduce_by_hand(recompute, passes):
 def test_measured_tensor_parallel_time_already_holds_its_all_reduce():
     lay = _profiled(1e6, 1e6, 0.002, tp_comm_bytes=1e6)
     lay["profile"]["V100"][2] = 0.0015
-    scn = build([node(1, "V100", 2, intra=100, inter=10)], [lay], 1)
+    scn = build([node(1, "V100", 2, intra=100, inter=10)], [lay], 1, calibration=IDEAL)
     p = CostModel(scn).candidate(2, 1, 1, 1, (0,)).predict((1,))
     assert p.stages[0].tp_comm_s == 0
     assert p.stages[0].compute_s == pytest.approx(3 * 0.0015, rel=1e-12)
@@ -101,7 +135,7 @@ def test_measured_tensor_parallel_time_already_holds_its_all_reduce():
 def test_data_parallel_all_reduce_by_hand():
     layers = [layer(params=1e6, flops=1e9, activation_bytes=1e6, output_bytes=1e6, tokens=1024, width=1024),
               layer(params=2e6, flops=1e9, activation_bytes=1e6, output_bytes=1e6, tokens=1024, width=1024)]
-    scn = build([node(2, "V100", 1, intra=100, inter=10)], layers, 2)
+    scn = build([node(2, "V100", 1, intra=100, inter=10)], layers, 2, calibration=IDEAL)
     p = CostModel(scn).candidate(1, 1, 2, 1, (0,)).predict((2,))
     # ring of 2 over the 10 Gbps network: 2 (2 - 1) / 2 x 3e6 parameters x 2 bytes (fp16)
     assert p.dp_allreduce_s == pytest.approx(3e6 * 2 / (10 * GBPS), rel=1e-12)
@@ -115,7 +149,7 @@ def test_data_parallel_all_reduce_by_hand():
 
 def test_pipeline_send_between_nodes_uses_the_slower_network():
     layers = [layer(params=1e3, flops=1e9, activation_bytes=1e3, output_bytes=5e6, tokens=1024, width=1024)] * 2
-    scn = build([node(1, "V100", 1, intra=100, inter=40), node(1, "V100", 1, intra=100, inter=10)], layers, 1)
+    scn = build([node(1, "V100", 1, intra=100, inter=40), node(1, "V100", 1, intra=100, inter=10)], layers, 1, calibration=IDEAL)
     p = CostModel(scn).candidate(1, 2, 1, 1, (0, 1)).predict((1, 1))
     assert p.stages[0].comm_s == pytest.approx(2 * 5e6 / (10 * GBPS), rel=1e-12)
 
@@ -230,19 +264,22 @@ def test_prediction_terms_add_up(plan):
     B = gbs // (strategy.dp * strategy.micro_batch_size)
     assert p.num_micro_batches == B
     assert p.strategy == strategy
-    assert close(p.iteration_time_s, p.steady_state_s + p.fill_drain_s + p.dp_and_optimizer_s, 1e-12)
+    assert close(p.iteration_time_s, p.steady_state_s + p.fill_drain_s + p.dp_and_optimizer_s
+                 + p.iteration_overhead_s, 1e-12)
+    assert close(p.iteration_time_s, sum(p.time_terms().values()), 1e-9)
     assert close(p.samples_per_s, gbs / p.iteration_time_s, 1e-12)
     assert 0 <= p.bubble_fraction < 1
     assert close(p.steady_state_s, (B - 1) * max(s.stage_time_s for s in p.stages), 1e-12) or B == 1
     # each boundary's send is counted in both neighbours' comm_s, once in the fill and drain
-    assert close(p.fill_drain_s, sum(s.compute_s for s in p.stages) + sum(s.comm_s for s in p.stages) / 2, 1e-9)
+    assert close(p.fill_drain_s, sum(s.compute_s + s.comm_s / 2 + s.overhead_s for s in p.stages), 1e-9)
     assert close(p.dp_and_optimizer_s, max(s.dp_allreduce_s + s.optimizer_step_s for s in p.stages), 1e-12)
     assert close(p.dp_allreduce_s, max(s.dp_allreduce_s for s in p.stages), 1e-12)
     assert p.peak_memory_bytes == max(s.memory.total_bytes for s in p.stages)
     assert p.fits_memory == all(s.memory.total_bytes <= s.capacity_bytes for s in p.stages)
     assert (p.reason is None) == p.fits_memory
     for s in p.stages:
-        assert close(s.stage_time_s, s.compute_s + s.comm_s, 1e-12)
+        assert close(s.stage_time_s, s.compute_s + s.comm_s + s.overhead_s, 1e-12)
+        assert 0 <= s.latency_s <= s.tp_comm_s + s.comm_s + 1e-15
         assert 0 <= s.tp_comm_s <= s.compute_s * (1 + 1e-12)
         if strategy.tp == 1:
             assert s.tp_comm_s == 0

@@ -10,7 +10,7 @@ from amp_tui.core.memory import micro_batches_in_flight, state_bytes_per_param
 from amp_tui.core.scenario import parse_scenario
 from amp_tui.core.search import divisors, enumerate_candidates
 from amp_tui.core.units import format_bytes
-from core_builders import build, examples, layer, node, scenario_dicts
+from core_builders import IDEAL, build, examples, layer, node, scenario_dicts
 
 # Four uneven layers: (params, activation bytes, replicated part, output bytes, workspace bytes)
 LAYERS = [
@@ -28,9 +28,9 @@ RESERVE = 2**20
 BIG = {"base": "V100", "memory": "64 GiB", "precisions": ["fp16", "bf16", "fp32"]}  # bf16 too, for the memory cases
 
 
-def scenario(gbs=8, gpu=BIG, per_node=8, **training):
+def scenario(gbs=8, gpu=BIG, per_node=8, calibration=IDEAL, **training):
     training.setdefault("runtime_reserve", "1 MiB")
-    return build([node(1, gpu, per_node, 100, 100)], LAYERS, gbs, **training)
+    return build([node(1, gpu, per_node, 100, 100)], LAYERS, gbs, calibration=calibration, **training)
 
 
 def candidate(scn, tp, pp, dp, mbs):
@@ -228,3 +228,28 @@ def test_memory_never_shrinks_with_a_bigger_micro_batch(data, spec):
                 assert after.activations_bytes >= before.activations_bytes * (1 - 1e-12)
                 assert after.total_bytes >= before.total_bytes * (1 - 1e-12)
         previous = totals
+
+
+def test_allocator_fragmentation_grows_activations_and_buffers_not_state():
+    frag = 0.25
+    calibrated = {"parameters": {**IDEAL["parameters"], "memory_fragmentation": frag}}
+    plain, grown = (stage(scenario(calibration=c), 1, 2, 4, 1, (2, 2), 1) for c in (IDEAL, calibrated))
+    assert grown.activations_bytes == pytest.approx(plain.activations_bytes * (1 + frag))
+    assert grown.workspace_bytes == pytest.approx(plain.workspace_bytes * (1 + frag))
+    assert (grown.weights_bytes, grown.optimizer_bytes) == (plain.weights_bytes, plain.optimizer_bytes)
+
+
+def test_zero_3_shards_weights_gradients_and_optimizer_state():
+    scn = scenario(zero_stage=3)
+    m = stage(scn, 1, 2, 4, 1, (2, 2), 1)
+    params = P[2] + P[3]
+    assert (m.weights_bytes, m.gradients_bytes, m.optimizer_bytes) == (2 * params / 4, 2 * params / 4, 12 * params / 4)
+
+
+def test_interleaved_schedule_holds_more_micro_batches_on_early_stages():
+    """Megatron's interleaved 1F1B, v chunks per rank: stage s warms up with
+    2 (pp - s - 1) + (v - 1) pp + 1 chunk passes of 1/v of its activations each."""
+    pp, v, B = 4, 2, 8
+    held = [micro_batches_in_flight("1f1b", s, pp, B, v) for s in range(pp)]
+    assert held == [(2 * (pp - s - 1) + (v - 1) * pp + 1) / v for s in range(pp)]
+    assert held[0] > pp and held[-1] < 4      # first stage holds more than plain 1F1B's pp

@@ -1,0 +1,6 @@
+"""The cost model's terms, one family per module; core/cost.py composes them.
+
+  compute.py   a layer's forward time from its matrix shapes, recomputation, activations kept
+               under each technique (sequence/context parallelism, recomputation), ZeRO-3's
+               per-layer parameter traffic
+"""

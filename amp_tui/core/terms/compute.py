@@ -1,0 +1,131 @@
+"""Compute terms: one layer's forward time on one GPU, and what it keeps for backward.
+
+Forward time of a layer for a micro-batch of b samples on a GPU of the stage, at tensor-parallel
+degree t and context-parallel degree c (each GPU sees the tokens of its c-th of the sequence):
+
+  matmuls    FLOPs b / (c t) / (peak x efficiency), where efficiency = peak_fraction x
+             compute_efficiency[gpu] x M / (M + D) x N / (N + D): a matrix multiply of M = tokens b / c
+             rows and N = width / t columns reaches its GPU's best fraction only when both are
+             large (D = GEMM_HALF_DIM); at fp8 the multiplies run at the fp8 peak, FP8_EFFICIENCY of
+             the bf16 efficiency;
+  memory     the weights read once, b / (c t) of the activations written and read again by the
+             element-wise kernels (layer norms, activations, dropout, softmax) at memory bandwidth;
+  floor      the kernel-launch floor of a layer (params `layer_floor_s`): small layers are
+             latency-bound.
+
+The three run one after another on the GPU, so they add. Measured layer times (profiles), where
+given, replace all three (cost.py).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from amp_tui.core.hardware import GPU
+from amp_tui.core.model import Model
+from amp_tui.core.params import ModelParams
+
+# Rows or columns at which a matrix multiply reaches half of its GPU's best efficiency: tiles of
+# 128 x 128 leave a narrow product's streaming multiprocessors partly idle.
+GEMM_HALF_DIM = 96.0
+# fp8 matrix multiplies reach a smaller share of their (doubled) peak than bf16 ones, and pay for
+# casting and scaling (Transformer Engine's delayed scaling).
+FP8_EFFICIENCY = 0.7
+
+
+def layer_shapes(model: Model, bytes_per_element: int) -> tuple[np.ndarray, np.ndarray]:
+    """(tokens per sample, width) per layer. A layer that does not state them (an explicit layer
+    list) is read as a transformer block: width from its parameters (12 h^2), tokens from the
+    bytes it sends on (tokens x width x bytes per element)."""
+    cols = model.columns
+    width = cols["width"].copy()
+    tokens = cols["tokens"].copy()
+    guess = (width <= 0) & (cols["params"] > 0)
+    width[guess] = np.sqrt(cols["params"][guess] / 12.0)
+    unknown = (tokens <= 0) & (width > 0)
+    tokens[unknown] = np.maximum(cols["output_bytes"][unknown] / (width[unknown] * bytes_per_element), 1.0)
+    return tokens, width
+
+
+def matmul_efficiency(gpu: GPU, params: ModelParams, rows: np.ndarray, columns: np.ndarray) -> np.ndarray:
+    best = gpu.peak_fraction * params("compute_efficiency", gpu.name)
+    shape = np.where((rows > 0) & (columns > 0),
+                     rows / (rows + GEMM_HALF_DIM) * columns / (columns + GEMM_HALF_DIM), 1.0)
+    return np.minimum(best * shape, 1.0)
+
+
+def analytic_forward(model: Model, gpu: GPU, precision: str, params: ModelParams, tp: int, cp: int,
+                     sequence_parallel: bool, mbs) -> np.ndarray:
+    """Forward seconds per layer for a micro-batch of `mbs` (a number, or a column of sizes)."""
+    cols = model.columns
+    e = 4 if precision == "fp32" else 2
+    tokens, width = layer_shapes(model, e)
+    rows = tokens * mbs / cp
+    efficiency = matmul_efficiency(gpu, params, rows, width / tp)
+    if precision == "fp8":
+        efficiency = efficiency * FP8_EFFICIENCY
+    matmuls = cols["flops"] * (mbs / (tp * cp)) / (gpu.peak_flops(precision) * efficiency)
+    replicated = cols["activation_replicated_bytes"]
+    split = cols["activation_bytes"] - replicated
+    # Without sequence parallelism every tensor-parallel rank runs the replicated element-wise
+    # kernels (layer norms, dropout) on the whole activation.
+    activations = (split / tp + replicated / (tp if sequence_parallel else 1)) * (mbs / cp)
+    weights = cols["params"] * (e / tp)
+    memory = (2.0 * activations + weights) / gpu.memory_bandwidth
+    return matmuls + memory + params("layer_floor_s") * (cols["flops"] > 0)
+
+
+def attention_core(model: Model) -> tuple[float, float]:
+    """(forward FLOPs, bytes of scores kept) per sample of one transformer block's attention
+    scores and softmax, from the family's shape; (0, 0) for a model without one."""
+    shape = model.shape
+    needed = ("hidden_size", "num_heads", "sequence_length")
+    if not model.family or any(key not in shape for key in needed):
+        return 0.0, 0.0
+    h, a, s = shape["hidden_size"], shape["num_heads"], shape["sequence_length"]
+    flash = shape.get("flash_attention", False)
+    return 4.0 * s * s * h, (0.0 if flash else 5.0 * a * s * s)
+
+
+def selective_recompute_time(model: Model, gpu: GPU, precision: str, params: ModelParams, tp: int, cp: int,
+                             mbs) -> np.ndarray:
+    """Extra seconds per layer under selective recomputation (Korthikanti et al.): each block's
+    attention scores and softmax run forward again in backward."""
+    flops, score_bytes = attention_core(model)
+    blocks = np.array([layer.kind == "block" for layer in model.layers], dtype=np.float64)
+    if not flops:
+        return np.zeros_like(blocks) * mbs
+    per_gpu = mbs / (tp * cp * cp)          # ring attention: each GPU scores its c-th against all
+    rate = gpu.peak_flops("bf16" if precision == "fp8" else precision) * gpu.peak_fraction * \
+        params("compute_efficiency", gpu.name)
+    return blocks * (flops * per_gpu * cp / rate + 2.0 * score_bytes * per_gpu * cp / gpu.memory_bandwidth)
+
+
+def activation_terms(model: Model, tp: int, knobs) -> tuple[np.ndarray, np.ndarray]:
+    """Per sample, per GPU: (bytes each layer keeps for backward, each layer's transient peak).
+    Korthikanti et al.: tensor parallelism splits all but the replicated part (layer-norm and
+    dropout inputs), which sequence parallelism splits too; context parallelism splits every
+    token-indexed tensor; selective recomputation drops the attention scores; full
+    recomputation keeps only each layer's input and rebuilds one layer's activations at a time."""
+    cols = model.columns
+    cp = knobs.cp
+    replicated = cols["activation_replicated_bytes"]
+    sp = tp if knobs.sequence_parallel else 1
+    full = (replicated / sp + (cols["activation_bytes"] - replicated) / tp) / cp
+    workspace = cols["workspace_bytes"] / tp / cp
+    if knobs.recompute == "full":
+        inputs = np.concatenate([[0.0], cols["output_bytes"][:-1]]) / sp / cp
+        return inputs, workspace + full
+    if knobs.recompute == "selective":
+        _, score_bytes = attention_core(model)
+        blocks = np.array([layer.kind == "block" for layer in model.layers], dtype=np.float64)
+        full = np.maximum(full - blocks * score_bytes / tp / (cp * cp), 0.0)
+    return full, workspace
+
+
+def zero3_layer_time(model: Model, bytes_per_element: int, tp: int, shard: tuple[float, float]) -> np.ndarray:
+    """ZeRO-3 / FSDP seconds per layer per micro-batch on the sharding ring (`shard`: seconds per
+    byte already scaled by (n - 1)/n, latency): the parameters all-gathered for forward and again
+    for backward, the gradients reduce-scattered."""
+    spb, _ = shard
+    return 3.0 * model.columns["params"] * (bytes_per_element / tp) * spb
