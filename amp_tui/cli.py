@@ -250,9 +250,13 @@ def _placement_text(scenario, placement) -> str:
 def _summary(scenario) -> str:
     c, m, t = scenario.cluster, scenario.model, scenario.training
     groups = " + ".join(f"{g.count} x {g.label}" for g in c.nodes)
+    from amp_tui.core.knobs import describe
+
+    calibrated = f"; calibrated ({scenario.calibration.source or 'calibration section'})" \
+        if scenario.calibration.values else ""
     return (f"{scenario.name}: {c.num_gpus} GPUs ({groups}); {m.name}: {m.num_layers} layers, "
             f"{m.total_params / 1e9:.3g} B params; global batch {t.global_batch_size}, {t.precision}, "
-            f"{t.schedule}, recompute {t.recompute}, ZeRO {t.zero_stage}")
+            f"{t.schedule}{calibrated}\ntechniques {describe(t)}")
 
 
 def _prediction_row(scenario, p, rank: str, best: float | None) -> list[str]:
@@ -265,7 +269,10 @@ def _prediction_row(scenario, p, rank: str, best: float | None) -> list[str]:
            + ("" if p.fits_memory else " OVER")]
     if best is not None:
         row.append(f"+{(p.iteration_time_s / best - 1) * 100:.1f}%" if p.iteration_time_s > best else "best")
-    row += [" ".join(str(n) for n in s.partition), _placement_text(scenario, s.placement)]
+    from amp_tui.core.knobs import resolve
+
+    row += [resolve(s, scenario.training).short_label, " ".join(str(n) for n in s.partition),
+            _placement_text(scenario, s.placement)]
     return row
 
 
@@ -273,7 +280,7 @@ def render_predictions(scenario, predictions) -> str:
     from amp_tui.core.units import format_seconds
 
     headers = ["#", "tp x pp x dp", "mbs", "B", "iteration", "samples/s", "fullest stage memory",
-               "partition", "placement"]
+               "techniques", "partition", "placement"]
     rows = [_prediction_row(scenario, p, str(i + 1), None) for i, p in enumerate(predictions)]
     out = [_summary(scenario), "", _table(headers, rows, {0, 2, 3, 4, 5})]
     for i, p in enumerate(predictions):
@@ -281,6 +288,9 @@ def render_predictions(scenario, predictions) -> str:
         out.append(f"strategy {i + 1}: {p.strategy.label}, micro-batch {p.strategy.micro_batch_size}: "
                    f"{format_seconds(p.steady_state_s)} steady state + {format_seconds(p.fill_drain_s)} fill/drain "
                    f"+ {format_seconds(p.dp_and_optimizer_s)} all-reduce/optimizer; bubble {p.bubble_fraction:.0%}")
+        terms = p.time_terms()
+        out.append("  made of: " + ", ".join(f"{name} {format_seconds(value)}" for name, value in terms.items()
+                                            if value > 0) + f"; of which per-message latency {format_seconds(p.latency_s)}")
         if p.reason:
             out.append(f"  does not fit: {p.reason}")
         out.append(_stage_table(p))
@@ -316,7 +326,7 @@ def render_search(result, top: int) -> str:
     else:
         best = result.strategies[0].iteration_time_s
         headers = ["rank", "tp x pp x dp", "mbs", "B", "iteration", "samples/s", "fullest stage memory", "gap",
-                   "partition", "placement"]
+                   "techniques", "partition", "placement"]
         rows = [_prediction_row(scenario, p, str(i + 1), best) for i, p in enumerate(result.strategies[:top])]
         out.append(_table(headers, rows, {0, 2, 3, 4, 5}))
     if result.baseline is not None:

@@ -132,7 +132,8 @@ def test_plan_text(capsys):
     lines = out.splitlines()
     scenario = load_scenario("paper-homogeneous")
     assert lines[0].startswith(f"paper-homogeneous: {scenario.cluster.num_gpus} GPUs")
-    assert lines[1].startswith("searched ")
+    assert lines[1].startswith("techniques fixed: ")   # which techniques the user fixed, which the search chose
+    assert lines[2].startswith("searched ")
     expected = len(search(scenario).strategies)
     assert [row.split()[0] for row in ranked_rows(out)] == [str(i) for i in range(1, expected + 1)]
     assert any(line.startswith("uniform baseline (even split, rank order): ") for line in lines)

@@ -73,7 +73,9 @@ def test_plan_file_fields(saved):
     assert abs(datetime.now(timezone.utc) - created) < timedelta(hours=1)
     assert data["scenario"] == scenario.to_dict()
     assert data["strategy"] == prediction.strategy.to_dict()
-    assert set(data["strategy"]) == {"tp", "pp", "dp", "micro_batch_size", "partition", "placement"}
+    # the training techniques are part of the strategy (issue 11)
+    assert set(data["strategy"]) == {"tp", "pp", "dp", "micro_batch_size", "partition", "placement",
+                                     "recompute", "zero_stage", "sequence_parallel", "cp", "virtual_stages"}
     assert data["prediction"]["num_micro_batches"] == prediction.num_micro_batches
     assert len(data["prediction"]["stages"]) == prediction.strategy.pp
     assert text.startswith("# amp-tui plan for paper-het-cluster")

@@ -169,7 +169,8 @@ class CostModel:
             sharded = compute_terms.zero3_layer_time(self.model, self.training.bytes_per_element, tp, shard) if shard[0] else None
             for g in groups:
                 compute, tp_bytes = self.layer_times(g, tp, mbs)
-                comm = tp_bytes * tp_seconds_per_byte + alpha
+                # A measured time already holds its all-reduces, latency included (tp_bytes = 0).
+                comm = tp_bytes * tp_seconds_per_byte + np.where(tp_bytes > 0, alpha, 0.0)
                 total = compute + comm
                 if sharded is not None:    # prefetched: the layer waits only for what compute does not hide
                     exposed = np.maximum(sharded - compute, 0.0) + shard[1] * 3.0
@@ -497,7 +498,8 @@ class Candidate:
         return t["steady"] + t["fill"] + t["tail"] + t["fixed"], fullest, float(over[fullest])
 
     def strategy(self, partition: tuple[int, ...]) -> Strategy:
-        return Strategy(self.tp, self.pp, self.dp, self.mbs, tuple(int(n) for n in partition), self.layout.order)
+        return Strategy(self.tp, self.pp, self.dp, self.mbs, tuple(int(n) for n in partition), self.layout.order,
+                        **self.knobs.to_dict())
 
     def predict(self, partition: tuple[int, ...]) -> Prediction:
         """Every term of the cost and memory model for one partition (layers per stage)."""
@@ -549,7 +551,8 @@ class Candidate:
         """Per stage per micro-batch: tensor-parallel collectives' and pipeline sends' latency."""
         latency = np.zeros(self.pp)
         if self.tp > 1:
-            messages = np.concatenate([[0.0], np.cumsum(self.cost.tp_messages)])
+            _, tp_bytes = self.cost.layer_times(self.layout.stage_groups[0][0], self.tp, self.mbs)
+            messages = np.concatenate([[0.0], np.cumsum(np.where(tp_bytes > 0, self.cost.tp_messages, 0.0))])
             latency += (messages[ends] - messages[starts]) * 2.0 * (self.tp - 1) * self.layout.stage_tp_latency
         if self.pp > 1:
             latency[:-1] += self.cut_latency

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from amp_tui.core.cost import CostModel, Prediction
 from amp_tui.core.errors import SpecError
+from amp_tui.core.knobs import resolve
 from amp_tui.core.scenario import Scenario
 from amp_tui.core.strategy import Strategy, even_partition, parse_strategy, validate_strategy
 
@@ -18,7 +19,9 @@ def evaluate(scenario: Scenario, strategy: Strategy, cost: CostModel | None = No
     search finds best for these degrees and placement, or the even split when none fits in memory
     (the prediction then says why). Errors name fields under `field`."""
     validate_strategy(scenario, strategy, field)
-    cost = cost or CostModel(scenario)
+    knobs = resolve(strategy, scenario.training)
+    if cost is None or cost.knobs != knobs:
+        cost = CostModel(scenario, knobs)
     order = strategy.placement or rank_order(scenario)
     candidate = cost.candidate(strategy.tp, strategy.pp, strategy.dp, strategy.micro_batch_size, order)
     partition = strategy.partition

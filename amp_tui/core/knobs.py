@@ -25,6 +25,22 @@ class Knobs:
     def to_dict(self) -> dict:
         return {key: getattr(self, key) for key in KNOB_FIELDS}
 
+    @property
+    def short_label(self) -> str:
+        """'full-recompute ZeRO-3 SP cp2 v2'; '-' for none of them."""
+        parts = []
+        if self.recompute != "none":
+            parts.append(f"{self.recompute}-recompute")
+        if self.zero_stage:
+            parts.append(f"ZeRO-{self.zero_stage}")
+        if self.sequence_parallel:
+            parts.append("SP")
+        if self.cp > 1:
+            parts.append(f"cp{self.cp}")
+        if self.virtual_stages > 1:
+            parts.append(f"v{self.virtual_stages}")
+        return " ".join(parts) or "-"
+
 
 # Training field for each knob; values the search tries when the field is `auto`.
 _TRAINING_FIELD = {"recompute": "recompute", "zero_stage": "zero_stage", "sequence_parallel": "sequence_parallel",
@@ -49,6 +65,19 @@ def resolve(strategy: Strategy, training: Training) -> Knobs:
         own = getattr(strategy, key)
         values[key] = own if own is not None else fixed.get(key, getattr(_DEFAULT, key))
     return Knobs(**values)
+
+
+def describe(training: Training) -> str:
+    """Which techniques the user fixed and which the search chooses, for plan output."""
+    fixed = fixed_knobs(training)
+    names = {field: key for key, field in _TRAINING_FIELD.items()}
+    given = ", ".join(f"{key} {_word(value)}" for key, value in fixed.items())
+    searched = ", ".join(names[f] for f in _TRAINING_FIELD.values() if getattr(training, f) == AUTO)
+    return f"fixed: {given or 'none'}; chosen by the search: {searched or 'none'}"
+
+
+def _word(value: object) -> str:
+    return {True: "on", False: "off"}.get(value, str(value)) if isinstance(value, bool) else str(value)
 
 
 def default_knobs(training: Training) -> Knobs:

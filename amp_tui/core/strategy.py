@@ -124,9 +124,21 @@ def validate_strategy(scenario: Scenario, strategy: Strategy, field: str = "stra
     layers = scenario.model.num_layers
     gbs = scenario.training.global_batch_size
     tp, pp, dp, mbs = strategy.tp, strategy.pp, strategy.dp, strategy.micro_batch_size
-    if tp * pp * dp != gpus:
+    cp = strategy.cp or 1
+    if cp > 1 and tp * cp * pp * dp != gpus:
+        raise SpecError(f"{field}.tp*cp*pp*dp", f"{tp}*{cp}*{pp}*{dp}={tp * cp * pp * dp}",
+                        f"must equal the cluster's GPU count ({gpus})")
+    if tp * cp * pp * dp != gpus:
         raise SpecError(f"{field}.tp*pp*dp", f"{tp}*{pp}*{dp}={tp * pp * dp}",
                         f"must equal the cluster's GPU count ({gpus})")
+    if cp > 1 and scenario.model.sequence_length % (2 * cp):
+        raise SpecError(f"{field}.cp", cp, f"2 x cp must divide the sequence length "
+                                           f"({scenario.model.sequence_length}) for ring attention's load balance")
+    v = strategy.virtual_stages or 1
+    if v > 1 and pp == 1:
+        raise SpecError(f"{field}.virtual_stages", v, "interleaving needs a pipeline (pp > 1)")
+    if pp * v > layers >= pp:
+        raise SpecError(f"{field}.virtual_stages", v, f"pp x virtual_stages ({pp * v}) exceeds the layers ({layers})")
     if pp > layers:
         raise SpecError(f"{field}.pp", pp, f"cannot exceed the number of layers ({layers})")
     if gbs % (dp * mbs):

@@ -1,0 +1,241 @@
+"""The terms the fidelity and modern-training issues added, each checked by hand on a small case,
+and the search over the training techniques against brute force."""
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+
+from amp_tui.core.cost import CostModel
+from amp_tui.core.errors import SpecError
+from amp_tui.core.evaluate import evaluate
+from amp_tui.core.knobs import Knobs, knob_choices
+from amp_tui.core.params import FAMILIES
+from amp_tui.core.scenario import parse_scenario
+from amp_tui.core.search import enumerate_candidates, search
+from amp_tui.core.strategy import Strategy, validate_strategy
+from amp_tui.core.terms.compute import attention_core
+from core_builders import GBPS, IDEAL, brute_force, build, close, examples, layer, node, scenario_dicts
+
+LAYER = dict(params=1e6, flops=1e9, activation_bytes=1e6, output_bytes=4e6, tokens=1024, width=1024)
+
+
+def ideal_with(**changes) -> dict:
+    return {"parameters": {**IDEAL["parameters"], **changes}}
+
+
+# -- latency, achieved bandwidth, fixed costs (issue 10) -----------------------------------------
+
+def test_pipeline_send_pays_link_efficiency_and_latency():
+    """100 Gbps inside a node is PCIe class: 2 x 4 MB over 0.5 of it, plus one latency each way."""
+    calibration = ideal_with(**{"link_efficiency.pcie": 0.5, "link_latency_s.pcie": 1e-3})
+    scn = build([node(1, "V100", 2, intra=100, inter=10)], [layer(**LAYER)] * 2, 4, calibration=calibration)
+    p = CostModel(scn).candidate(1, 2, 1, 1, (0,)).predict((1, 1))
+    cut = 2 * 4e6 / (0.5 * 100 * GBPS) + 2 * 1e-3
+    assert [s.comm_s for s in p.stages] == pytest.approx([cut, cut], rel=1e-12)
+    assert [s.latency_s for s in p.stages] == pytest.approx([2e-3, 2e-3], rel=1e-12)
+
+
+def test_tensor_parallel_collectives_pay_latency_per_ring_step():
+    """A block all-reduces twice per pass, forward and backward: 4 rings of 2 (tp - 1) steps."""
+    alpha = 1e-4
+    block = layer(kind="block", tp_comm_bytes=1e6, **LAYER)
+    scn = build([node(1, "V100", 4, intra=100, inter=10)], [block], 1,
+                calibration=ideal_with(**{"link_latency_s.pcie": alpha}))
+    p = CostModel(scn).candidate(4, 1, 1, 1, (0,)).predict((1,))
+    ring = 2 * (4 - 1) / 4
+    expected = 2 * 1e6 * ring / (100 * GBPS) + 4 * 2 * (4 - 1) * alpha
+    assert p.stages[0].tp_comm_s == pytest.approx(expected, rel=1e-12)
+    assert p.stages[0].latency_s == pytest.approx(4 * 2 * 3 * alpha, rel=1e-12)
+
+
+def test_fixed_costs_per_micro_batch_and_per_iteration():
+    o, fixed = 2e-3, 0.05
+    base = build([node(1, "V100", 2, intra=100, inter=10)], [layer(**LAYER)] * 2, 8, calibration=IDEAL)
+    costly = build([node(1, "V100", 2, intra=100, inter=10)], [layer(**LAYER)] * 2, 8,
+                   calibration=ideal_with(micro_batch_overhead_s=o, iteration_overhead_s=fixed))
+    a, b = (CostModel(scn).candidate(1, 2, 1, 1, (0,)).predict((1, 1)) for scn in (base, costly))
+    B, pp = 8, 2
+    # every stage's busy time grows by o; the steady state sees it B - 1 times, fill and drain pp times
+    assert b.iteration_time_s == pytest.approx(a.iteration_time_s + (B - 1 + pp) * o + fixed, rel=1e-12)
+    assert b.time_terms()["pipeline engine overhead"] == pytest.approx((B - 1 + pp) * o, rel=1e-12)
+    assert b.time_terms()["per-iteration overhead"] == fixed
+
+
+def test_hierarchical_all_reduce_by_hand():
+    """dp = 8 over 2 nodes of 4 GPUs: inside each node 2 (4-1)/4 over NVLink, then 2 (2-1)/2 across
+    (the node's four rings share its interface as the flat ring's one crossing flow does) beats the
+    flat ring's 2 (8-1)/8 over the network."""
+    layers = [layer(**LAYER)] * 2
+    scn = build([node(2, "V100", 4, intra=2400, inter=100)], layers, 8, calibration=IDEAL)
+    p = CostModel(scn).candidate(1, 1, 8, 1, (0,)).predict((2,))
+    grads = 2e6 * 2                              # fp16 bytes of both layers' gradients
+    intra, inter = 1 / (2400 * GBPS), 1 / (100 * GBPS)
+    hierarchical = 2 * 3 / 4 * intra + 2 * 1 / 2 * inter
+    assert hierarchical < 2 * 7 / 8 * inter
+    assert p.dp_allreduce_s == pytest.approx(grads * hierarchical, rel=1e-12)
+
+
+def test_link_classes_are_inferred_and_can_be_named():
+    scn = build([node(1, "V100", 4, intra=170, inter=10), node(1, "A100-40GB", 8, intra=2400, inter=400)],
+                [layer(**LAYER)], 1)
+    assert [(g.intra_link_class, g.inter_link_class) for g in scn.cluster.nodes] == \
+        [("nvlink", "ethernet"), ("nvlink", "infiniband")]
+    named = node(1, "V100", 4, intra=170, inter=10)
+    named["inter_node_link"] = "infiniband"
+    assert build([named], [layer(**LAYER)], 1).cluster.nodes[0].inter_link_class == "infiniband"
+    bad = dict(named, inter_node_link="carrier pigeon")
+    with pytest.raises(SpecError) as info:
+        build([bad], [layer(**LAYER)], 1)
+    assert info.value.field == "cluster.nodes[0].inter_node_link"
+
+
+def test_calibration_section_is_checked():
+    for parameters, field in [({"compute_efficiency": 1.0}, "calibration.parameters"),
+                              ({"link_efficiency.ethernet": 3.0}, "calibration.parameters.link_efficiency.ethernet"),
+                              ({"nonsense": 1.0}, "calibration.parameters"),
+                              ({"link_latency_s.wifi": 1e-3}, "calibration.parameters")]:
+        with pytest.raises(SpecError) as info:
+            build([node()], [layer(**LAYER)], 1, calibration={"parameters": parameters})
+        assert info.value.field == field
+
+
+# -- the training techniques (issue 11) ----------------------------------------------------------
+
+def gpt(**training):
+    """A small GPT (family form, so attention scores and shapes are known) on one 8-GPU node."""
+    return parse_scenario({
+        "name": "t", "cluster": {"nodes": [{"count": 1, "gpu": "A100-80GB", "gpus_per_node": 8,
+                                            "intra_node_bandwidth": "300 GB/s", "inter_node_bandwidth": "200 Gbps"}]},
+        "model": {"family": "gpt", "hidden_size": 1024, "num_layers": 4, "num_heads": 16,
+                  "sequence_length": 2048, "vocab_size": 32000},
+        "training": {"global_batch_size": 16, "precision": "bf16", **training},
+        "calibration": IDEAL,
+    })
+
+
+def predict(scn, tp, pp, dp, mbs=1, **knobs):
+    return evaluate(scn, Strategy(tp, pp, dp, mbs, **knobs))
+
+
+def test_sequence_parallelism_splits_the_replicated_activations():
+    scn = gpt()
+    plain, sp = predict(scn, 4, 1, 2), predict(scn, 4, 1, 2, sequence_parallel=True)
+    cols = scn.model.columns
+    replicated = float(cols["activation_replicated_bytes"].sum())
+    saved = replicated * (1 - 1 / 4)
+    assert plain.stages[0].memory.activations_bytes - sp.stages[0].memory.activations_bytes == \
+        pytest.approx(saved, rel=1e-9)
+    assert sp.iteration_time_s < plain.iteration_time_s       # the replicated kernels run on 1/tp
+    assert sp.strategy.sequence_parallel is True
+
+
+def test_context_parallelism_divides_tokens_and_joins_the_world_size():
+    scn = gpt()
+    p1, p2 = predict(scn, 2, 1, 4), predict(scn, 2, 1, 2, cp=2)
+    # each GPU keeps the activations of half the tokens (one micro-batch in flight either way)
+    assert p2.stages[0].memory.activations_bytes == pytest.approx(p1.stages[0].memory.activations_bytes / 2,
+                                                                  rel=1e-9)
+    with pytest.raises(SpecError) as info:
+        validate_strategy(scn, Strategy(2, 1, 4, 1, cp=2))
+    assert info.value.field == "strategy.tp*cp*pp*dp"
+
+
+def test_selective_recomputation_drops_attention_scores_and_recomputes_them():
+    scn = gpt()
+    none, selective, full = (predict(scn, 1, 2, 4, recompute=r, partition=(3, 3)) for r in ("none", "selective", "full"))
+    _, score_bytes = attention_core(scn.model)
+    blocks_stage0 = sum(1 for i in range(none.stages[0].first_layer, none.stages[0].last_layer + 1)
+                        if scn.model.layers[i].kind == "block")
+    in_flight = 2                               # 1F1B stage 0 of 2
+    assert none.stages[0].memory.activations_bytes - selective.stages[0].memory.activations_bytes == \
+        pytest.approx(in_flight * blocks_stage0 * score_bytes, rel=1e-9)
+    assert full.stages[0].memory.activations_bytes < selective.stages[0].memory.activations_bytes
+    assert none.iteration_time_s < selective.iteration_time_s < full.iteration_time_s
+
+
+def test_zero_3_overlaps_parameter_traffic_with_compute():
+    """Per layer per micro-batch: all-gather forward and backward, reduce-scatter gradients,
+    3 x params x 2 bytes x (n-1)/n over the data-parallel ring; only what compute does not hide
+    is exposed."""
+    scn = gpt()
+    cost = CostModel(scn, Knobs(zero_stage=3))
+    c = cost.candidate(1, 1, 8, 1, (0,))
+    compute, _ = cost.layer_times(0, 1, 1)
+    (groups, _, _, shard), = c.stage_hardware
+    spb, latency = shard
+    traffic = 3 * scn.model.columns["params"] * 2 * spb
+    exposed = np.maximum(traffic - compute, 0) + 3 * latency
+    times, _ = c.stage_layer_times
+    assert times[0] == pytest.approx(compute + exposed, rel=1e-12)
+    assert c.predict((len(compute),)).dp_allreduce_s == 0          # nothing left after the last micro-batch
+
+
+def test_interleaving_shrinks_fill_and_drain():
+    scn = gpt(global_batch_size=32)
+    flat, interleaved = predict(scn, 1, 2, 4), predict(scn, 1, 2, 4, virtual_stages=2)
+    assert interleaved.fill_drain_s < flat.fill_drain_s
+    assert interleaved.virtual_stages == 2
+    with pytest.raises(SpecError):
+        validate_strategy(scn, Strategy(1, 1, 8, 1, virtual_stages=2))
+
+
+def test_fp8_needs_a_gpu_that_has_it_and_runs_matmuls_faster():
+    h100 = {"count": 1, "gpu": "H100", "gpus_per_node": 8, "intra_node_bandwidth": "450 GB/s",
+            "inter_node_bandwidth": "400 Gbps"}
+    model = {"family": "gpt", "hidden_size": 4096, "num_layers": 4, "num_heads": 32, "sequence_length": 2048,
+             "vocab_size": 32000}
+    times = {}
+    for precision in ("bf16", "fp8"):
+        scn = parse_scenario({"cluster": {"nodes": [h100]}, "model": model,
+                              "training": {"global_batch_size": 8, "precision": precision}})
+        times[precision] = predict(scn, 1, 1, 8).iteration_time_s
+    assert times["fp8"] < times["bf16"]
+    a100 = dict(h100, gpu="A100-80GB")
+    with pytest.raises(SpecError) as info:
+        parse_scenario({"cluster": {"nodes": [a100]}, "model": model,
+                        "training": {"global_batch_size": 8, "precision": "fp8"}})
+    assert info.value.field == "training.precision" and "A100-80GB" in str(info.value)
+
+
+def test_plan_says_which_techniques_the_search_chose():
+    scn = gpt(recompute="auto", sequence_parallel="auto")
+    result = search(scn, top=3)
+    assert result.strategies
+    chosen = {p.strategy.recompute for p in result.strategies} | {"none"}
+    assert chosen <= {"none", "selective", "full"}
+    assert len(knob_choices(scn.training)) == 3 * 2
+
+
+# -- the search over techniques against brute force ----------------------------------------------
+
+def _brute_force_with_knobs(scn):
+    best = {}
+    for knobs in knob_choices(scn.training):
+        cost = CostModel(scn, knobs)
+        for key in enumerate_candidates(scn, knobs=knobs):
+            time, _ = brute_force(cost.candidate(*key))
+            if time is not None:
+                best[(*key, knobs)] = time
+    return best
+
+
+@settings(max_examples=examples(25), deadline=None)
+@given(spec=scenario_dicts(max_layers=5, max_gpus=8))
+def test_search_with_techniques_equals_brute_force(spec):
+    spec["model"]["sequence_length"] = 8
+    spec["training"].update(recompute="auto", zero_stage="auto", sequence_parallel="auto",
+                            context_parallel="auto", virtual_stages="auto")
+    spec["training"]["global_batch_size"] = 8
+    scn = parse_scenario(spec)
+    best = _brute_force_with_knobs(scn)
+    result = search(scn, top=4)
+    times = [p.iteration_time_s for p in result.strategies]
+    expected = sorted(best.values())[:4]
+    assert len(times) == len(expected)
+    assert all(close(a, b) for a, b in zip(times, expected)), (times, expected)
+    for p in result.strategies:
+        again = evaluate(scn, p.strategy)
+        assert again.iteration_time_s == p.iteration_time_s
+        assert replace(p.strategy, partition=None).cp == p.strategy.cp
