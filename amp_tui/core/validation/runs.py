@@ -279,7 +279,7 @@ def _recompute(label, notes: list[str]) -> str:
         return "selective"
     if text.startswith("full"):
         return "full"
-    if text.startswith(("none", "no")):
+    if text == "no" or text.startswith("none"):
         return "none"
     notes.append(f"recomputation {label or 'not stated'}: none assumed")
     return "none"
