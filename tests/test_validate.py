@@ -272,3 +272,14 @@ def test_uncertainty_by_class_with_fallbacks():
                            "training": {"global_batch_size": 64, "precision": "bf16"}})
     assert uncertainty(h100, bands) == 0.2                      # no class: the macro band
     assert 0 < uncertainty(homogeneous) < 1                     # from the committed file
+
+
+def test_validation_imports_no_ui_package():
+    import subprocess
+    import sys
+
+    check = ("import amp_tui.core.validation.bands, amp_tui.core.validation.replay, sys; "
+             "assert not {'textual', 'rich'} & {m.split('.')[0] for m in sys.modules}")
+    done = subprocess.run([sys.executable, "-c", check], cwd=Path(__file__).resolve().parents[1],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr

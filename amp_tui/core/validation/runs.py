@@ -17,7 +17,7 @@ from pathlib import Path
 import yaml
 
 from amp_tui.core.errors import SpecError
-from amp_tui.core.hardware import gpu_catalog
+from amp_tui.core.hardware import gpu_catalog, instance_catalog
 from amp_tui.core.scenario import Scenario, load_scenario, parse_scenario
 from amp_tui.core.strategy import Strategy, even_partition
 
@@ -378,16 +378,24 @@ def _model_spec(model: dict, training: dict, notes: list[str]) -> dict:
     return spec
 
 
-# Catalog GPU per run label (first match wins), NVLink bandwidth per GPU and direction (half the
-# datasheet's bidirectional total, as presets/instances.yaml counts it), and the usual network of
-# a node of that GPU when the run does not say (DGX/HGX standard: one NIC per GPU).
+# Catalog GPU per run label, first match wins.
 _GPU_LABELS = (("GB300", "GB300"), ("GB200", "GB200"), ("B200", "B200"), ("H200", "H200"), ("H100", "H100"),
                ("A100.*40GB", "A100-40GB"), ("A100", "A100-80GB"), ("T4", "T4"), ("V100", "V100"))
-_NVLINK = {"A100-40GB": "300 GB/s", "A100-80GB": "300 GB/s", "H100": "450 GB/s", "H200": "450 GB/s",
-           "B200": "900 GB/s", "GB200": "900 GB/s", "GB300": "900 GB/s", "V100": "150 GB/s"}
-_NETWORK_PER_GPU_GBPS = {"A100-40GB": 200, "A100-80GB": 200, "H100": 400, "H200": 400, "B200": 400,
-                         "GB200": 400, "GB300": 800, "V100": 100, "T4": 12.5}
+# Node figures (NVLink per GPU and direction, network per node) where a run names only the link
+# family ("NVLink", "NVSwitch") or no network: the DGX entries of presets/instances.yaml, and for
+# Blackwell NVIDIA's DGX B200 / GB200 NVL72 / GB300 NVL72 datasheets counted the same way (NVLink 5:
+# 1.8 TB/s per GPU both ways; one 400 Gb/s NIC per GPU, 800 Gb/s on GB300).
+_DGX_INSTANCE = {"A100-40GB": "dgx-a100", "A100-80GB": "dgx-a100", "H100": "dgx-h100", "H200": "dgx-h100"}
+_BLACKWELL_NODES = {"B200": ("900 GB/s", "3200 Gbps"), "GB200": ("900 GB/s", "1600 Gbps"),
+                    "GB300": ("900 GB/s", "3200 Gbps")}
 _NVL72 = 72   # GPUs in one GB200/GB300 NVLink domain
+
+
+def _node_figures(gpu: str) -> tuple[str, str] | None:
+    if gpu in _DGX_INSTANCE:
+        entry = instance_catalog()[_DGX_INSTANCE[gpu]]
+        return str(entry["intra_node_bandwidth"]), str(entry["inter_node_bandwidth"])
+    return _BLACKWELL_NODES.get(gpu)
 
 
 def _catalog_gpu(label: str) -> str:
@@ -417,8 +425,9 @@ def _cluster_spec(cluster: dict, notes: list[str]) -> dict:
 
 
 def _intra_bandwidth(label: str, gpu: str) -> str:
-    if re.search(r"nvlink|nvswitch", label, re.I) and gpu in _NVLINK:
-        return _NVLINK[gpu]
+    figures = _node_figures(gpu)
+    if re.search(r"nvlink|nvswitch", label, re.I) and figures:
+        return figures[0]
     match = re.search(r"(\d+(?:\.\d+)?)\s*Gbps", label)
     if match:
         return f"{match.group(1)} Gbps"
@@ -433,12 +442,12 @@ def _inter_bandwidth(label, gpu: str, per_node: int, num_gpus: int, notes: list[
         return f"{int(match.group(1)) * per_node} Gbps"
     if match := re.search(r"(\d+(?:\.\d+)?)\s*Gb(?:ps|/s)", text):
         return f"{match.group(1)} Gbps"
-    if text:
-        raise SpecError("cluster.inter_node", text, "link not recognised")
+    figures = _node_figures(gpu)
+    if text or not figures:
+        raise SpecError("cluster.inter_node", text or None, "link not recognised")
     if gpu in ("GB200", "GB300") and num_gpus <= _NVL72:
         notes.append(f"network not stated: {num_gpus} GPUs share one NVL72 NVLink domain")
-        return _NVLINK[gpu]
-    gbps = _NETWORK_PER_GPU_GBPS.get(gpu, 100) * per_node
+        return figures[0]
     if num_gpus > per_node:
-        notes.append(f"network not stated: {gbps:g} Gbps per node assumed")
-    return f"{gbps:g} Gbps"
+        notes.append(f"network not stated: {figures[1]} per node assumed")
+    return figures[1]
