@@ -165,6 +165,9 @@ def parse_run(run: dict, scenarios: dict[str, Scenario] | None = None) -> Replay
             notes.append("sequence parallelism: torchtitan's tensor-parallel plan uses it")
     vpp = training.get("vpp")
     virtual_stages = int(vpp) if isinstance(vpp, int) else (1 if vpp is None else None)
+    if pp == 1 and virtual_stages != 1:
+        notes.append(f"interleaving ({vpp}) without pipeline stages: none")
+        virtual_stages = 1
     if virtual_stages is None:
         gaps.append("interleaving depth not stated")
 
