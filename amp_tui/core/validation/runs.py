@@ -46,6 +46,8 @@ SOURCE_KEYS = tuple(dict.fromkeys(key for _, key in SOURCES))
 AMP_SCENARIO = "paper-homogeneous"
 
 _GIB = 2**30
+# Interleaving depth in the scenario of a run that does not state it; such runs are never replayed.
+_UNSTATED_DEPTH = 2
 
 
 @dataclass(frozen=True)
@@ -196,7 +198,7 @@ def parse_run(run: dict, scenarios: dict[str, Scenario] | None = None) -> Replay
 
     gpu_label = str(cluster.get("gpu") or "")
     scenario = strategy = None
-    if not gaps or gaps == ["interleaving depth not stated"]:
+    if gbs is not None:
         try:
             if source == "amp-homogeneous":
                 scenario, partition = _amp_scenario(run, gbs, pp, scenarios)
@@ -207,13 +209,13 @@ def parse_run(run: dict, scenarios: dict[str, Scenario] | None = None) -> Replay
                         "training": {"global_batch_size": int(gbs), "precision": _buildable(precision),
                                      "recompute": recompute, "zero_stage": zero_stage,
                                      "sequence_parallel": bool(sequence_parallel), "context_parallel": cp,
-                                     "virtual_stages": virtual_stages or 2}}
+                                     "virtual_stages": virtual_stages or _UNSTATED_DEPTH}}
                 scenario = _shared_scenario(spec, scenarios)
                 partition = megatron_partition(scenario, pp)
             strategy = Strategy(tp=tp, pp=pp, dp=dp, micro_batch_size=int(mbs), partition=partition,
                                 recompute=recompute, zero_stage=zero_stage,
                                 sequence_parallel=bool(sequence_parallel), cp=cp,
-                                virtual_stages=virtual_stages or 2)
+                                virtual_stages=virtual_stages or _UNSTATED_DEPTH)
         except SpecError as err:
             gaps.append(f"cannot be built: {err}")
             scenario = strategy = None
