@@ -179,6 +179,28 @@ def test_torchtitan_run_keeps_its_memory_and_fsdp(cases):
     assert (piped.strategy.pp, piped.strategy.micro_batch_size, piped.scenario.training.global_batch_size) == (8, 1, 64)
 
 
+def test_times_derived_from_throughput_follow_the_sources_conventions(cases):
+    # torchtitan: tokens/s per GPU; the batch of 16 is per data-parallel rank (dp 32, 256 GPUs).
+    tokens = cases["torchtitan-asynctp-70B-None-bfloat16-vanilla_TP"]
+    assert tokens.measured.iteration_time_s == pytest.approx(16 * 32 * 8192 / (597.3 * 256))
+    assert "tokens/s" in tokens.measured.time_basis
+    # NeMo long-sequence: model TFLOP/s only. Llama 2 7B at 4K on 4 GPUs, 768 TFLOP/s, batch 1024:
+    # 6 x (matmul parameters + output layer) + 12 l h s FLOPs per token.
+    h, l, f, v, s = 4096, 32, 11008, 32000, 4096
+    per_token = 6 * (l * (4 * h * h + 3 * h * f) + v * h) + 12 * l * h * s
+    flops = cases["nemo-longseq-LLAMA2-7B-4K"]
+    assert flops.measured.iteration_time_s == pytest.approx(1024 * s * per_token / (768e12 * 4))
+    assert "TFLOP/s" in flops.measured.time_basis
+
+
+def test_a_run_without_a_group_is_grouped_by_model_and_cluster(cases):
+    from amp_tui.core.validation.runs import parse_run
+
+    run = next(r for r in load_runs() if r["id"] == "llmfoundry-L75")
+    case = parse_run({k: v for k, v in run.items() if k != "group"})
+    assert case.group == "llmfoundry: MPT-70b on MosaicML platform"
+
+
 def test_llama3_run_names_what_its_source_leaves_out(cases):
     case = cases["llama3-405b-t4-8192gpu-cp1"]
     assert case.zero_stage == 2 and case.virtual_stages is None

@@ -220,7 +220,8 @@ def parse_run(run: dict, scenarios: dict[str, Scenario] | None = None) -> Replay
             gaps.append(f"cannot be built: {err}")
             scenario = strategy = None
     return ReplayCase(
-        id=str(run.get("id")), source=source, group=str(run.get("group") or run.get("id")), gpu=gpu_label,
+        id=str(run.get("id")), source=source, gpu=gpu_label,
+        group=str(run.get("group") or f"{source}: {model.get('name')} on {cluster.get('name')}"),
         heterogeneous=bool(cluster.get("heterogeneous")), precision=precision, recompute=recompute,
         zero_stage=zero_stage, sequence_parallel=bool(sequence_parallel), cp=cp, virtual_stages=virtual_stages,
         ep=ep, scenario=scenario, strategy=strategy, measured=case_measured,
