@@ -258,6 +258,7 @@ def test_validate_text_source_filter_and_errors(capsys):
     out = capsys.readouterr().out
     assert "llmfoundry" in out and "amp-homogeneous" not in out
     assert "needs ZeRO-3 / FSDP" in out and "llmfoundry-L75 (llmfoundry)" in out
+    assert "replayed runs:" in out and "llmfoundry-L87" in out and "1x1x512 mbs8 z2  " in out
     assert main(["validate", "--source", "nope"]) == 2
     assert "--source: 'nope'" in capsys.readouterr().err
     assert main(["validate", "--write-bands", "--approximate"]) == 2

@@ -160,6 +160,7 @@ def report(validation: Validation) -> dict:
             "cases": [{"id": s.case.id, "source": s.case.source, "reasons": list(s.reasons)}
                       for s in validation.skipped]},
         "results": [{"id": r.case.id, "source": r.case.source, "group": r.case.group,
+                     "strategy": _label(r.case.strategy),
                      "measured_s": r.case.measured.iteration_time_s, "time_basis": r.case.measured.time_basis,
                      "predicted_s": r.predicted_s, "error": r.error,
                      "measured_peak_bytes": r.case.measured.peak_memory_bytes,
@@ -167,6 +168,14 @@ def report(validation: Validation) -> dict:
                      "predicted_fits": r.predicted_fits, "assumptions": list(r.case.assumptions)}
                     for r in validation.replayed],
     }
+
+
+def _label(s) -> str:
+    """tp x pp x dp, then the micro-batch and the techniques that differ from the defaults."""
+    extra = [f"cp{s.cp}" if s.cp and s.cp > 1 else "", f"v{s.virtual_stages}" if (s.virtual_stages or 1) > 1 else "",
+             "sp" if s.sequence_parallel else "", f"z{s.zero_stage}" if s.zero_stage else "",
+             f"rc-{s.recompute}" if s.recompute and s.recompute != "none" else ""]
+    return " ".join([f"{s.tp}x{s.pp}x{s.dp} mbs{s.micro_batch_size}", *filter(None, extra)])
 
 
 # -- text -------------------------------------------------------------------------------------
@@ -230,4 +239,14 @@ def render(rep: dict, verbose: bool = False) -> str:
         if verbose:
             out.append("")
             out += [f"  {c['id']} ({c['source']}): {'; '.join(c['reasons'])}" for c in skipped["cases"]]
+    if verbose and rep["results"]:
+        rows = [[r["id"], r["strategy"], _seconds(r["measured_s"]), _seconds(r["predicted_s"]), _signed(r["error"]),
+                 "fits" if r["predicted_fits"] else "OOM", "ran out of memory" if r["measured_oom"] else r["time_basis"]]
+                for r in rep["results"]]
+        out += ["", "replayed runs:",
+                table(["run", "strategy", "measured", "predicted", "error", "memory", "measured as"], rows, {2, 3, 4})]
     return "\n".join(out)
+
+
+def _seconds(value: float | None) -> str:
+    return "-" if value is None else f"{value:.3g} s"
