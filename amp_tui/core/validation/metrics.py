@@ -85,6 +85,23 @@ def median_group_spearman(groups: Mapping[str, tuple[Sequence[float], Sequence[f
     return (float(np.median(values)) if values else None), len(values)
 
 
+def top_pick_ratio(predicted: Sequence[float], measured: Sequence[float]) -> float | None:
+    """Measured time of the run predicted fastest over the fastest measured (1.0: the right pick;
+    ties in the prediction take the first)."""
+    if len(predicted) != len(measured):
+        raise ValueError(f"{len(predicted)} predictions for {len(measured)} measurements")
+    if not len(measured):
+        return None
+    return float(measured[int(np.argmin(predicted))] / min(measured))
+
+
+def worst_group_top_pick(groups: Mapping[str, tuple[Sequence[float], Sequence[float]]],
+                         min_size: int = 3) -> float | None:
+    """The largest top-pick ratio over the groups of at least `min_size` runs."""
+    ratios = [top_pick_ratio(p, m) for p, m in groups.values() if len(p) >= min_size]
+    return max(ratios) if ratios else None
+
+
 def memory_agreement(measured_oom: Iterable[bool], predicted_fits: Iterable[bool]) -> dict[str, int]:
     """Counts of the two disagreements: runs that ran out of memory but are predicted to fit, and
     runs that ran but are predicted not to fit."""

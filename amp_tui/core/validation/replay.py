@@ -109,7 +109,7 @@ def score(replayed: list[Replayed] | tuple[Replayed, ...]) -> dict:
         "mape": metrics.mape(predicted, measured), "median_ape": metrics.median_ape(predicted, measured),
         "bias": metrics.median_error(predicted, measured),
         **{f"within_{round(t * 100)}": metrics.share_within(predicted, measured, t) for t in WITHIN},
-        "spearman": rho, "spearman_groups": rho_groups,
+        "spearman": rho, "spearman_groups": rho_groups, "top_pick": metrics.worst_group_top_pick(groups),
         "memory_mape": metrics.mape([r.predicted_peak_bytes for r in with_memory],
                                     [r.case.measured.peak_memory_bytes for r in with_memory]),
         "memory_runs": len(with_memory),
@@ -125,11 +125,12 @@ def score(replayed: list[Replayed] | tuple[Replayed, ...]) -> dict:
         out["amp_model"] = {
             "runs": len(amp),
             "mape": metrics.mape([r.case.amp_predicted_s for r in amp], [r.case.measured.iteration_time_s for r in amp]),
+            "top_pick": metrics.worst_group_top_pick(amp_groups),
             **dict(zip(("spearman", "groups"), metrics.median_group_spearman(amp_groups)))}
     return out
 
 
-MACRO_KEYS = ("mape", "median_ape", "bias", "within_10", "within_25", "spearman", "memory_mape")
+MACRO_KEYS = ("mape", "median_ape", "bias", "within_10", "within_25", "spearman", "top_pick", "memory_mape")
 
 
 def report(validation: Validation) -> dict:
@@ -197,6 +198,10 @@ def _signed(value: float | None) -> str:
     return "-" if value is None else f"{value * 100:+.1f}%"
 
 
+def _ratio(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}x"
+
+
 def _rho(value: float | None, groups: int) -> str:
     return "-" if value is None else f"{value:.2f} ({groups})"
 
@@ -207,12 +212,12 @@ def _row(name: str, s: dict) -> list[str]:
     ran = f"{s['ran_predicted_oom']}/{s['ran_runs']}" if s.get("ran_runs") else "-"
     return [name, str(s.get("runs", "")), str(s.get("replayed", "")), _pct(s["mape"]), _pct(s["median_ape"]),
             _signed(s["bias"]), _pct(s["within_10"]), _pct(s["within_25"]), _rho(s["spearman"], s.get("spearman_groups", 0)),
-            memory, oom, ran]
+            _ratio(s["top_pick"]), memory, oom, ran]
 
 
 def render(rep: dict, verbose: bool = False) -> str:
     headers = ["source", "runs", "replayed", "MAPE", "median", "bias", "<=10%", "<=25%", "Spearman (groups)",
-               "memory (runs)", "OOM->fits", "ran->OOM"]
+               "top pick", "memory (runs)", "OOM->fits", "ran->OOM"]
     rows = [_row(name, s) for name, s in rep["sources"].items()]
     macro = rep["macro"]
     rows.append(_row(f"macro ({macro['sources']} sources)",
@@ -226,9 +231,10 @@ def render(rep: dict, verbose: bool = False) -> str:
         amp = s.get("amp_model")
         if amp:
             out.append(f"AMP's own model on its {amp['runs']} {name} runs: MAPE {_pct(amp['mape'])}, "
-                       f"Spearman {_rho(amp['spearman'], amp['groups'])}")
-    out.append("bias: median of predicted/measured - 1 (below 0: predicted too fast); OOM->fits: runs that ran "
-               "out of memory predicted to fit; ran->OOM: runs that ran predicted not to")
+                       f"Spearman {_rho(amp['spearman'], amp['groups'])}, top pick {_ratio(amp['top_pick'])}")
+    out.append("bias: median of predicted/measured - 1 (below 0: predicted too fast); top pick: measured time of "
+               "the run predicted fastest over the fastest measured, worst group; OOM->fits: runs that ran out of "
+               "memory predicted to fit; ran->OOM: runs that ran predicted not to")
     skipped = rep["not_replayed"]
     if skipped["runs"]:
         out += ["", f"{skipped['runs']} runs not replayed (a run may have several reasons; "
