@@ -76,7 +76,9 @@ def run_validation(source: str | None = None, approximate: bool = False,
         if reasons:
             skipped.append(Skipped(case, tuple(reasons)))
             continue
-        cost = costs.setdefault(id(case.scenario), CostModel(case.scenario))
+        if id(case.scenario) not in costs:
+            costs[id(case.scenario)] = CostModel(case.scenario)
+        cost = costs[id(case.scenario)]
         try:
             prediction = evaluate(case.scenario, case.strategy, cost)
         except SpecError as err:
