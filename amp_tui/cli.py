@@ -26,6 +26,7 @@ examples:
   amp-tui export plan.yaml --format megatron -o out/
   amp-tui presets                           list scenario, cluster and model presets
   amp-tui bench                             time the search on the benchmark scenarios
+  amp-tui validate                          score the cost model on published measured runs
 """
 
 
@@ -66,6 +67,15 @@ def build_parser() -> argparse.ArgumentParser:
     be.add_argument("--json", action="store_true", help="print JSON instead of a table")
     be.add_argument("--runs", type=int, default=5, help="timed runs per scenario after a warm-up (default 5)")
     be.add_argument("--only", metavar="NAME", action="append", help="run only this benchmark (repeatable)")
+
+    va = sub.add_parser("validate", help="replay published measured runs through the cost model and score it")
+    va.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    va.add_argument("--source", metavar="NAME", help="only this source's runs (e.g. llmfoundry, nemo, torchtitan)")
+    va.add_argument("--verbose", action="store_true", help="list every run not replayed, with its reasons")
+    va.add_argument("--approximate", action="store_true",
+                    help="also replay runs using techniques the cost model ignores (to find errors, not to score)")
+    va.add_argument("--write-bands", action="store_true",
+                    help="write the prediction error bands (amp_tui/data/error_bands.yaml) from this replay")
     return parser
 
 
@@ -74,7 +84,7 @@ def main(argv: list[str] | None = None) -> int:
     command = args.command or "ui"
     try:
         handler = {"ui": cmd_ui, "evaluate": cmd_evaluate, "plan": cmd_plan, "export": cmd_export,
-                   "presets": cmd_presets, "bench": cmd_bench}[command]
+                   "presets": cmd_presets, "bench": cmd_bench, "validate": cmd_validate}[command]
         return handler(args) or 0
     except SpecError as err:
         print(f"amp-tui: error: {err}", file=sys.stderr)
@@ -227,6 +237,22 @@ def cmd_bench(args) -> int:
             raise SpecError("--only", name, f"not a benchmark; known: {', '.join(sorted(known))}")
     rows = run_bench(names, runs=args.runs, progress=None if args.json else lambda line: print(line, file=sys.stderr))
     print(json.dumps(rows, indent=2) if args.json else render_bench(rows))
+    return 0
+
+
+def cmd_validate(args) -> int:
+    from amp_tui.core.validation.replay import render, report, run_validation
+
+    if args.write_bands and (args.source or args.approximate):
+        raise SpecError("--write-bands", "--source/--approximate", "bands come from the strict replay of every run")
+    validation = run_validation(args.source, approximate=args.approximate)
+    rep = report(validation)
+    print(json.dumps(rep, indent=2, allow_nan=False) if args.json else render(rep, verbose=args.verbose))
+    if args.write_bands:
+        from amp_tui.core.validation.bands import compute_bands, write_bands
+
+        path = write_bands(compute_bands(validation))
+        print(f"wrote {path}", file=sys.stderr if args.json else sys.stdout)
     return 0
 
 

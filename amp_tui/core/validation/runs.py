@@ -1,0 +1,459 @@
+"""Published measured runs (amp_tui/data/measured_runs.yaml) as replay cases: each run's scenario,
+strategy and measured figures, and the reasons it cannot be replayed faithfully yet.
+
+A run is read as its source states it; where the source is silent, the case records the
+assumption it makes (`assumptions`). A reason in `unsupported` is either a technique the cost
+model does not honour yet (see HONOURED) or a gap in the run's own data.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+
+import yaml
+
+from amp_tui.core.errors import SpecError
+from amp_tui.core.hardware import gpu_catalog, instance_catalog
+from amp_tui.core.scenario import Scenario, load_scenario, parse_scenario
+from amp_tui.core.strategy import Strategy, even_partition
+
+# What the cost model honours today, per technique. The harness maps every run's techniques in
+# full; widening one of these sets (e.g. adding "fp8" or 3) is all it takes to replay the runs
+# that only needed that term.
+HONOURED: dict[str, set] = {
+    "precision": {"fp16", "bf16", "fp32"},
+    "recompute": {"none", "full"},
+    "zero_stage": {0, 1, 2},
+    "sequence_parallel": {False},
+    "cp": {1},
+    "virtual_stages": {1},
+    "ep": {1},
+}
+
+RUNS_FILE = Path(__file__).resolve().parent.parent.parent / "data" / "measured_runs.yaml"
+
+# Run-id prefix -> source key; the one place a run's source is named.
+SOURCES = (("amp-homogeneous", "amp-homogeneous"), ("megatron-sc21", "megatron-sc21"),
+           ("korthikanti", "korthikanti"), ("llmfoundry", "llmfoundry"), ("nemo", "nemo"),
+           ("mbridge", "nemo"), ("torchtitan", "torchtitan"), ("llama3", "llama3"))
+SOURCE_KEYS = tuple(dict.fromkeys(key for _, key in SOURCES))
+
+# The AMP runs replay the paper preset, whose layer list is AMP's 30 pipeline entries.
+AMP_SCENARIO = "paper-homogeneous"
+
+_GIB = 2**30
+# Interleaving depth in the scenario of a run that does not state it; such runs are never replayed.
+_UNSTATED_DEPTH = 2
+
+
+@dataclass(frozen=True)
+class Measured:
+    iteration_time_s: float | None
+    time_basis: str | None            # "measured", "derived", or how it was derived here
+    peak_memory_bytes: float | None   # max over GPUs, where the source gives it
+    out_of_memory: bool               # the run failed or ran out of memory
+
+
+@dataclass(frozen=True)
+class ReplayCase:
+    id: str
+    source: str                       # one of SOURCE_KEYS
+    group: str                        # runs whose strategies are ranked against each other
+    gpu: str                          # the run's GPU label; `scenario` holds the catalog entry
+    heterogeneous: bool
+    # The techniques as the run used them, whether or not the cost model honours them.
+    precision: str                    # fp16 | bf16 | fp32 | fp8 | fp4
+    recompute: str                    # none | selective | full
+    zero_stage: int                   # 0..3 (1: distributed optimizer, 3: FSDP full shard)
+    sequence_parallel: bool
+    cp: int
+    virtual_stages: int | None        # None: interleaved, depth not stated
+    ep: int
+    scenario: Scenario | None         # None when the run cannot be built (see data_gaps)
+    strategy: Strategy | None
+    measured: Measured
+    amp_predicted_s: float | None     # AMP's own prediction, for its homogeneous runs
+    assumptions: tuple[str, ...] = ()
+    data_gaps: tuple[str, ...] = ()   # what the run lacks for a faithful replay
+
+
+def source_key(run: dict) -> str:
+    run_id = str(run.get("id", ""))
+    for prefix, key in SOURCES:
+        if run_id.startswith(prefix):
+            return key
+    title = str((run.get("source") or {}).get("title") or "other")
+    return re.sub(r"[^a-z0-9]+", "-", title.lower().split(",")[0]).strip("-")[:24]
+
+
+def unsupported(case: ReplayCase, honoured: dict[str, set] | None = None) -> list[str]:
+    """Why the case cannot be replayed faithfully: techniques outside `honoured` (default
+    HONOURED), then gaps in the run's own data. Empty: replay it."""
+    honoured = HONOURED if honoured is None else honoured
+    reasons = []
+    if case.precision not in honoured["precision"]:
+        reasons.append(f"needs {case.precision}")
+    if case.recompute not in honoured["recompute"]:
+        reasons.append(f"needs {case.recompute} recomputation")
+    if case.zero_stage not in honoured["zero_stage"]:
+        reasons.append("needs ZeRO-3 / FSDP" if case.zero_stage == 3 else f"needs ZeRO-{case.zero_stage}")
+    if case.sequence_parallel not in honoured["sequence_parallel"]:
+        reasons.append("needs sequence parallelism")
+    if case.cp not in honoured["cp"]:
+        reasons.append("needs context parallelism")
+    if case.virtual_stages not in honoured["virtual_stages"]:
+        reasons.append("needs the interleaved schedule")
+    if case.ep not in honoured["ep"]:
+        reasons.append("needs expert parallelism")
+    return reasons + list(case.data_gaps)
+
+
+def is_model_gap(reason: str) -> bool:
+    """A reason the cost model can remove (a technique to honour), not a gap in the run's data."""
+    return reason.startswith(("needs ", "cannot be evaluated"))
+
+
+# -- loading ----------------------------------------------------------------------------------
+
+@cache
+def load_runs(path: Path = RUNS_FILE) -> tuple[dict, ...]:
+    """The runs of a measured-runs file (parsed with libyaml where present: the file is large)."""
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    try:
+        with open(path, encoding="utf-8") as handle:
+            data = yaml.load(handle, Loader=loader)  # noqa: S506 - a safe loader
+    except OSError as exc:
+        raise SpecError("measured runs", str(path), f"cannot be read ({exc.strerror})") from None
+    except yaml.YAMLError as exc:
+        raise SpecError("measured runs", str(path), f"malformed YAML: {str(exc).splitlines()[0]}") from None
+    if not isinstance(data, dict) or not isinstance(data.get("runs"), list):
+        raise SpecError("measured runs", str(path), "expected a mapping with a `runs` list")
+    return tuple(data["runs"])
+
+
+def load_cases(path: Path = RUNS_FILE) -> list[ReplayCase]:
+    """Every run of the file as a replay case (scenarios shared between runs that describe the same
+    cluster, model and training)."""
+    scenarios: dict[str, Scenario] = {}
+    return [parse_run(run, scenarios) for run in load_runs(path)]
+
+
+# -- one run ----------------------------------------------------------------------------------
+
+def parse_run(run: dict, scenarios: dict[str, Scenario] | None = None) -> ReplayCase:
+    """One run as a replay case; `scenarios` caches built scenarios by their spec."""
+    scenarios = {} if scenarios is None else scenarios
+    model, cluster = run.get("model") or {}, run.get("cluster") or {}
+    training, measured = run.get("training") or {}, run.get("measured") or {}
+    notes: list[str] = []
+    gaps: list[str] = []
+    source = source_key(run)
+
+    precision = _precision(training.get("precision"))
+    recompute = _recompute(training.get("recompute"), notes)
+    zero_stage = _zero_stage(training.get("zero"))
+    tp, pp, dp = (int(training.get(k) or 1) for k in ("tp", "pp", "dp"))
+    cp = int(training.get("cp") or 1)
+    ep = int(training.get("ep") or 1)
+    sequence_parallel = training.get("sp")
+    if sequence_parallel is None:
+        # torchtitan's tensor-parallel plan shards the norms along the sequence, which is SP.
+        sequence_parallel = source == "torchtitan" and tp > 1
+        if sequence_parallel:
+            notes.append("sequence parallelism: torchtitan's tensor-parallel plan uses it")
+    vpp = training.get("vpp")
+    virtual_stages = int(vpp) if isinstance(vpp, int) else (1 if vpp is None else None)
+    if pp == 1 and virtual_stages != 1:
+        notes.append(f"interleaving ({vpp}) without pipeline stages: none")
+        virtual_stages = 1
+    if virtual_stages is None:
+        gaps.append("interleaving depth not stated")
+
+    mbs, gbs = training.get("micro_batch"), training.get("global_batch")
+    if source == "torchtitan":
+        mbs, gbs = _torchtitan_batches(mbs, gbs, dp, pp, notes)
+    if mbs is None:
+        mbs = 1
+        notes.append("micro-batch size not stated: 1 assumed")
+    num_gpus = int(cluster.get("num_gpus") or 0)
+    if tp * pp * dp * cp != num_gpus:
+        gaps.append("parallel degrees do not multiply to the stated GPU count")
+    if gbs is None:
+        gaps.append("global batch not stated")
+
+    time_s, basis = _iteration_time(run, gbs, num_gpus)
+    oom = bool(measured.get("oom") or measured.get("failed"))
+    if time_s is None and not oom:
+        what = (model.get("notes") or "").split(",")[0]
+        gaps.append("no iteration time" + (f" ({what})" if what else ""))
+    peak = measured.get("peak_mem_gb")
+    case_measured = Measured(
+        iteration_time_s=time_s, time_basis=basis, out_of_memory=oom,
+        # torchtitan's memory figures are GiB (footnote 1 of its tables).
+        peak_memory_bytes=float(peak) * _GIB if peak is not None else None)
+
+    gpu_label = str(cluster.get("gpu") or "")
+    scenario = strategy = None
+    if gbs is not None:
+        try:
+            if source == "amp-homogeneous":
+                scenario, partition = _amp_scenario(run, gbs, pp, scenarios)
+            else:
+                spec = {"name": f"{model.get('name')} on {cluster.get('name')}",
+                        "cluster": _cluster_spec(cluster, notes),
+                        "model": _model_spec(model, training, notes),
+                        "training": {"global_batch_size": int(gbs), "precision": _buildable(precision),
+                                     "recompute": recompute, "zero_stage": zero_stage,
+                                     "sequence_parallel": bool(sequence_parallel), "context_parallel": cp,
+                                     "virtual_stages": virtual_stages or _UNSTATED_DEPTH}}
+                scenario = _shared_scenario(spec, scenarios)
+                partition = megatron_partition(scenario, pp)
+            strategy = Strategy(tp=tp, pp=pp, dp=dp, micro_batch_size=int(mbs), partition=partition,
+                                recompute=recompute, zero_stage=zero_stage,
+                                sequence_parallel=bool(sequence_parallel), cp=cp,
+                                virtual_stages=virtual_stages or _UNSTATED_DEPTH)
+        except SpecError as err:
+            gaps.append(f"cannot be built: {err}")
+            scenario = strategy = None
+    return ReplayCase(
+        id=str(run.get("id")), source=source, gpu=gpu_label,
+        group=str(run.get("group") or f"{source}: {model.get('name')} on {cluster.get('name')}"),
+        heterogeneous=bool(cluster.get("heterogeneous")), precision=precision, recompute=recompute,
+        zero_stage=zero_stage, sequence_parallel=bool(sequence_parallel), cp=cp, virtual_stages=virtual_stages,
+        ep=ep, scenario=scenario, strategy=strategy, measured=case_measured,
+        amp_predicted_s=run.get("amp_predicted_iteration_time_s"), assumptions=tuple(notes), data_gaps=tuple(gaps))
+
+
+def megatron_partition(scenario: Scenario, pp: int) -> tuple[int, ...]:
+    """Megatron's default split: the blocks evenly over the stages, the embedding on the first and
+    the head on the last (models without blocks: every layer evenly)."""
+    kinds = [layer.kind for layer in scenario.model.layers]
+    blocks = kinds.count("block")
+    if blocks < pp:
+        return even_partition(len(kinds), pp)
+    before = kinds.index("block")
+    after = len(kinds) - before - blocks
+    split = list(even_partition(blocks, pp))
+    split[0] += before
+    split[-1] += after
+    return tuple(split)
+
+
+def _shared_scenario(spec: dict, scenarios: dict[str, Scenario]) -> Scenario:
+    key = json.dumps(spec, sort_keys=True, default=str)
+    if key not in scenarios:
+        scenarios[key] = parse_scenario(spec)
+    return scenarios[key]
+
+
+def _amp_scenario(run: dict, gbs, pp: int, scenarios: dict) -> tuple[Scenario, tuple[int, ...]]:
+    if AMP_SCENARIO not in scenarios:
+        scenarios[AMP_SCENARIO] = load_scenario(AMP_SCENARIO)
+    scenario = scenarios[AMP_SCENARIO]
+    if gbs is not None and int(gbs) != scenario.training.global_batch_size:
+        scenario = scenario.with_training(global_batch_size=int(gbs))
+    bounds = (run.get("training") or {}).get("stage_bounds_over_amp_entries")
+    if not isinstance(bounds, list) or len(bounds) != pp + 1 or bounds[0] != 0 \
+            or bounds[-1] != scenario.model.num_layers or sorted(bounds) != bounds:
+        raise SpecError("training.stage_bounds_over_amp_entries", bounds,
+                        f"expected {pp + 1} rising bounds from 0 to {scenario.model.num_layers}")
+    return scenario, tuple(b - a for a, b in zip(bounds, bounds[1:]))
+
+
+# -- techniques as the sources name them ------------------------------------------------------
+
+def _precision(label) -> str:
+    text = str(label or "").lower()
+    if "fp4" in text:
+        return "fp4"
+    if "fp8" in text or "float8" in text:
+        return "fp8"
+    if "bf16" in text or "bfloat16" in text:
+        return "bf16"
+    if "fp32" in text and "16" not in text:
+        return "fp32"
+    return "fp16"   # "mixed", "mixed fp16": Megatron-LM's fp16 mixed precision
+
+
+def _recompute(label, notes: list[str]) -> str:
+    text = str(label or "").lower()
+    if text.startswith("selective") or "(selective)" in text:
+        return "selective"
+    if text.startswith("full"):
+        return "full"
+    if text == "no" or text.startswith("none"):
+        return "none"
+    notes.append(f"recomputation {label or 'not stated'}: none assumed")
+    return "none"
+
+
+def _zero_stage(label) -> int:
+    text = str(label or "").lower()
+    if "shard_grad_op" in text or "params kept after forward" in text:
+        return 2
+    if "fsdp" in text or "zero-3" in text:
+        return 3
+    if "distributed optimizer" in text:
+        return 1
+    return 0
+
+
+def _buildable(precision: str) -> str:
+    """A precision the scenario accepts; fp4 runs are not replayed, so the stand-in never counts."""
+    return "fp8" if precision == "fp4" else precision
+
+
+def _torchtitan_batches(local, gbs, dp: int, pp: int, notes: list[str]):
+    """torchtitan states the batch per data-parallel rank and does not accumulate gradients; its
+    2024 pipeline schedules split that batch into pp micro-batches."""
+    if local is None:
+        local = 1
+        notes.append("local batch not stated: 1 assumed (the smallest, so predicting out of memory is the hard call)")
+    if gbs is None:
+        gbs = int(local) * dp
+        notes.append(f"global batch: local batch {local} x dp {dp}")
+    mbs = int(local)
+    if pp > 1 and mbs % pp == 0:
+        mbs //= pp
+        notes.append(f"micro-batch: local batch {local} / pp {pp} (torchtitan's default micro-batch count)")
+    return mbs, gbs
+
+
+# -- measured time ----------------------------------------------------------------------------
+
+def _iteration_time(run: dict, gbs, num_gpus: int) -> tuple[float | None, str | None]:
+    measured, derived = run.get("measured") or {}, run.get("derived") or {}
+    if measured.get("iteration_time_s"):
+        return float(measured["iteration_time_s"]), "measured"
+    if derived.get("iteration_time_s"):
+        return float(derived["iteration_time_s"]), "derived"
+    if derived.get("iteration_time_s_approx"):
+        return float(derived["iteration_time_s_approx"]), "derived (approximate)"
+    seq = (run.get("model") or {}).get("seq_len")
+    if gbs and seq and num_gpus and measured.get("tokens_per_s_per_gpu"):
+        return gbs * seq / (measured["tokens_per_s_per_gpu"] * num_gpus), "derived here from tokens/s per GPU"
+    if gbs and seq and num_gpus and measured.get("tflops_per_gpu"):
+        flops = gbs * seq * _model_flops_per_token(run.get("model") or {})
+        if flops:
+            return flops / (measured["tflops_per_gpu"] * 1e12 * num_gpus), \
+                "derived here from model TFLOP/s (NeMo's model-FLOPs convention)"
+    return None, None
+
+
+def _model_flops_per_token(model: dict) -> float:
+    """Training model FLOPs per token as NeMo counts them: 3 passes x 2 FLOPs per multiply-add of the
+    matrix multiplies, and attention's 12 l h s (causal masking not discounted)."""
+    try:
+        h, l, a, s = (int(model[k]) for k in ("hidden", "layers", "heads", "seq_len"))
+        kv, f, v = int(model.get("kv_heads") or a), int(model["ffn"]), int(model["vocab"])
+    except (KeyError, TypeError, ValueError):
+        return 0.0
+    gated = "llama" in str(model.get("name", "")).lower()
+    per_layer = 2 * h * h + 2 * h * (h * kv // a) + (3 if gated else 2) * h * f
+    return 6.0 * (l * per_layer + v * h) + 12.0 * l * h * s
+
+
+# -- model and cluster specs ------------------------------------------------------------------
+
+_FLASH_FREE_FRAMEWORKS = ("megatron-lm (2021", "megatron-lm (2022", "deepspeed pipeline")
+_VOCAB_NAMES = {"gpt-2 bpe": 50257}
+
+
+def _model_spec(model: dict, training: dict, notes: list[str]) -> dict:
+    name = str(model.get("name") or "model")
+    family = "llama" if "llama" in name.lower() else "gpt"
+    vocab = model.get("vocab")
+    if not isinstance(vocab, int):
+        known = next((n for key, n in _VOCAB_NAMES.items() if key in str(vocab).lower()), None)
+        if known is None:
+            raise SpecError("model.vocab", vocab, "not a vocabulary size")
+        notes.append(f"vocabulary {vocab!r}: {known}")
+        vocab = known
+    framework = str(training.get("framework") or "").lower()
+    spec = {"family": family, "name": name, "hidden_size": model.get("hidden"), "num_layers": model.get("layers"),
+            "num_heads": model.get("heads"), "sequence_length": model.get("seq_len"), "vocab_size": vocab,
+            "flash_attention": not framework.startswith(_FLASH_FREE_FRAMEWORKS)}
+    if model.get("kv_heads"):
+        spec["num_kv_heads"] = model["kv_heads"]
+    if model.get("ffn"):
+        spec["ffn_hidden_size"] = model["ffn"]
+    return spec
+
+
+# Catalog GPU per run label, first match wins.
+_GPU_LABELS = (("GB300", "GB300"), ("GB200", "GB200"), ("B200", "B200"), ("H200", "H200"), ("H100", "H100"),
+               ("A100.*40GB", "A100-40GB"), ("A100", "A100-80GB"), ("T4", "T4"), ("V100", "V100"))
+# Node figures (NVLink per GPU and direction, network per node) where a run names only the link
+# family ("NVLink", "NVSwitch") or no network: the DGX entries of presets/instances.yaml, and for
+# Blackwell NVIDIA's DGX B200 / GB200 NVL72 / GB300 NVL72 datasheets counted the same way (NVLink 5:
+# 1.8 TB/s per GPU both ways; one 400 Gb/s NIC per GPU, 800 Gb/s on GB300).
+_DGX_INSTANCE = {"A100-40GB": "dgx-a100", "A100-80GB": "dgx-a100", "H100": "dgx-h100", "H200": "dgx-h100"}
+_BLACKWELL_NODES = {"B200": ("900 GB/s", "3200 Gbps"), "GB200": ("900 GB/s", "1600 Gbps"),
+                    "GB300": ("900 GB/s", "3200 Gbps")}
+_NVL72 = 72   # GPUs in one GB200/GB300 NVLink domain
+
+
+def _node_figures(gpu: str) -> tuple[str, str] | None:
+    if gpu in _DGX_INSTANCE:
+        entry = instance_catalog()[_DGX_INSTANCE[gpu]]
+        return str(entry["intra_node_bandwidth"]), str(entry["inter_node_bandwidth"])
+    return _BLACKWELL_NODES.get(gpu)
+
+
+def _catalog_gpu(label: str) -> str:
+    for pattern, name in _GPU_LABELS:
+        if re.search(pattern, label):
+            return name
+    raise SpecError("cluster.gpu", label, "GPU not in catalog")
+
+
+def _cluster_spec(cluster: dict, notes: list[str]) -> dict:
+    label = str(cluster.get("gpu") or "")
+    name = _catalog_gpu(label)
+    catalog = gpu_catalog()[name]
+    gpu: str | dict = name
+    memory_gb = cluster.get("gpu_mem_gb")
+    if memory_gb and abs(memory_gb * 1e9 / catalog.memory_bytes - 1) > 0.03 \
+            and abs(memory_gb * _GIB / catalog.memory_bytes - 1) > 0.03:
+        gpu = {"base": name, "name": f"{name} {memory_gb} GB", "memory": f"{memory_gb} GB"}
+        notes.append(f"GPU {label!r}: {name}'s figures with {memory_gb} GB")
+    num_gpus = int(cluster["num_gpus"])
+    per_node = min(int(cluster.get("gpus_per_node") or num_gpus), num_gpus)
+    intra = _intra_bandwidth(str(cluster.get("intra_node") or ""), name)
+    inter = _inter_bandwidth(cluster.get("inter_node"), name, per_node, num_gpus, notes)
+    return {"name": str(cluster.get("name") or "cluster"),
+            "nodes": [{"count": num_gpus // per_node, "gpu": gpu, "gpus_per_node": per_node,
+                       "intra_node_bandwidth": intra, "inter_node_bandwidth": inter}]}
+
+
+def _intra_bandwidth(label: str, gpu: str) -> str:
+    figures = _node_figures(gpu)
+    if re.search(r"nvlink|nvswitch", label, re.I) and figures:
+        return figures[0]
+    match = re.search(r"(\d+(?:\.\d+)?)\s*Gbps", label)
+    if match:
+        return f"{match.group(1)} Gbps"
+    raise SpecError("cluster.intra_node", label, "link not recognised")
+
+
+def _inter_bandwidth(label, gpu: str, per_node: int, num_gpus: int, notes: list[str]) -> str:
+    text = str(label or "")
+    if match := re.search(r"(\d+)\s*x\s*(\d+)\s*Gb/?s", text):                 # "8x 400 Gb/s"
+        return f"{int(match.group(1)) * int(match.group(2))} Gbps"
+    if match := re.search(r"(\d+)\s*Gb/?s per GPU", text):
+        return f"{int(match.group(1)) * per_node} Gbps"
+    if match := re.search(r"(\d+(?:\.\d+)?)\s*Gb(?:ps|/s)", text):
+        return f"{match.group(1)} Gbps"
+    figures = _node_figures(gpu)
+    if text or not figures:
+        raise SpecError("cluster.inter_node", text or None, "link not recognised")
+    if gpu in ("GB200", "GB300") and num_gpus <= _NVL72:
+        notes.append(f"network not stated: {num_gpus} GPUs share one NVL72 NVLink domain")
+        return figures[0]
+    if num_gpus > per_node:
+        notes.append(f"network not stated: {figures[1]} per node assumed")
+    return figures[1]
