@@ -554,9 +554,10 @@ def test_megatron_context_parallel_fp8_and_fsdp():
                      context_parallel=2)
     args = megatron_args(export_plan(plan, "megatron").files["megatron_args.sh"])
     assert "--context-parallel-size" not in args          # the strategy's own cp 1 wins over the training section
-    args = megatron_args(export_plan(replace(plan, strategy=replace(plan.strategy, cp=None)),
-                                     "megatron").files["megatron_args.sh"])
+    export = export_plan(replace(plan, strategy=replace(plan.strategy, cp=None)), "megatron")
+    args = megatron_args(export.files["megatron_args.sh"])
     assert args["--context-parallel-size"] == ["2"]          # silent strategy: the training section's
+    assert any("tensor, then context, then data" in note for note in export.notes)
     assert args["--fp8-format"] == ["hybrid"] and "--bf16" in args
     assert args["--fp8-amax-compute-algo"] == ["max"] and args["--fp8-amax-history-len"] == ["1024"]
     assert args["--data-parallel-sharding-strategy"] == ["optim_grads_params"] and "--use-megatron-fsdp" in args

@@ -192,8 +192,11 @@ def export(plan: Plan) -> Export:
     lines += [")", ""]
     notes.insert(0, f"megatron_args.sh defines MEGATRON_ARGS for {script}; add your data, tokenizer, learning-rate "
                     "and iteration arguments, and launch with the torchrun export so nodes take ranks in plan order.")
-    notes.append("Megatron's default rank order (tensor, then data, then pipeline) is the one the plan was "
-                 "predicted with.")
+    if knobs.cp > 1:
+        notes.append("Megatron's default rank order is tensor, then context, then data, then pipeline.")
+    else:
+        notes.append("Megatron's default rank order (tensor, then data, then pipeline) is the one the plan was "
+                     "predicted with.")
     return Export(files={"megatron_args.sh": "\n".join(lines)}, notes=notes)
 
 
