@@ -24,7 +24,7 @@ import json
 from amp_tui.core.errors import SpecError
 from amp_tui.core.exports import Export
 from amp_tui.core.exports.common import nodes, num_micro_batches, stage_bounds, summary
-from amp_tui.core.knobs import resolve
+from amp_tui.core.knobs import Knobs, resolve
 from amp_tui.core.planfile import Plan
 
 _MODULE_TEMPLATE = '''"""DeepSpeed PipelineModule with the stage boundaries of an amp-tui plan.
@@ -203,7 +203,7 @@ def export(plan: Plan) -> Export:
     return Export(files=files, notes=notes)
 
 
-def _technique_notes(plan: Plan, knobs) -> list[str]:
+def _technique_notes(plan: Plan, knobs: Knobs) -> list[str]:
     """What DeepSpeed's config cannot switch on by itself but the model code can."""
     s, training = plan.strategy, plan.scenario.training
     notes = []
