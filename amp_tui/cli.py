@@ -55,9 +55,9 @@ def build_parser() -> argparse.ArgumentParser:
     pl.add_argument("--rank", type=int, default=1, metavar="N", help="with --save: which ranked strategy (default 1)")
     pl.add_argument("--force", action="store_true", help="with --save: overwrite an existing file")
 
-    ex = sub.add_parser("export", help="turn a plan into Megatron-LM, DeepSpeed, torchrun or rank-map files")
+    ex = sub.add_parser("export", help="turn a plan into Megatron-LM, DeepSpeed, torchrun, rank-map or torchtitan files")
     ex.add_argument("plan", metavar="PLAN.yaml")
-    ex.add_argument("--format", required=True, metavar="FORMAT", help="megatron, deepspeed, torchrun or rankmap")
+    ex.add_argument("--format", required=True, metavar="FORMAT", help="megatron, deepspeed, torchrun, rankmap or torchtitan")
     ex.add_argument("-o", "--output", metavar="DIR", help="write the files into DIR (default: print them)")
     ex.add_argument("--force", action="store_true", help="overwrite existing files in DIR")
 

@@ -1,7 +1,7 @@
-"""Engine exports: every preset's best plan as Megatron, DeepSpeed, torchrun and rank-map files.
+"""Engine exports: every preset's best plan as Megatron, DeepSpeed, torchtitan, torchrun and rank-map files.
 
 Each check reads the exported text back the way the engine would (shell words, JSON, CSV, the
-DeepSpeed hostfile rule) and compares it with the plan and with `build_layout`. Tests at the end
+DeepSpeed hostfile rule, TOML) and compares it with the plan and with `build_layout`. Tests at the end
 run the engines' own checkers (torch, DeepSpeed, Megatron-Core) when those are installed; the
 project does not depend on them, so they are skipped otherwise.
 """
@@ -18,7 +18,9 @@ import shutil
 import socket
 import subprocess
 import sys
+import tomllib
 from collections import Counter
+from dataclasses import replace
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -27,7 +29,9 @@ from hypothesis import strategies as st
 from amp_tui.core.cost import CostModel
 from amp_tui.core.errors import SpecError
 from amp_tui.core.evaluate import evaluate
+from amp_tui.core.knobs import resolve
 from amp_tui.core.exports import EXPORT_FORMATS, Export, export_plan
+from amp_tui.core.exports.deepspeed import deepspeed_zero_stage
 from amp_tui.core.exports.megatron import (blocks_per_stage, expressible_splits, layer_partition, layout_string,
                                            megatron_split)
 from amp_tui.core.placement import build_layout
@@ -99,9 +103,9 @@ def bash_syntax_ok(text: str, tmp_path) -> None:
 def test_exports_import_no_ui_and_no_engine():
     """Plan files and exports belong to the pure core: no Textual/Rich, and no training engine."""
     code = ("import sys, amp_tui.core.planfile, amp_tui.core.exports.megatron, amp_tui.core.exports.deepspeed, "
-            "amp_tui.core.exports.torchrun, amp_tui.core.exports.rankmap; "
+            "amp_tui.core.exports.torchrun, amp_tui.core.exports.rankmap, amp_tui.core.exports.torchtitan; "
             "print(sorted({m.split('.')[0] for m in sys.modules} & "
-            "{'textual', 'rich', 'torch', 'deepspeed', 'megatron'}))")
+            "{'textual', 'rich', 'torch', 'deepspeed', 'megatron', 'torchtitan'}))")
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     done = subprocess.run([sys.executable, "-c", code], cwd=root, env={**os.environ, "PYTHONPATH": root},
                           capture_output=True, text=True, timeout=60)
@@ -137,10 +141,10 @@ def test_deepspeed_config_batch_and_world(name, plans):
     assert config["train_batch_size"] == (config["train_micro_batch_size_per_gpu"]
                                           * config["gradient_accumulation_steps"] * s.dp)
     assert config["train_micro_batch_size_per_gpu"] == s.micro_batch_size
-    assert config["zero_optimization"]["stage"] == (scenario.training.zero_stage if s.pp == 1
-                                                    else min(scenario.training.zero_stage, 1))
+    zero = resolve(s, scenario.training).zero_stage
+    assert config["zero_optimization"]["stage"] == (zero if s.pp == 1 else min(zero, 1))
     precision = scenario.training.precision
-    assert ("fp16" in config) == (precision == "fp16") and ("bf16" in config) == (precision == "bf16")
+    assert ("fp16" in config) == (precision == "fp16") and ("bf16" in config) == (precision in ("bf16", "fp8"))
 
 
 @pytest.mark.parametrize("name", SCENARIOS)
@@ -449,6 +453,182 @@ def _mixed_scenario():
     return _MIXED[0]
 
 
+# -- torchtitan --------------------------------------------------------------------------------------
+
+def torchtitan_config(plan: Plan) -> dict:
+    return tomllib.loads(export_plan(plan, "torchtitan").files["torchtitan_job.toml"])
+
+
+@pytest.mark.parametrize("name", SCENARIOS)
+def test_torchtitan_job_config_reads_back(name, plans):
+    plan = plans(name)
+    s, scenario = plan.strategy, plan.scenario
+    knobs = resolve(s, scenario.training)
+    config = torchtitan_config(plan)
+    par, training = config["parallelism"], config["training"]
+    degrees = (par["data_parallel_replicate_degree"], par["data_parallel_shard_degree"])
+    assert degrees == ((s.dp, 1) if knobs.zero_stage == 0 else (1, s.dp))
+    assert (par["tensor_parallel_degree"], par["pipeline_parallel_degree"], par["context_parallel_degree"]) == \
+        (s.tp, s.pp, knobs.cp)
+    # torchtitan's ParallelDims: dp_replicate x dp_shard x cp x tp x pp = world size.
+    assert degrees[0] * degrees[1] * knobs.cp * s.tp * s.pp == scenario.cluster.num_gpus
+    # Its trainer: global = local x data-parallel degree x accumulation steps, a whole number of them.
+    accumulation, rest = divmod(training["global_batch_size"], training["local_batch_size"] * s.dp)
+    assert rest == 0 and training["global_batch_size"] == scenario.training.global_batch_size
+    assert training["local_batch_size"] * s.dp * accumulation == scenario.training.global_batch_size
+    assert par["pipeline_parallel_microbatch_size"] == s.micro_batch_size
+    if s.pp > 1:   # the whole per-replica batch goes through the pipeline in micro-batches
+        assert training["local_batch_size"] == s.micro_batch_size * plan.strategy.num_micro_batches(
+            scenario.training.global_batch_size)
+    assert training["seq_len"] == scenario.model.sequence_length
+    assert par["pipeline_parallel_schedule"] == {"1f1b": "1F1B", "gpipe": "GPipe"}[scenario.training.schedule]
+    assert par["enable_async_tensor_parallel"] is False
+    assert config["activation_checkpoint"]["mode"] == knobs.recompute
+    parts = par.get("module_fqns_per_model_part")
+    if s.pp > 1 and scenario.model.family:
+        assert [len(part) for part in parts][1:-1] == list(s.partition)[1:-1]   # one module per layer
+        flat = [name for part in parts for name in part]
+        blocks = sum(1 for layer in scenario.model.layers if layer.kind == "block")
+        assert flat == ["tok_embeddings", *[f"layers.{i}" for i in range(blocks)], "norm", "output"]
+    elif s.pp == 1:
+        assert parts is None
+
+
+def test_torchtitan_names_llama3_flavors_and_flags_the_rest(plans):
+    assert torchtitan_config(plans("mixed-h100-a100-llama3-8b"))["model"] == {"name": "llama3", "flavor": "8B"}
+    export = export_plan(plans("dgx-a100-gpt3-13b"), "torchtitan")
+    assert tomllib.loads(export.files["torchtitan_job.toml"])["model"]["flavor"] == "gpt3-13b"
+    assert any("no flavor for gpt3-13b" in note for note in export.notes)
+
+
+def test_toml_strings_are_escaped():
+    scenario = load_scenario("paper-homogeneous")
+    odd = 'say "hi" \\ tab\there\nnew line \x01'
+    scenario = replace(scenario, name=odd)
+    plan = plan_for(scenario, Strategy(1, 2, 8, 1, None, (0,)))
+    text = export_plan(plan, "torchtitan").files["torchtitan_job.toml"]
+    config = tomllib.loads(text)
+    assert odd in config["job"]["description"]
+    assert all(line.startswith("#") for line in text.splitlines()[:3])
+
+
+@settings(max_examples=200, deadline=None)
+@given(text=st.text())
+def test_any_string_survives_toml(text):
+    from amp_tui.core.exports.torchtitan import to_toml
+    assert tomllib.loads(to_toml({"job": {"description": text}}, [text]))["job"]["description"] == text
+
+
+# -- today's techniques: SP, CP, interleaving, selective recomputation, ZeRO-3, fp8, experts -------------
+
+B200_SCENARIO = {"name": "b200", "cluster": {"preset": "4x-dgx-b200"}, "model": {"preset": "llama3.1-8b"},
+                 "training": {"global_batch_size": 64, "precision": "bf16"}}
+
+
+def knob_plan(strategy: Strategy, **training) -> Plan:
+    """A plan whose strategy states its techniques, predicted with them."""
+    scenario = parse_scenario({**B200_SCENARIO, "training": {**B200_SCENARIO["training"], **training}})
+    prediction = evaluate(scenario, strategy)
+    planned = replace(strategy, partition=strategy.partition or prediction.strategy.partition,
+                      placement=prediction.strategy.placement)
+    return Plan(scenario, planned, prediction.to_dict(), "test", "now")
+
+
+def test_megatron_flags_of_todays_techniques():
+    plan = knob_plan(Strategy(4, 2, 4, 1, (17, 17), recompute="selective", zero_stage=1, sequence_parallel=True,
+                              virtual_stages=2))
+    export = export_plan(plan, "megatron")
+    text = export.files["megatron_args.sh"]
+    args = megatron_args(text)
+    assert "--sequence-parallel" in args and args["--num-virtual-stages-per-pipeline-rank"] == ["2"]
+    assert args["--recompute-granularity"] == ["selective"] and "--recompute-method" not in args
+    assert "--use-distributed-optimizer" in args and "--use-megatron-fsdp" not in args
+    assert "distributed optimizer" in text                      # the header names ZeRO-1 as Megatron does
+    assert split_from_args(args, 2) == (16, 16)                 # 32 blocks, each stage a multiple of 2
+    assert not any("will refuse" in note for note in export.notes)
+
+
+def test_megatron_context_parallel_fp8_and_fsdp():
+    plan = knob_plan(Strategy(8, 1, 4, 1, cp=1), precision="fp8", zero_stage=3, recompute="full",
+                     context_parallel=2)
+    args = megatron_args(export_plan(plan, "megatron").files["megatron_args.sh"])
+    assert "--context-parallel-size" not in args          # the strategy's own cp 1 wins over the training section
+    # a silent strategy takes the training section's cp 2, which takes its share of the GPUs
+    export = export_plan(replace(plan, strategy=replace(plan.strategy, cp=None, dp=2)), "megatron")
+    args = megatron_args(export.files["megatron_args.sh"])
+    assert args["--context-parallel-size"] == ["2"]          # silent strategy: the training section's
+    assert any("tensor, then context, then data" in note for note in export.notes)
+    assert args["--fp8-format"] == ["hybrid"] and "--bf16" in args
+    assert args["--fp8-amax-compute-algo"] == ["max"] and args["--fp8-amax-history-len"] == ["1024"]
+    assert args["--data-parallel-sharding-strategy"] == ["optim_grads_params"] and "--use-megatron-fsdp" in args
+    assert args["--recompute-granularity"] == ["full"]
+
+
+def test_megatron_says_when_interleaving_cannot_split_the_stages():
+    plan = knob_plan(Strategy(4, 2, 4, 1, (10, 24), virtual_stages=4))   # 9 and 23 blocks
+    export = export_plan(plan, "megatron")
+    assert megatron_args(export.files["megatron_args.sh"])["--num-virtual-stages-per-pipeline-rank"] == ["4"]
+    assert any("divisible by 4" in note and "will refuse" in note for note in export.notes)
+
+
+def test_mixture_of_experts_flags():
+    scenario = parse_scenario({**B200_SCENARIO, "model": {"preset": "mixtral-8x7b"}})
+    prediction = evaluate(scenario, Strategy(2, 2, 8, 1))
+    plan = Plan(scenario, replace(prediction.strategy, ep=4, sequence_parallel=True), prediction.to_dict(), "t", "n")
+    args = megatron_args(export_plan(plan, "megatron").files["megatron_args.sh"])
+    assert args["--num-experts"] == ["8"] and args["--moe-router-topk"] == ["2"]
+    assert args["--moe-ffn-hidden-size"] == ["14336"] and args["--expert-model-parallel-size"] == ["4"]
+    assert args["--moe-token-dispatcher-type"] == ["alltoall"] and "--sequence-parallel" in args
+    assert torchtitan_config(plan)["parallelism"]["expert_parallel_degree"] == 4
+    deepspeed = export_plan(plan, "deepspeed")
+    assert any("ep_size=4" in note for note in deepspeed.notes)
+    without_sp = export_plan(replace(plan, strategy=replace(plan.strategy, sequence_parallel=False)), "megatron")
+    assert any("requires --sequence-parallel" in note for note in without_sp.notes)
+
+
+def test_torchtitan_of_todays_techniques():
+    plan = knob_plan(Strategy(4, 2, 4, 1, recompute="selective", zero_stage=3, virtual_stages=2), precision="fp8")
+    config = torchtitan_config(plan)
+    par = config["parallelism"]
+    assert par["pipeline_parallel_schedule"] == "Interleaved1F1B"
+    assert (par["data_parallel_replicate_degree"], par["data_parallel_shard_degree"]) == (1, 4)
+    assert par["fsdp_reshard_after_forward"] == "always"
+    parts = par["module_fqns_per_model_part"]
+    assert len(parts) == 4 and [name for part in parts for name in part][0] == "tok_embeddings"
+    assert max(map(len, parts)) - min(map(len, parts)) <= 1       # near-even chunks
+    assert config["activation_checkpoint"] == {"mode": "selective", "selective_ac_option": "op"}
+    assert config["model"]["converters"] == ["quantize.linear.float8"]
+    assert config["quantize"]["linear"]["float8"]["recipe_name"] == "tensorwise"
+    assert config["quantize"]["linear"]["float8"]["enable_fsdp_float8_all_gather"] is True
+    ddp = torchtitan_config(knob_plan(Strategy(8, 1, 4, 1, zero_stage=0)))
+    assert (ddp["parallelism"]["data_parallel_replicate_degree"], ddp["parallelism"]["data_parallel_shard_degree"]) \
+        == (4, 1)
+
+
+def test_deepspeed_zero3_config():
+    plan = knob_plan(Strategy(1, 1, 32, 1, zero_stage=3))
+    config = json.loads(export_plan(plan, "deepspeed").files["ds_config.json"])
+    zero = config["zero_optimization"]
+    assert zero["stage"] == 3 == deepspeed_zero_stage(plan)
+    assert zero["reduce_bucket_size"] == 4096 * 4096 and zero["stage3_prefetch_bucket_size"] == int(0.9 * 4096 * 4096)
+    assert zero["stage3_param_persistence_threshold"] == 10 * 4096
+    assert zero["overlap_comm"] is True and zero["contiguous_gradients"] is True
+    assert config["train_batch_size"] == 64 == config["train_micro_batch_size_per_gpu"] * 32 * \
+        config["gradient_accumulation_steps"]
+    piped = knob_plan(Strategy(1, 2, 16, 1, zero_stage=3, virtual_stages=2))
+    export = export_plan(piped, "deepspeed")
+    assert json.loads(export.files["ds_config.json"])["zero_optimization"] == {"stage": 1}
+    assert any("ZeRO-3 prediction" in note for note in export.notes)
+    assert any("no interleaved schedule" in note for note in export.notes)
+
+
+def test_deepspeed_refuses_context_parallelism():
+    plan = knob_plan(Strategy(8, 1, 2, 1, cp=2))
+    with pytest.raises(SpecError) as info:
+        export_plan(plan, "deepspeed")
+    assert info.value.field == "strategy.cp" and info.value.value == 2 and "context parallelism" in info.value.reason
+
+
 # -- optional: the engines' own checkers ----------------------------------------------------------------
 
 def test_torch_launcher_reads_the_lines(plans):
@@ -582,3 +762,56 @@ def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
+
+
+def test_megatron_core_accepts_todays_techniques():
+    """TransformerConfig takes the interleaved, sequence-parallel, selective and MoE settings the flags say."""
+    config_module = pytest.importorskip("megatron.core.transformer.transformer_config")
+    torch = pytest.importorskip("torch")
+    plan = knob_plan(Strategy(4, 2, 4, 1, (17, 17), recompute="selective", sequence_parallel=True, virtual_stages=2))
+    args = megatron_args(export_plan(plan, "megatron").files["megatron_args.sh"])
+    config = config_module.TransformerConfig(
+        num_layers=int(args["--num-layers"][0]), hidden_size=int(args["--hidden-size"][0]),
+        num_attention_heads=int(args["--num-attention-heads"][0]), num_query_groups=int(args["--num-query-groups"][0]),
+        ffn_hidden_size=int(args["--ffn-hidden-size"][0]), tensor_model_parallel_size=4, pipeline_model_parallel_size=2,
+        virtual_pipeline_model_parallel_size=int(args["--num-virtual-stages-per-pipeline-rank"][0]),
+        sequence_parallel="--sequence-parallel" in args, recompute_granularity=args["--recompute-granularity"][0],
+        bf16=True, pipeline_dtype=torch.bfloat16)
+    assert config.virtual_pipeline_model_parallel_size == 2 and config.recompute_granularity == "selective"
+    scenario = parse_scenario({**B200_SCENARIO, "model": {"preset": "mixtral-8x7b"}})
+    prediction = evaluate(scenario, Strategy(2, 1, 16, 1))
+    moe = Plan(scenario, replace(prediction.strategy, ep=8, sequence_parallel=True), prediction.to_dict(), "t", "n")
+    args = megatron_args(export_plan(moe, "megatron").files["megatron_args.sh"])
+    config = config_module.TransformerConfig(
+        num_layers=int(args["--num-layers"][0]), hidden_size=int(args["--hidden-size"][0]),
+        num_attention_heads=int(args["--num-attention-heads"][0]), num_query_groups=int(args["--num-query-groups"][0]),
+        ffn_hidden_size=int(args["--ffn-hidden-size"][0]), tensor_model_parallel_size=2, sequence_parallel=True,
+        num_moe_experts=int(args["--num-experts"][0]), moe_router_topk=int(args["--moe-router-topk"][0]),
+        moe_ffn_hidden_size=int(args["--moe-ffn-hidden-size"][0]),
+        expert_model_parallel_size=int(args["--expert-model-parallel-size"][0]),
+        moe_token_dispatcher_type=args["--moe-token-dispatcher-type"][0], bf16=True)
+    assert (config.num_moe_experts, config.moe_router_topk, config.expert_model_parallel_size) == (8, 2, 8)
+
+
+def test_deepspeed_reads_the_zero3_settings():
+    zero_config = pytest.importorskip("deepspeed.runtime.zero.config")
+    plan = knob_plan(Strategy(1, 1, 32, 1, zero_stage=3))
+    settings = json.loads(export_plan(plan, "deepspeed").files["ds_config.json"])["zero_optimization"]
+    parsed = zero_config.DeepSpeedZeroConfig(**settings)
+    assert int(parsed.stage) == 3 and parsed.prefetch_bucket_size == settings["stage3_prefetch_bucket_size"]
+    assert parsed.param_persistence_threshold == settings["stage3_param_persistence_threshold"]
+    assert parsed.reduce_bucket_size == settings["reduce_bucket_size"] and parsed.overlap_comm is True
+
+
+def test_torchtitan_reads_the_job_config(tmp_path):
+    """torchtitan's ConfigManager loads the TOML into its JobConfig with the plan's values."""
+    manager = pytest.importorskip("torchtitan.config.manager")
+    plan = knob_plan(Strategy(4, 2, 4, 1, recompute="selective", zero_stage=3, virtual_stages=2))
+    path = tmp_path / "job.toml"
+    path.write_text(export_plan(plan, "torchtitan").files["torchtitan_job.toml"])
+    config = manager.ConfigManager().parse_args(["--job.config_file", str(path)])
+    par = config.parallelism
+    assert (par.tensor_parallel_degree, par.pipeline_parallel_degree, par.data_parallel_shard_degree) == (4, 2, 4)
+    assert par.pipeline_parallel_schedule == "Interleaved1F1B" and len(par.module_fqns_per_model_part) == 4
+    assert config.activation_checkpoint.mode == "selective" and config.model.flavor == "8B"
+    assert config.training.local_batch_size * 4 == config.training.global_batch_size == 64

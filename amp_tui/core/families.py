@@ -5,6 +5,11 @@ recomputation"): per sample, s tokens, hidden h, FFN width f, a heads, vocabular
 element (2 for fp16/bf16). Activation constants are for 16-bit training with 1-byte dropout masks;
 fp32 doubles them. The loss needs three fp32 s x V buffers at its peak (the logits cast to fp32,
 their softmax, and the fp32 gradient), as Megatron's vocab-parallel cross-entropy does.
+
+A mixture-of-experts model (`num_experts`, `top_k`, optionally `expert_ffn_hidden_size`) replaces each
+block's MLP by num_experts expert MLPs and a router: parameters count every expert, FLOPs and
+activations the top_k experts each token goes to, and each token's hidden state is sent to its top_k
+experts and back (all-to-all dispatch and combine) under expert parallelism.
 """
 
 from __future__ import annotations
@@ -16,7 +21,8 @@ from amp_tui.core.units import parse_int
 FAMILIES = ("gpt", "llama", "bert")
 
 _COMMON = ("hidden_size", "num_layers", "num_heads", "sequence_length", "vocab_size")
-_OPTIONAL = {"ffn_hidden_size", "num_kv_heads", "flash_attention", "name", "description", "family"}
+_OPTIONAL = {"ffn_hidden_size", "num_kv_heads", "flash_attention", "name", "description", "family",
+             "num_experts", "top_k", "expert_ffn_hidden_size"}
 
 
 def build_family(family: str, spec: dict, e: int, field: str) -> tuple[dict, tuple[Layer, ...]]:
@@ -43,18 +49,32 @@ def build_family(family: str, spec: dict, e: int, field: str) -> tuple[dict, tup
              "ffn_hidden_size": f, "flash_attention": flash}
     if family == "llama":
         shape["num_kv_heads"] = kv
+    experts, top_k, fe = _experts(spec, f, field)
+    if experts:
+        shape.update(num_experts=experts, top_k=top_k, expert_ffn_hidden_size=fe)
     hkv = h * kv // a
     gated = family == "llama"
     scale = e / 2  # activation constants are for 16-bit training
 
     attn_params = 2 * h * h + 2 * h * hkv + (0 if gated else 2 * h + 2 * hkv)
-    mlp_params = (3 * h * f) if gated else (2 * h * f + f + h)
     norm_params = 2 * h if gated else 4 * h
+    attn_matmul = 2 * h * h + 2 * h * hkv
+    if experts:
+        # Every expert's weights and the router (h x experts); each token runs top_k experts.
+        expert_params = experts * ((3 * h * fe) if gated else (2 * h * fe + fe + h))
+        mlp_params = expert_params + h * experts
+        matmul_params = attn_matmul + top_k * (3 if gated else 2) * h * fe + h * experts
+        # top_k copies of an expert MLP's activations, plus the router's fp32 probabilities.
+        mlp_act = top_k * ((2 * h + 8 * fe) if gated else (3 * h + 4 * fe)) + 2 * experts
+        alltoall = 2 * s * top_k * h * e   # dispatch and combine: each token's state to top_k experts and back
+    else:
+        expert_params = alltoall = 0
+        mlp_params = (3 * h * f) if gated else (2 * h * f + f + h)
+        matmul_params = attn_matmul + (3 if gated else 2) * h * f
+        mlp_act = (2 * h + 8 * f) if gated else (3 * h + 4 * f)
     block_params = attn_params + mlp_params + norm_params
-    matmul_params = 2 * h * h + 2 * h * hkv + (3 if gated else 2) * h * f
     block_flops = 2 * s * matmul_params + 4 * s * s * h
     attn_scores = 0 if flash else 5 * a * s * s  # softmax input/output, dropout mask and output
-    mlp_act = (2 * h + 8 * f) if gated else (3 * h + 4 * f)
     attn_act = 7 * h + 4 * hkv
     block_act = s * (attn_act + mlp_act + 4 * h) + attn_scores
     replicated = 10 * s * h
@@ -62,6 +82,7 @@ def build_family(family: str, spec: dict, e: int, field: str) -> tuple[dict, tup
         name="block", kind="block", repeat=n, params=block_params, flops=block_flops,
         activation_bytes=block_act * scale, activation_replicated_bytes=replicated * scale,
         output_bytes=s * h * e, tp_comm_bytes=2 * s * h * e, tokens=s, width=h,
+        experts=experts, expert_params=expert_params, moe_alltoall_bytes=alltoall,
     )
     position = 0 if gated else s * h  # LLaMA uses rotary embeddings
     embedding = Layer(
@@ -77,6 +98,22 @@ def build_family(family: str, spec: dict, e: int, field: str) -> tuple[dict, tup
         output_bytes=4 * s, workspace_bytes=12 * s * v, tokens=s, width=h,
     )
     return shape, (embedding, block, head)
+
+
+def _experts(spec: dict, ffn: int, field: str) -> tuple[int, int, int]:
+    """(num_experts, top_k, expert FFN width), or zeros for a dense model."""
+    if "num_experts" not in spec:
+        for key in ("top_k", "expert_ffn_hidden_size"):
+            if key in spec:
+                raise SpecError(f"{field}.{key}", spec[key], "only with num_experts (a mixture-of-experts model)")
+        return 0, 0, 0
+    experts = parse_int(spec["num_experts"], f"{field}.num_experts")
+    if "top_k" not in spec:
+        raise SpecError(f"{field}.top_k", None, "required with num_experts (experts each token is routed to)")
+    top_k = parse_int(spec["top_k"], f"{field}.top_k")
+    if top_k > experts:
+        raise SpecError(f"{field}.top_k", top_k, f"cannot exceed num_experts ({experts})")
+    return experts, top_k, parse_int(spec.get("expert_ffn_hidden_size", ffn), f"{field}.expert_ffn_hidden_size")
 
 
 def _llama_ffn(h: int) -> int:

@@ -29,6 +29,10 @@ _LAYER_NUMBERS = {
     "workspace_bytes": "transient bytes per sample at the layer's peak (e.g. fp32 logits for the loss)",
     "tokens": "tokens per sample (sets the kernel size in the efficiency model)",
     "width": "hidden width (sets the kernel size in the efficiency model)",
+    # Mixture of experts (0 in a dense layer): `params` counts every expert, `flops` the top-k ones.
+    "experts": "experts in the layer's mixture-of-experts MLP",
+    "expert_params": "part of params in the experts (expert parallelism splits it over ep GPUs)",
+    "moe_alltoall_bytes": "bytes per sample per forward sent to the experts and back (all-to-all dispatch + combine)",
 }
 _REQUIRED = ("params", "flops", "activation_bytes", "output_bytes")
 
@@ -45,6 +49,9 @@ class Layer:
     workspace_bytes: float = 0.0
     tokens: float = 0.0
     width: float = 0.0
+    experts: float = 0.0
+    expert_params: float = 0.0
+    moe_alltoall_bytes: float = 0.0
     kind: str = "other"
     repeat: int = 1
     # Measured forward seconds per sample: {gpu: {tp: seconds or one value per repeated copy}}.
@@ -165,6 +172,10 @@ def parse_layer(value: object, field_name: str, defaults: dict) -> Layer:
     if numbers.get("activation_replicated_bytes", 0) > numbers["activation_bytes"]:
         raise SpecError(f"{field_name}.activation_replicated_bytes", numbers["activation_replicated_bytes"],
                         "cannot exceed activation_bytes")
+    if numbers.get("expert_params", 0) > numbers["params"]:
+        raise SpecError(f"{field_name}.expert_params", numbers["expert_params"], "cannot exceed params")
+    if numbers.get("experts", 0) % 1:
+        raise SpecError(f"{field_name}.experts", numbers["experts"], "expected a whole number of experts")
     kind = str(value.get("kind", "other"))
     if kind not in LAYER_KINDS:
         raise SpecError(f"{field_name}.kind", kind, f"expected one of {', '.join(LAYER_KINDS)}")
@@ -172,7 +183,8 @@ def parse_layer(value: object, field_name: str, defaults: dict) -> Layer:
     return Layer(name=str(value.get("name", "layer")), repeat=repeat, kind=kind, profile=profile, **numbers)
 
 
-_SHAPE_KEYS = ("hidden_size", "num_layers", "num_heads", "vocab_size", "ffn_hidden_size", "num_kv_heads")
+_SHAPE_KEYS = ("hidden_size", "num_layers", "num_heads", "vocab_size", "ffn_hidden_size", "num_kv_heads",
+               "num_experts", "top_k", "expert_ffn_hidden_size")
 
 
 def parse_model(value: object, bytes_per_element: int, field_name: str = "model") -> Model:

@@ -24,6 +24,9 @@ class Strategy:
     sequence_parallel: bool | None = None      # Megatron SP beside tensor parallelism
     cp: int | None = None                      # context-parallel degree (ring attention)
     virtual_stages: int | None = None          # interleaved 1F1B: model chunks per pipeline rank
+    # Expert parallelism: each MoE layer's experts split over ep GPUs of the dp x cp group (as in
+    # Megatron), so ep is not a factor of the world size. None or 1: every GPU holds every expert.
+    ep: int | None = None
 
     def num_micro_batches(self, global_batch_size: int) -> int:
         return global_batch_size // (self.dp * self.micro_batch_size)
@@ -43,7 +46,7 @@ class Strategy:
             out["partition"] = list(self.partition)
         if self.placement is not None:
             out["placement"] = list(self.placement)
-        for key in KNOB_FIELDS:
+        for key in (*KNOB_FIELDS, "ep"):
             if getattr(self, key) is not None:
                 out[key] = getattr(self, key)
         return out
@@ -62,7 +65,7 @@ def parse_strategy(value: object, field: str = "strategy") -> Strategy:
     """Read the fields; `validate_strategy` checks them against a scenario."""
     if not isinstance(value, dict):
         raise SpecError(field, value, "expected a mapping with tp, pp, dp, micro_batch_size")
-    allowed = {"tp", "pp", "dp", "micro_batch_size", "partition", "placement", *KNOB_FIELDS}
+    allowed = {"tp", "pp", "dp", "micro_batch_size", "partition", "placement", "ep", *KNOB_FIELDS}
     for key in value:
         if key not in allowed and key not in _IGNORED_OUTPUT_KEYS:
             raise SpecError(f"{field}.{key}", value[key], f"unknown strategy field; allowed: {', '.join(sorted(allowed))}")
@@ -87,6 +90,7 @@ def parse_strategy(value: object, field: str = "strategy") -> Strategy:
         micro_batch_size=parse_int(value["micro_batch_size"], f"{field}.micro_batch_size"),
         partition=partition,
         placement=placement,
+        ep=parse_int(value["ep"], f"{field}.ep") if value.get("ep") is not None else None,
         **knobs,
     )
 
@@ -124,7 +128,10 @@ def validate_strategy(scenario: Scenario, strategy: Strategy, field: str = "stra
     layers = scenario.model.num_layers
     gbs = scenario.training.global_batch_size
     tp, pp, dp, mbs = strategy.tp, strategy.pp, strategy.dp, strategy.micro_batch_size
-    cp = strategy.cp or 1
+    from amp_tui.core.knobs import resolve   # knobs import this module
+
+    knobs = resolve(strategy, scenario.training)
+    cp, v = knobs.cp, knobs.virtual_stages
     if cp > 1 and tp * cp * pp * dp != gpus:
         raise SpecError(f"{field}.tp*cp*pp*dp", f"{tp}*{cp}*{pp}*{dp}={tp * cp * pp * dp}",
                         f"must equal the cluster's GPU count ({gpus})")
@@ -134,7 +141,6 @@ def validate_strategy(scenario: Scenario, strategy: Strategy, field: str = "stra
     if cp > 1 and scenario.model.sequence_length % (2 * cp):
         raise SpecError(f"{field}.cp", cp, f"2 x cp must divide the sequence length "
                                            f"({scenario.model.sequence_length}) for ring attention's load balance")
-    v = strategy.virtual_stages or 1
     if v > 1 and pp == 1:
         raise SpecError(f"{field}.virtual_stages", v, "interleaving needs a pipeline (pp > 1)")
     if pp * v > layers >= pp:
@@ -147,6 +153,8 @@ def validate_strategy(scenario: Scenario, strategy: Strategy, field: str = "stra
     heads = scenario.model.shape.get("num_heads")
     if heads and heads % tp:
         raise SpecError(f"{field}.tp", tp, f"must divide the model's num_heads ({heads})")
+    if strategy.ep is not None and strategy.ep > 1:
+        _validate_ep(scenario, strategy, field)
     if strategy.partition is not None:
         if len(strategy.partition) != pp:
             raise SpecError(f"{field}.partition", list(strategy.partition), f"needs {pp} entries, one per stage")
@@ -160,3 +168,15 @@ def validate_strategy(scenario: Scenario, strategy: Strategy, field: str = "stra
         if sorted(strategy.placement) != list(range(groups)):
             raise SpecError(f"{field}.placement", list(strategy.placement),
                             f"must list each node-group index 0..{groups - 1} once")
+
+
+def _validate_ep(scenario: Scenario, strategy: Strategy, field: str) -> None:
+    ep, cp = strategy.ep, strategy.cp or 1
+    experts = sorted({int(layer.experts) for layer in scenario.model.groups if layer.experts})
+    if not experts:
+        raise SpecError(f"{field}.ep", ep, "expert parallelism needs a mixture-of-experts model (num_experts)")
+    if (strategy.dp * cp) % ep:
+        raise SpecError(f"{field}.ep", ep, f"must divide dp*cp ({strategy.dp}*{cp}={strategy.dp * cp})")
+    for count in experts:
+        if count % ep:
+            raise SpecError(f"{field}.ep", ep, f"must divide the number of experts per layer ({count})")

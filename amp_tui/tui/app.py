@@ -452,7 +452,7 @@ class AmpApp(App):
                             self.action_open_preset)
         yield SystemCommand("Save plan (ctrl+s)", "Save the selected strategy and the scenario as a plan file",
                             self.action_save_plan)
-        yield SystemCommand("Export (x)", "Export the selected strategy: megatron, deepspeed, torchrun, rankmap",
+        yield SystemCommand("Export (x)", "Export the selected strategy: megatron, deepspeed, torchrun, rankmap, torchtitan",
                             self.action_export)
         yield SystemCommand("Show / hide infeasible strategies (f)", "List the strategies that do not fit, with why",
                             self.action_toggle_infeasible)

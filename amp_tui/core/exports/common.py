@@ -41,8 +41,13 @@ class NodeSlot:
 
 
 def layout(plan: Plan) -> Layout:
+    """The plan's ranks on its nodes; context-parallel ranks sit beside the tensor-parallel ones
+    (Megatron's order tp-cp-dp-pp), as the cost model places them."""
+    from amp_tui.core.knobs import resolve
+
     strategy = plan.strategy
-    return build_layout(plan.scenario.cluster, strategy.tp, strategy.pp, strategy.dp, strategy.placement)
+    cp = resolve(strategy, plan.scenario.training).cp
+    return build_layout(plan.scenario.cluster, strategy.tp * cp, strategy.pp, strategy.dp, strategy.placement)
 
 
 def stage_bounds(plan: Plan) -> list[int]:
@@ -54,8 +59,11 @@ def stage_bounds(plan: Plan) -> list[int]:
 
 
 def rank_coordinates(plan: Plan, rank: int) -> tuple[int, int, int]:
-    """(stage, data-parallel replica, tensor rank) of a global rank."""
-    tp, dp = plan.strategy.tp, plan.strategy.dp
+    """(stage, data-parallel replica, tensor rank) of a global rank; with context parallelism the
+    tensor rank counts tp x cp ranks (tensor rank fastest, then context rank)."""
+    from amp_tui.core.knobs import resolve
+
+    tp, dp = plan.strategy.tp * resolve(plan.strategy, plan.scenario.training).cp, plan.strategy.dp
     return rank // (tp * dp), (rank // tp) % dp, rank % tp
 
 

@@ -8,6 +8,11 @@ Checked against DeepSpeed 0.19.8:
   boundaries as `self.parts` = [0, b1, ..., L] and builds layers parts[stage] .. parts[stage + 1] - 1.
   A plan's uneven split is applied by overriding `_partition_layers` (planned_pipeline.py).
 - The pipeline engine refuses ZeRO stages 2 and 3.
+- ZeRO-3 keys (runtime/zero/config.py): overlap_comm, contiguous_gradients, reduce_bucket_size and the
+  stage3_* aliases prefetch_bucket_size, param_persistence_threshold, max_live_parameters,
+  max_reuse_distance, gather_16bit_weights_on_model_save. The sizes follow the rule Hugging Face's
+  DeepSpeed integration uses for "auto": hidden^2, 0.9 hidden^2 and 10 hidden elements.
+- There is no context parallelism (ring attention), so a plan with cp > 1 is refused.
 - The launcher reads `hostname slots=N` lines (and `#` comment lines) and hands out ranks host by host
   in file order, slot by slot.
 """
@@ -16,8 +21,10 @@ from __future__ import annotations
 
 import json
 
+from amp_tui.core.errors import SpecError
 from amp_tui.core.exports import Export
 from amp_tui.core.exports.common import nodes, num_micro_batches, stage_bounds, summary
+from amp_tui.core.knobs import Knobs, resolve
 from amp_tui.core.planfile import Plan
 
 _MODULE_TEMPLATE = '''"""DeepSpeed PipelineModule with the stage boundaries of an amp-tui plan.
@@ -64,6 +71,7 @@ class PlannedPipelineModule(PipelineModule):
 def ds_config(plan: Plan) -> dict:
     """The DeepSpeed configuration mapping (ds_config.json)."""
     s, training = plan.strategy, plan.scenario.training
+    knobs = resolve(s, training)
     config: dict = {
         "train_batch_size": training.global_batch_size,
         "train_micro_batch_size_per_gpu": s.micro_batch_size,
@@ -71,13 +79,31 @@ def ds_config(plan: Plan) -> dict:
     }
     if training.precision == "fp16":
         config["fp16"] = {"enabled": True, "loss_scale": 0}
-    elif training.precision == "bf16":
+    elif training.precision in ("bf16", "fp8"):
         config["bf16"] = {"enabled": True}
-    stage = training.zero_stage if s.pp == 1 else min(training.zero_stage, 1)
+    stage = deepspeed_zero_stage(plan)
     config["zero_optimization"] = {"stage": stage}
+    if stage == 3:
+        config["zero_optimization"].update(_zero3_settings(plan.scenario.model.shape.get("hidden_size")))
     if s.pp > 1:
-        config["pipeline"] = {"activation_checkpoint_interval": 1 if training.recompute == "full" else 0}
+        config["pipeline"] = {"activation_checkpoint_interval": 1 if knobs.recompute == "full" else 0}
     return config
+
+
+def deepspeed_zero_stage(plan: Plan) -> int:
+    """The plan's ZeRO stage, or 1 where DeepSpeed's pipeline engine refuses stages 2 and 3."""
+    stage = resolve(plan.strategy, plan.scenario.training).zero_stage
+    return stage if plan.strategy.pp == 1 else min(stage, 1)
+
+
+def _zero3_settings(hidden: int | None) -> dict:
+    settings: dict = {"overlap_comm": True, "contiguous_gradients": True,
+                      "stage3_max_live_parameters": 1_000_000_000, "stage3_max_reuse_distance": 1_000_000_000,
+                      "stage3_gather_16bit_weights_on_model_save": True}
+    if hidden:   # without a hidden size DeepSpeed's own defaults stand
+        settings.update(reduce_bucket_size=hidden * hidden, stage3_prefetch_bucket_size=int(0.9 * hidden * hidden),
+                        stage3_param_persistence_threshold=10 * hidden)
+    return settings
 
 
 def pipeline_partition(plan: Plan) -> dict:
@@ -90,7 +116,7 @@ def pipeline_partition(plan: Plan) -> dict:
         "num_layers": len(layers),
         "parts": bounds,
         "topology": {"num_pp": s.pp, "num_mp": s.tp, "num_dp": s.dp},
-        "activation_checkpoint_interval": 1 if plan.scenario.training.recompute == "full" else 0,
+        "activation_checkpoint_interval": 1 if resolve(s, plan.scenario.training).recompute == "full" else 0,
         "stages": [{"stage": k, "first_layer": a, "last_layer": b - 1,
                     "layers": _runs([layer.name for layer in layers[a:b]])}
                    for k, (a, b) in enumerate(zip(bounds, bounds[1:]))],
@@ -120,6 +146,10 @@ def hostfile(plan: Plan) -> str:
 
 def export(plan: Plan) -> Export:
     s, training = plan.strategy, plan.scenario.training
+    knobs = resolve(s, training)
+    if knobs.cp > 1:
+        raise SpecError("strategy.cp", knobs.cp, "DeepSpeed has no context parallelism (ring attention); "
+                        "export this plan with --format megatron or --format torchtitan")
     partition = pipeline_partition(plan)
     files = {
         "ds_config.json": json.dumps(ds_config(plan), indent=2) + "\n",
@@ -151,16 +181,42 @@ def export(plan: Plan) -> Export:
             "_partition_layers. Your layer list must match the plan's, layer for layer.")
         notes.append(f"Use PipeModelDataParallelTopology(num_pp={s.pp}, num_mp={s.tp}, num_dp={s.dp}): its rank "
                      "order (tensor, then data, then pipeline) is the one the plan was predicted with.")
-        if training.zero_stage == 2:
+        if knobs.zero_stage >= 2:
             notes.append("DeepSpeed's pipeline engine supports ZeRO stages 0 and 1 only: ds_config.json asks for "
-                         "stage 1, so gradient memory is higher than the plan's ZeRO-2 prediction.")
+                         f"stage 1, so memory is higher than the plan's ZeRO-{knobs.zero_stage} prediction.")
+        if knobs.virtual_stages > 1:
+            notes.append(f"DeepSpeed's pipeline engine has no interleaved schedule: it runs plain 1F1B, one chunk per "
+                         f"rank, with a bubble about {knobs.virtual_stages} times the plan's.")
         if training.schedule == "gpipe":
             notes.append("DeepSpeed's pipeline engine runs 1F1B, not GPipe: about the same time, less activation "
                          "memory than predicted.")
     else:
         notes.append("pp = 1: no pipeline, so no PipelineModule is needed; pipeline_partition.json lists the single "
                      "stage for reference.")
-        if training.recompute == "full":
+        if knobs.zero_stage == 3:
+            notes.append("ZeRO-3 (DeepSpeed's FSDP): parameters, gradients and optimizer state sharded over the "
+                         f"{s.dp} data-parallel ranks; bucket and prefetch sizes follow the hidden size.")
+        if knobs.recompute == "full":
             notes.append("Full recomputation: wrap each layer in deepspeed.checkpointing.checkpoint (or "
                          "torch.utils.checkpoint) in your model; a config entry alone does not turn it on.")
+    notes += _technique_notes(plan, knobs)
     return Export(files=files, notes=notes)
+
+
+def _technique_notes(plan: Plan, knobs: Knobs) -> list[str]:
+    """What DeepSpeed's config cannot switch on by itself but the model code can."""
+    s, training = plan.strategy, plan.scenario.training
+    notes = []
+    if knobs.recompute == "selective":
+        notes.append("Selective recomputation (attention only) is the model's to do: wrap the attention core in "
+                     "deepspeed.checkpointing.checkpoint; ds_config.json has no switch for it.")
+    if knobs.sequence_parallel and s.tp > 1:
+        notes.append("Sequence parallelism belongs to the tensor-parallel model code (Megatron-DeepSpeed's "
+                     "--sequence-parallel), not to ds_config.json.")
+    if training.precision == "fp8":
+        notes.append("fp8: DeepSpeed has no fp8 switch; the config trains in bf16, and the model's linear layers "
+                     "must be Transformer Engine's (te.Linear under te.fp8_autocast) for fp8 matrix multiplies.")
+    if (s.ep or 1) > 1:
+        notes.append(f"Expert parallelism is set in the model: deepspeed.moe.layer.MoE(..., ep_size={s.ep}, "
+                     f"k={plan.scenario.model.shape.get('top_k', 'top_k')}) for each MoE layer.")
+    return notes

@@ -9,6 +9,17 @@ stage. Megatron-Core takes an uneven split as `--decoder-first-pipeline-num-laye
 two flags cannot say is replaced by the expressible split with the lowest predicted iteration time,
 and the notes say what that costs. Newer Megatron-Core also reads a free per-stage layout
 (`pipeline_model_parallel_layout`, e.g. "Et*3|t*4|t*4L"); the notes give it as an alternative.
+
+The training techniques come from the strategy's resolved knobs (core/knobs.py). Flag names were
+checked against Megatron-Core 0.16.1, whose config dataclasses name the options Megatron-LM's
+argument parser exposes (TransformerConfig: recompute_granularity, fp8 as --fp8-format,
+fp8_amax_history_len, fp8_amax_compute_algo, num_moe_experts, moe_router_topk, moe_ffn_hidden_size,
+moe_token_dispatcher_type; ModelParallelConfig: sequence_parallel, context_parallel_size,
+expert_model_parallel_size; DistributedDataParallelConfig: use_distributed_optimizer,
+use_megatron_fsdp, data_parallel_sharding_strategy), and its rule that with virtual stages every
+stage's layer count is divisible by them. The wheel does not ship Megatron-LM's arguments.py; the
+flags whose name differs from their field (--num-experts, --num-virtual-stages-per-pipeline-rank)
+are Megatron-LM's as of its 0.16 release.
 """
 
 from __future__ import annotations
@@ -20,11 +31,15 @@ from dataclasses import dataclass
 from amp_tui.core.cost import CostModel, Prediction
 from amp_tui.core.exports import Export
 from amp_tui.core.exports.common import num_micro_batches, summary
+from amp_tui.core.knobs import Knobs, resolve
 from amp_tui.core.model import Model
 from amp_tui.core.planfile import Plan
 
 FIRST_FLAG = "--decoder-first-pipeline-num-layers"
 LAST_FLAG = "--decoder-last-pipeline-num-layers"
+VIRTUAL_FLAG = "--num-virtual-stages-per-pipeline-rank"   # works with the uneven first/last flags
+# Transformer Engine's delayed-scaling recipe as Megatron-LM's own fp8 examples set it.
+FP8_FLAGS = ["--fp8-format", "hybrid", "--fp8-amax-history-len", "1024", "--fp8-amax-compute-algo", "max"]
 
 
 @dataclass(frozen=True)
@@ -137,13 +152,12 @@ def export(plan: Plan) -> Export:
     notes: list[str] = []
     sections: list[tuple[str, list[str]]] = []
 
-    sections.append((f"Parallelism: {scenario.cluster.num_gpus} GPUs = tp {s.tp} x pp {s.pp} x dp {s.dp} "
-                     "(Megatron derives dp from the world size)",
-                     ["--tensor-model-parallel-size", str(s.tp), "--pipeline-model-parallel-size", str(s.pp)]))
+    knobs = resolve(s, training)
+    sections.append(_parallel_section(plan, knobs, notes))
 
     megatron_model = has_megatron_shape(model)
     if megatron_model and s.pp > 1:
-        sections.append(_pipeline_section(plan, notes))
+        sections.append(_pipeline_section(plan, knobs, notes))
     elif s.pp > 1:
         notes.append(f"The pipeline split is not written: Megatron's GPT model cannot hold {model.name}'s layers, "
                      f"so the plan's partition {list(s.partition)} has to be applied in the model's own code.")
@@ -153,13 +167,13 @@ def export(plan: Plan) -> Export:
                       "--global-batch-size", str(training.global_batch_size)]))
 
     if megatron_model:
-        sections.append(_model_section(plan, notes))
+        sections.append(_model_section(plan, knobs, notes))
     else:
         notes.append(f"Megatron's GPT arguments do not describe {model.name} (no model family and no "
                      "hidden_size/num_heads shape): the file has the parallel, batch, precision and memory "
                      "arguments only.")
 
-    sections.append(_training_section(plan, notes))
+    sections.append(_training_section(plan, knobs, notes))
 
     script = "pretrain_bert.py" if model.family == "bert" else "pretrain_gpt.py"
     lines = [
@@ -178,12 +192,50 @@ def export(plan: Plan) -> Export:
     lines += [")", ""]
     notes.insert(0, f"megatron_args.sh defines MEGATRON_ARGS for {script}; add your data, tokenizer, learning-rate "
                     "and iteration arguments, and launch with the torchrun export so nodes take ranks in plan order.")
-    notes.append("Megatron's default rank order (tensor, then data, then pipeline) is the one the plan was "
-                 "predicted with.")
+    if knobs.cp > 1:
+        notes.append("Megatron's default rank order is tensor, then context, then data, then pipeline.")
+    else:
+        notes.append("Megatron's default rank order (tensor, then data, then pipeline) is the one the plan was "
+                     "predicted with.")
     return Export(files={"megatron_args.sh": "\n".join(lines)}, notes=notes)
 
 
-def _pipeline_section(plan: Plan, notes: list[str]) -> tuple[str, list[str]]:
+def _parallel_section(plan: Plan, knobs: Knobs, notes: list[str]) -> tuple[str, list[str]]:
+    s = plan.strategy
+    ep = s.ep or 1
+    args = ["--tensor-model-parallel-size", str(s.tp), "--pipeline-model-parallel-size", str(s.pp)]
+    if knobs.cp > 1:
+        args += ["--context-parallel-size", str(knobs.cp)]
+    if knobs.sequence_parallel:
+        if s.tp > 1:
+            args.append("--sequence-parallel")
+        else:
+            notes.append("Sequence parallelism works beside tensor parallelism; with tp = 1 there is nothing to "
+                         "split, so --sequence-parallel is not written.")
+    if ep > 1:
+        args += ["--expert-model-parallel-size", str(ep)]
+    cp = f" x cp {knobs.cp}" if knobs.cp > 1 else ""
+    experts = f"; experts over ep {ep} of the dp x cp ranks" if ep > 1 else ""
+    return (f"Parallelism: {plan.scenario.cluster.num_gpus} GPUs = tp {s.tp}{cp} x pp {s.pp} x dp {s.dp}"
+            f"{experts} (Megatron derives dp from the world size)", args)
+
+
+def _pipeline_section(plan: Plan, knobs: Knobs, notes: list[str]) -> tuple[str, list[str]]:
+    comment, args, blocks = _split_section(plan, notes)
+    v = knobs.virtual_stages
+    if v <= 1:
+        return comment, args
+    if any(count % v for count in blocks):
+        notes.append(f"Interleaving with {v} virtual stages per pipeline rank needs every stage's transformer blocks "
+                     f"divisible by {v}; the split {list(blocks)} is not, so Megatron will refuse it. Choose a split "
+                     f"in multiples of {v}, or give --pipeline-model-parallel-layout with "
+                     f"{plan.strategy.pp * v} chunks.")
+    return (comment + f"; interleaved 1F1B, {v} model chunks per pipeline rank",
+            args + [VIRTUAL_FLAG, str(v)])
+
+
+def _split_section(plan: Plan, notes: list[str]) -> tuple[str, list[str], tuple[int, ...]]:
+    """Comment, split flags, and the blocks per stage Megatron will run."""
     scenario, s = plan.scenario, plan.strategy
     model = scenario.model
     blocks = blocks_per_stage(model, s.partition)
@@ -203,7 +255,7 @@ def _pipeline_section(plan: Plan, notes: list[str]) -> tuple[str, list[str]]:
         comment = f"Pipeline split, transformer blocks per stage: {' '.join(map(str, blocks))}"
         if split.first is None and split.last is None:
             comment += " (even: no split flags needed)"
-        return comment, split.args()
+        return comment, split.args(), split.blocks
 
     nearest = nearest_split(plan, cost)
     exact = layout_string(blocks)
@@ -213,7 +265,8 @@ def _pipeline_section(plan: Plan, notes: list[str]) -> tuple[str, list[str]]:
             f"{sum(blocks)} blocks for {s.pp} stages, so no split flags are written. Megatron-Core's "
             f"pipeline_model_parallel_layout (--pipeline-model-parallel-layout) can state the plan's split: "
             f'"{exact}".')
-        return f"Pipeline split: the plan's blocks per stage {' '.join(map(str, blocks))} cannot be expressed", []
+        comment = f"Pipeline split: the plan's blocks per stage {' '.join(map(str, blocks))} cannot be expressed"
+        return comment, [], blocks
     split, prediction = nearest
     notes.append(
         f"The plan's split, transformer blocks per stage {list(blocks)}, cannot be expressed with "
@@ -228,10 +281,10 @@ def _pipeline_section(plan: Plan, notes: list[str]) -> tuple[str, list[str]]:
         f'--pipeline-model-parallel-layout "{exact}".')
     return (f"Pipeline split, blocks per stage: {' '.join(map(str, split.blocks))} (nearest to the plan's "
             f"{' '.join(map(str, blocks))}; exact alternative: --pipeline-model-parallel-layout \"{exact}\")",
-            split.args())
+            split.args(), split.blocks)
 
 
-def _model_section(plan: Plan, notes: list[str]) -> tuple[str, list[str]]:
+def _model_section(plan: Plan, knobs: Knobs, notes: list[str]) -> tuple[str, list[str]]:
     scenario, s = plan.scenario, plan.strategy
     model = scenario.model
     shape = model.shape
@@ -253,6 +306,13 @@ def _model_section(plan: Plan, notes: list[str]) -> tuple[str, list[str]]:
     if model.family == "llama":
         args += ["--swiglu", "--normalization", "RMSNorm", "--position-embedding-type", "rope",
                  "--disable-bias-linear", "--untie-embeddings-and-output-weights"]
+    if shape.get("num_experts"):
+        args += ["--num-experts", str(shape["num_experts"]), "--moe-router-topk", str(shape["top_k"]),
+                 "--moe-ffn-hidden-size", str(shape.get("expert_ffn_hidden_size", shape.get("ffn_hidden_size"))),
+                 "--moe-token-dispatcher-type", "alltoall", "--moe-grouped-gemm"]
+        if s.tp > 1 and not knobs.sequence_parallel:
+            notes.append("Megatron requires --sequence-parallel for a mixture-of-experts model with tensor "
+                         "parallelism; add it (the plan was predicted without it).")
     if "vocab_size" in shape:
         vocab = shape["vocab_size"]
         multiple = 128 * s.tp
@@ -267,29 +327,47 @@ def _model_section(plan: Plan, notes: list[str]) -> tuple[str, list[str]]:
     return f"Model: {model.name}" + (f" ({model.family} family)" if model.family else ""), args
 
 
-def _training_section(plan: Plan, notes: list[str]) -> tuple[str, list[str]]:
+def _training_section(plan: Plan, knobs: Knobs, notes: list[str]) -> tuple[str, list[str]]:
     training = plan.scenario.training
     args = []
     if training.precision == "fp16":
         args.append("--fp16")
-    elif training.precision == "bf16":
+    elif training.precision in ("bf16", "fp8"):
         args.append("--bf16")
     else:
         notes.append("fp32 is Megatron's default: no precision flag is written.")
+    if training.precision == "fp8":
+        args += FP8_FLAGS
+        notes.append("fp8: matrix multiplies in fp8 through Transformer Engine (--transformer-impl "
+                     "transformer_engine, Megatron's default), the rest in bf16; --fp8-format hybrid is e4m3 "
+                     "forward and e5m2 for gradients.")
     args += ["--optimizer", training.optimizer]
-    if training.recompute == "full":
+    if knobs.recompute == "full":
         args += ["--recompute-granularity", "full", "--recompute-method", "uniform", "--recompute-num-layers", "1"]
-    if training.zero_stage:
+    elif knobs.recompute == "selective":
+        args += ["--recompute-granularity", "selective"]   # recomputes the attention core (core_attn)
+    zero = knobs.zero_stage
+    if zero:
         args.append("--use-distributed-optimizer")
-        if training.zero_stage == 2:
-            notes.append("Megatron's distributed optimizer shards the optimizer state (ZeRO-1) and reduce-scatters "
-                         "gradients but keeps a full gradient buffer, so gradient memory is higher than the "
-                         "plan's ZeRO-2 prediction.")
+    if zero == 2:
+        notes.append("Megatron's distributed optimizer shards the optimizer state (ZeRO-1) and reduce-scatters "
+                     "gradients but keeps a full gradient buffer, so gradient memory is higher than the "
+                     "plan's ZeRO-2 prediction (Megatron-FSDP's --data-parallel-sharding-strategy optim_grads "
+                     "matches it).")
+    elif zero == 3:
+        args += ["--use-megatron-fsdp", "--data-parallel-sharding-strategy", "optim_grads_params"]
+        notes.append("ZeRO-3: Megatron-FSDP shards parameters, gradients and optimizer state over the data-parallel "
+                     "ranks (optim_grads_params); Megatron-Core releases before 0.14 call it --use-custom-fsdp.")
     if training.schedule == "gpipe":
         notes.append("Megatron has no GPipe schedule and runs 1F1B: about the same time, less activation memory "
                      "than the plan's GPipe prediction.")
-    return f"Training: {training.precision}, {training.optimizer}, recompute {training.recompute}, " \
-           f"ZeRO stage {training.zero_stage}", args
+    return (f"Training: {training.precision}, {training.optimizer}, recompute {knobs.recompute}, "
+            f"{_zero_name(zero)}", args)
+
+
+def _zero_name(stage: int) -> str:
+    return {0: "ZeRO stage 0", 1: "ZeRO stage 1 (Megatron's distributed optimizer)",
+            2: "ZeRO stage 2 (distributed optimizer)", 3: "ZeRO stage 3 (Megatron-FSDP)"}[stage]
 
 
 def _flags(args: list[str]) -> list[list[str]]:

@@ -1,6 +1,8 @@
-"""The cost model's terms, one family per module; core/cost.py composes them.
+"""The cost model's terms, one family per module, pure functions each checked by hand in its
+tests; core/cost.py composes them.
 
   compute.py   a layer's forward time from its matrix shapes, recomputation, activations kept
                under each technique (sequence/context parallelism, recomputation), ZeRO-3's
                per-layer parameter traffic
+  experts.py   mixture of experts: all-to-all dispatch and combine, expert memory over ep
 """

@@ -25,12 +25,12 @@ from amp_tui.core.strategy import Strategy, even_partition
 # full; widening one of these sets (e.g. adding "fp8" or 3) is all it takes to replay the runs
 # that only needed that term.
 HONOURED: dict[str, set] = {
-    "precision": {"fp16", "bf16", "fp32"},
-    "recompute": {"none", "full"},
-    "zero_stage": {0, 1, 2},
-    "sequence_parallel": {False},
-    "cp": {1},
-    "virtual_stages": {1},
+    "precision": {"fp16", "bf16", "fp32", "fp8"},
+    "recompute": {"none", "selective", "full"},
+    "zero_stage": {0, 1, 2, 3},
+    "sequence_parallel": {False, True},
+    "cp": set(range(1, 65)),
+    "virtual_stages": set(range(1, 65)),
     "ep": {1},
 }
 

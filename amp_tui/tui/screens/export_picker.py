@@ -26,6 +26,7 @@ FORMAT_HELP = {
     "deepspeed": "DeepSpeed config, partition, hostfile",
     "torchrun": "one torchrun line per node",
     "rankmap": "which GPU holds which rank and layers",
+    "torchtitan": "torchtitan TOML job config",
 }
 
 

@@ -18,7 +18,7 @@ SECTIONS: list[tuple[str, list[tuple[str, str]]]] = [
         ("ctrl+o", "open a preset: a scenario, or a cluster / model to swap in"),
         ("ctrl+z", "undo the last edit"),
         ("ctrl+s", "save the selected strategy as a plan file"),
-        ("x", "export the selected strategy (megatron, deepspeed, torchrun, rankmap)"),
+        ("x", "export the selected strategy (megatron, deepspeed, torchrun, rankmap, torchtitan)"),
         ("f", "show or hide infeasible strategies with their reason"),
         ("ctrl+p", "command palette: every action by name"),
         ("?", "this help"),
