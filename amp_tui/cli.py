@@ -26,6 +26,7 @@ examples:
   amp-tui export plan.yaml --format megatron -o out/
   amp-tui presets                           list scenario, cluster and model presets
   amp-tui bench                             time the search on the benchmark scenarios
+  amp-tui calibrate my.yaml runs.yaml -o calibrated.yaml   fit the model to your measured runs
 """
 
 
@@ -66,6 +67,9 @@ def build_parser() -> argparse.ArgumentParser:
     be.add_argument("--json", action="store_true", help="print JSON instead of a table")
     be.add_argument("--runs", type=int, default=5, help="timed runs per scenario after a warm-up (default 5)")
     be.add_argument("--only", metavar="NAME", action="append", help="run only this benchmark (repeatable)")
+
+    from amp_tui.cli_calibrate import add_parser as add_calibrate
+    add_calibrate(sub)
     return parser
 
 
@@ -74,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
     command = args.command or "ui"
     try:
         handler = {"ui": cmd_ui, "evaluate": cmd_evaluate, "plan": cmd_plan, "export": cmd_export,
-                   "presets": cmd_presets, "bench": cmd_bench}[command]
+                   "presets": cmd_presets, "bench": cmd_bench, "calibrate": cmd_calibrate}[command]
         return handler(args) or 0
     except SpecError as err:
         print(f"amp-tui: error: {err}", file=sys.stderr)
@@ -189,6 +193,12 @@ def cmd_export(args) -> int:
     for note in export.notes:
         print(f"note: {note}", file=sys.stderr)
     return 0
+
+
+def cmd_calibrate(args) -> int:
+    from amp_tui.cli_calibrate import cmd_calibrate as calibrate
+
+    return calibrate(args)
 
 
 def cmd_presets(args) -> int:
