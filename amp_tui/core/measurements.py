@@ -95,8 +95,8 @@ def parse_measurements(data: object, scenario: Scenario, *, blank_ok: bool = Fal
         validate_strategy(scenario, measurement.strategy, measurement.field)
         measurements.append(measurement)
     if not blank_ok and not any(m.timed for m in measurements):
-        raise SpecError("measurements", f"{len(measurements)} entries",
-                        "none has an iteration_time_s to fit (every run is out of memory)")
+        raise SpecError("measurements", "every run out of memory",
+                        "nothing to fit: give at least one run's iteration_time_s")
     return measurements
 
 
