@@ -85,10 +85,6 @@ def _percent(log_ratio: float | None) -> str:
     return "" if log_ratio is None else f"{math.expm1(log_ratio) * 100:+.1f}%"
 
 
-def _value(value: float, unit: str) -> str:
-    return f"{value:.4g}"
-
-
 def render_fit(result, source: str) -> str:
     from amp_tui.cli import _table
     from amp_tui.core.units import format_bytes, format_seconds
@@ -98,7 +94,7 @@ def render_fit(result, source: str) -> str:
     idle = [p.name for p in fit.parameters if not p.fitted]
     out = [f"calibrated {result.scenario.name} from {len(fit.runs)} measured runs ({source})", ""]
     out.append(_table(["parameter", "before", "after", "unit", "source"],
-                      [[p.name, _value(p.before, p.unit), _value(p.after, p.unit), p.unit, p.source]
+                      [[p.name, f"{p.before:.4g}", f"{p.after:.4g}", p.unit, p.source]
                        for p in fitted], {1, 2}))
     if idle:
         out.append(f"kept as they were (these runs do not inform them): {', '.join(idle)}")
@@ -132,6 +128,11 @@ SUGGEST_HEADER = """\
 """
 
 
+def _partition_text(partition: tuple[int, ...]) -> str:
+    text = " ".join(map(str, partition))
+    return text if len(text) <= 48 else f"{len(partition)} stages (see the file)"
+
+
 def _suggest(args, scenario) -> int:
     from amp_tui.cli import _placement_text, _table
     from amp_tui.core.calibrate import suggest_measurements
@@ -151,7 +152,7 @@ def _suggest(args, scenario) -> int:
         print(text, end="")
         return 0
     rows = [[str(m.index), m.strategy.label, str(m.strategy.micro_batch_size), format_seconds(t), format_bytes(peak),
-             " ".join(map(str, m.strategy.partition)), _placement_text(scenario, m.strategy.placement)]
+             _partition_text(m.strategy.partition), _placement_text(scenario, m.strategy.placement)]
             for m, t, peak in picked]
     print(f"{len(picked)} runs to measure on {scenario.name} (cheap, and together they pin the parameters):")
     print(_table(["run", "tp x pp x dp", "mbs", "predicted", "peak memory", "partition", "placement"],

@@ -47,9 +47,9 @@ ZERO_SHIFT = 0.05
 SENSITIVITY_FLOOR = 1e-3
 SENSITIVITY_STEP = 0.05
 # --suggest: the price of a suggestion that runs longer than the cheapest (per log of the ratio),
-# and the bonus per tp, pp, dp or micro-batch size not yet among the suggestions; both in log det units.
-COST_WEIGHT = 0.1
-SPREAD_WEIGHT = 0.05
+# and the bonus per tp, pp, dp, micro-batch size or placement not yet among the suggestions; both in log det units.
+COST_WEIGHT = 0.25
+SPREAD_WEIGHT = 0.1
 SUGGEST_CANDIDATES = 400          # candidates --suggest weighs at most, spread over the enumeration
 MEMORY_HEADROOM = 0.9             # suggested runs should fit with room: the memory model errs too
 
@@ -255,11 +255,11 @@ class Suggestion:
 
 
 def _novelty(chosen: list[Measurement], candidates: list[Measurement]) -> np.ndarray:
-    """Per candidate: how many of its tp, pp, dp and micro-batch size no chosen run has yet."""
+    """Per candidate: how many of its tp, pp, dp, micro-batch size and placement no chosen run has yet."""
     def key(m: Measurement) -> tuple:
         s = m.strategy
-        return s.tp, s.pp, s.dp, s.micro_batch_size
-    seen = [set(values) for values in zip(*(key(m) for m in chosen))] or [set()] * 4
+        return s.tp, s.pp, s.dp, s.micro_batch_size, s.placement
+    seen = [set(values) for values in zip(*(key(m) for m in chosen))] or [set()] * 5
     return np.array([sum(v not in seen[i] for i, v in enumerate(key(m))) for m in candidates], dtype=float)
 
 
@@ -267,7 +267,7 @@ def suggest(candidates: list[Measurement], predict: Predict, names: list[str], c
             start: dict[str, float] | None = None) -> Suggestion:
     """Pick `count` candidates greedily by D-optimality: each adds the run that most raises log det
     of the information (matrix determinant lemma), less a price for a long run, plus a bonus for
-    a tp, pp, dp or micro-batch size not yet covered (which alone decides when no run informs any
+    a tp, pp, dp, micro-batch size or placement not yet covered (which alone decides when no run informs any
     parameter)."""
     base, slopes = sensitivities(candidates, predict, names, start)
     informed = np.abs(slopes[:, :, 0]).max(axis=0) > SENSITIVITY_FLOOR

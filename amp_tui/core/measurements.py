@@ -109,4 +109,4 @@ def measurements_yaml(measurements: list[Measurement], header: str = "") -> str:
     """A measurements file (what --suggest writes): entries keep `iteration_time_s: null` to fill in."""
     # Block entries with inline lists: one line per field, easy to fill in by hand.
     return header + yaml.safe_dump([m.to_dict() for m in measurements], default_flow_style=None, sort_keys=False,
-                                   width=100)
+                                   width=1000)
