@@ -99,17 +99,20 @@ def render_fit(result, source: str) -> str:
     if idle:
         out.append(f"kept as they were (these runs do not inform them): {', '.join(idle)}")
     out.append("")
+    peaks = any(run.measurement.peak_memory_bytes is not None for run in fit.runs)
     rows = []
     for run in fit.runs:
         m = run.measurement
-        measured = "out of memory" if m.out_of_memory else format_seconds(m.iteration_time_s)
-        if m.peak_memory_bytes is not None:
-            measured += f", {format_bytes(m.peak_memory_bytes)}"
-        rows.append([str(m.index), m.strategy.label, str(m.strategy.micro_batch_size), measured,
+        rows.append([str(m.index), m.strategy.label, str(m.strategy.micro_batch_size),
+                     "out of memory" if m.out_of_memory else format_seconds(m.iteration_time_s),
                      format_seconds(run.predicted_before_s), format_seconds(run.predicted_s),
                      _percent(run.residual), _percent(run.loo_error)])
+        if peaks:
+            rows[-1].append("" if m.peak_memory_bytes is None else
+                            f"{format_bytes(m.peak_memory_bytes)} / {format_bytes(run.predicted_peak_bytes)}")
     out.append(_table(["run", "tp x pp x dp", "mbs", "measured", "predicted before", "after", "residual",
-                       "leave-one-out"], rows, {0, 2, 4, 5, 6, 7}))
+                       "leave-one-out"] + (["peak memory measured / after"] if peaks else []),
+                      rows, {0, 2, 4, 5, 6, 7, 8}))
     out.append("")
     summary = f"residual spread {_percent(fit.residual_log_sd).lstrip('+')} (rms of log measured/predicted)"
     if fit.loo_log_sd is not None:

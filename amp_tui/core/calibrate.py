@@ -30,6 +30,7 @@ from amp_tui.core.evaluate import evaluate
 from amp_tui.core.measurements import Measurement
 from amp_tui.core.params import Calibration, bounds, parameter_names, prior, split_name
 from amp_tui.core.scenario import Scenario
+from amp_tui.core.strategy import KNOB_FIELDS
 from amp_tui.core.units import format_bytes
 
 Predict = Callable[[dict[str, float], Measurement], tuple[float, float]]
@@ -140,7 +141,6 @@ class Fit:
     runs: tuple[RunFit, ...]
     residual_log_sd: float        # root mean square of the runs' log residuals after the fit
     loo_log_sd: float | None      # root mean square of the leave-one-out errors (2+ timed runs)
-    evaluations: int              # model predictions the fit made, leave-one-out included
 
     @property
     def values(self) -> dict[str, float]:
@@ -194,15 +194,12 @@ def fit(measurements: list[Measurement], predict: Predict, names: list[str], *,
     space = _Space(informed)
     measured = np.log(np.array([[m.iteration_time_s if m.timed else 1.0, m.peak_memory_bytes or 1.0]
                                 for m in measurements]))
-    calls = [len(names) + 1]
-
     def solve(keep: np.ndarray, u0: np.ndarray) -> np.ndarray:
         runs = [m for m, k in zip(measurements, keep) if k]
         use_time, use_memory = timed[keep], weighed[keep]
         target = measured[keep]
 
         def residuals(u: np.ndarray) -> np.ndarray:
-            calls[0] += 1
             predicted = _log_predictions(predict, {**start, **space.values(u)}, runs)
             return np.concatenate([(target[use_time, 0] - predicted[use_time, 0]) / TIME_LOG_SD,
                                    (target[use_memory, 1] - predicted[use_memory, 1]) / MEMORY_LOG_SD,
@@ -216,7 +213,6 @@ def fit(measurements: list[Measurement], predict: Predict, names: list[str], *,
     u_fit = solve(everything, space.u(start))
     after = {**start, **space.values(u_fit)}
     final = _log_predictions(predict, after, measurements)
-    calls[0] += 1
     loo = [None] * len(measurements)
     if leave_one_out and timed.sum() >= 2:
         for i in np.flatnonzero(timed):
@@ -224,7 +220,6 @@ def fit(measurements: list[Measurement], predict: Predict, names: list[str], *,
             keep[i] = False
             u_without = solve(keep, u_fit)
             loo[i] = float(predict({**start, **space.values(u_without)}, measurements[i])[0])
-            calls[0] += 1
     runs = tuple(RunFit(m, float(np.exp(b[0])), float(np.exp(f[0])), float(np.exp(f[1])), loo_s)
                  for m, b, f, loo_s in zip(measurements, base, final, loo))
     residuals = np.array([r.residual for r in runs if r.residual is not None])
@@ -232,8 +227,7 @@ def fit(measurements: list[Measurement], predict: Predict, names: list[str], *,
     parameters = tuple(ParameterFit(n, start[n], after[n], split_name(n)[0].unit, n in informed, float(s))
                        for n, s in zip(names, reach))
     return Fit(parameters, runs, residual_log_sd=float(np.sqrt(np.mean(residuals ** 2))),
-               loo_log_sd=float(np.sqrt(np.mean(loo_errors ** 2))) if loo_errors.size else None,
-               evaluations=calls[0])
+               loo_log_sd=float(np.sqrt(np.mean(loo_errors ** 2))) if loo_errors.size else None)
 
 
 # -- choosing what to measure -------------------------------------------------------------------
@@ -250,7 +244,6 @@ def information_log_det(slopes: np.ndarray, names: list[str]) -> float:
 class Suggestion:
     chosen: tuple[int, ...]       # indices into the candidates, in the order picked
     names: tuple[str, ...]        # the parameters the candidates inform
-    log_seconds: np.ndarray       # per candidate, predicted at the start values
     slopes: np.ndarray            # per candidate, d log(time) / du over `names`
 
 
@@ -278,14 +271,14 @@ def suggest(candidates: list[Measurement], predict: Predict, names: list[str], c
     price = COST_WEIGHT * (base[:, 0] - base[:, 0].min())
     chosen: list[int] = []
     for _ in range(min(count, len(candidates))):
-        spread = J @ np.linalg.inv(information)
-        gain = np.log1p(np.einsum("ij,ij->i", spread, J) / TIME_LOG_SD ** 2)
+        projected = J @ np.linalg.inv(information)
+        gain = np.log1p(np.einsum("ij,ij->i", projected, J) / TIME_LOG_SD ** 2)
         score = gain - price + SPREAD_WEIGHT * _novelty([candidates[i] for i in chosen], candidates)
         score[chosen] = -np.inf
         pick = int(np.argmax(score))
         chosen.append(pick)
         information = information + np.outer(J[pick], J[pick]) / TIME_LOG_SD ** 2
-    return Suggestion(tuple(chosen), tuple(kept), base[:, 0], J)
+    return Suggestion(tuple(chosen), tuple(kept), J)
 
 
 # -- bound to a scenario ------------------------------------------------------------------------
@@ -408,8 +401,7 @@ def suggest_measurements(scenario: Scenario, count: int) -> list[tuple[Measureme
     if len(keys) > SUGGEST_CANDIDATES:   # every k-th, to keep the spread of degrees and sizes
         keys = keys[::math.ceil(len(keys) / SUGGEST_CANDIDATES)]
     cost = CostModel(scenario)
-    auto = [k for k in ("recompute", "zero_stage", "sequence_parallel", "cp", "virtual_stages")
-            if k not in fixed_knobs(scenario.training)]
+    auto = [k for k in KNOB_FIELDS if k not in fixed_knobs(scenario.training)]
     feasible = []
     for key in keys:
         candidate = cost.candidate(*key)
