@@ -24,7 +24,7 @@ import pytest
 from amp_tui.cli import main
 from amp_tui.core import calibrate as calibration
 from amp_tui.core.calibrate import (calibrate, calibrated_uncertainty, current_values, fit, information_log_det, scenario_parameters,
-                                    sensitivities, suggest, suggest_measurements, with_values)
+                                    suggest, suggest_measurements, with_values)
 from amp_tui.core.errors import SpecError
 from amp_tui.core.evaluate import evaluate
 from amp_tui.core.measurements import Measurement, load_measurements, measurements_yaml, parse_measurements

@@ -194,6 +194,7 @@ def fit(measurements: list[Measurement], predict: Predict, names: list[str], *,
     space = _Space(informed)
     measured = np.log(np.array([[m.iteration_time_s if m.timed else 1.0, m.peak_memory_bytes or 1.0]
                                 for m in measurements]))
+
     def solve(keep: np.ndarray, u0: np.ndarray) -> np.ndarray:
         runs = [m for m, k in zip(measurements, keep) if k]
         use_time, use_memory = timed[keep], weighed[keep]
