@@ -35,7 +35,8 @@ def cmd_calibrate(args) -> int:
         _check_output(Path(args.output), args.force)
     if args.suggest is not None:
         if args.measurements:
-            raise SpecError("MEASUREMENTS", args.measurements, "not used with --suggest (it writes a measurements file)")
+            raise SpecError("MEASUREMENTS", args.measurements,
+                            "not used with --suggest (it writes a measurements file)")
         return _suggest(args, load_scenario(args.scenario))
     if not args.measurements:
         raise SpecError("MEASUREMENTS", None, "give a YAML file of measured runs, or --suggest N to choose them")

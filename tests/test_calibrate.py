@@ -23,8 +23,8 @@ import pytest
 
 from amp_tui.cli import main
 from amp_tui.core import calibrate as calibration
-from amp_tui.core.calibrate import (calibrate, calibrated_uncertainty, current_values, fit, information_log_det, scenario_parameters,
-                                    suggest, suggest_measurements, with_values)
+from amp_tui.core.calibrate import (calibrate, calibrated_uncertainty, current_values, fit, information_log_det,
+                                    scenario_parameters, suggest, suggest_measurements, with_values)
 from amp_tui.core.errors import SpecError
 from amp_tui.core.evaluate import evaluate
 from amp_tui.core.measurements import Measurement, load_measurements, measurements_yaml, parse_measurements
@@ -247,7 +247,8 @@ BAD_FILES = [   # (file content, what the one line must name)
     ([GOOD_RUN, {**GOOD_RUN, "iteration_time_s": "abc"}], "measurements[1].iteration_time_s: 'abc': expected a number"),
     ([{**GOOD_RUN, "iteration_time_s": 0}], "measurements[0].iteration_time_s: 0: must be greater than 0"),
     ([{**GOOD_RUN, "iteration_time_s": -1.5}], "measurements[0].iteration_time_s: -1.5"),
-    ([{k: v for k, v in GOOD_RUN.items() if k != "iteration_time_s"}], "measurements[0].iteration_time_s: None: required"),
+    ([{k: v for k, v in GOOD_RUN.items() if k != "iteration_time_s"}],
+     "measurements[0].iteration_time_s: None: required"),
     ([{**GOOD_RUN, "iteration_time": 1.2}], "measurements[0].iteration_time: 1.2: unknown field"),
     ([{k: v for k, v in GOOD_RUN.items() if k != "tp"}], "measurements[0].tp: None: required"),
     ([{**GOOD_RUN, "tp": "two"}], "measurements[0].tp: 'two': expected a number"),
@@ -259,7 +260,8 @@ BAD_FILES = [   # (file content, what the one line must name)
     ([{**GOOD_RUN, "partition": [1, 1, 1, 1]}], "measurements[0].partition: [1, 1, 1, 1]: sums to 4"),
     ([{**GOOD_RUN, "placement": [0, 0]}], "measurements[0].placement: [0, 0]: must list each node-group index"),
     ([{**GOOD_RUN, "recompute": "sometimes"}], "measurements[0].recompute: 'sometimes': expected one of"),
-    ([{**GOOD_RUN, "iteration_time_s": None, "out_of_memory": True}], "measurements: 'every run out of memory': nothing to fit"),
+    ([{**GOOD_RUN, "iteration_time_s": None, "out_of_memory": True}],
+     "measurements: 'every run out of memory': nothing to fit"),
     ("- {tp: 1, pp: [", "malformed YAML"),
 ]
 
@@ -358,7 +360,8 @@ def test_calibrate_command_prints_the_fit_and_writes_the_scenario(tmp_path, caps
 
 
 def test_a_calibrated_scenario_round_trips_through_a_plan_file(tmp_path, capsys):
-    scenario = with_values(load_scenario("paper-het-cluster"), {"compute_efficiency.V100": 0.8, "link_efficiency.ethernet": 0.5},
+    scenario = with_values(load_scenario("paper-het-cluster"),
+                           {"compute_efficiency.V100": 0.8, "link_efficiency.ethernet": 0.5},
                            source="test", residual_log_sd=0.03, loo_log_sd=0.05)
     assert parse_scenario(scenario.to_dict()) == scenario
     prediction = evaluate(scenario, Strategy(1, 4, 4, 2))
@@ -410,7 +413,8 @@ needs_wired_model = pytest.mark.skipif(not _model_reads_parameters(),
 def test_real_model_recovers_known_parameters():
     scenario = load_scenario(REAL)
     names = ["compute_efficiency.A100-40GB", "compute_efficiency.A10G"]
-    truth = {name: value * factor for (name, value), factor in zip(current_values(scenario, names).items(), (0.7, 0.85))}
+    defaults = current_values(scenario, names)
+    truth = {name: defaults[name] * factor for name, factor in zip(names, (0.7, 0.85))}
     truly = with_values(scenario, truth)
     rng = random.Random(0)
     runs = []
