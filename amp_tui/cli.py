@@ -27,6 +27,7 @@ examples:
   amp-tui presets                           list scenario, cluster and model presets
   amp-tui bench                             time the search on the benchmark scenarios
   amp-tui validate                          score the cost model on published measured runs
+  amp-tui calibrate my.yaml runs.yaml -o calibrated.yaml   fit the model to your measured runs
 """
 
 
@@ -76,6 +77,8 @@ def build_parser() -> argparse.ArgumentParser:
                     help="also replay runs using techniques the cost model ignores (to find errors, not to score)")
     va.add_argument("--write-bands", action="store_true",
                     help="write the prediction error bands (amp_tui/data/error_bands.yaml) from this replay")
+    from amp_tui.cli_calibrate import add_parser as add_calibrate
+    add_calibrate(sub)
     return parser
 
 
@@ -84,7 +87,8 @@ def main(argv: list[str] | None = None) -> int:
     command = args.command or "ui"
     try:
         handler = {"ui": cmd_ui, "evaluate": cmd_evaluate, "plan": cmd_plan, "export": cmd_export,
-                   "presets": cmd_presets, "bench": cmd_bench, "validate": cmd_validate}[command]
+                   "presets": cmd_presets, "bench": cmd_bench, "validate": cmd_validate,
+                   "calibrate": cmd_calibrate}[command]
         return handler(args) or 0
     except SpecError as err:
         print(f"amp-tui: error: {err}", file=sys.stderr)
@@ -199,6 +203,12 @@ def cmd_export(args) -> int:
     for note in export.notes:
         print(f"note: {note}", file=sys.stderr)
     return 0
+
+
+def cmd_calibrate(args) -> int:
+    from amp_tui.cli_calibrate import cmd_calibrate as calibrate
+
+    return calibrate(args)
 
 
 def cmd_presets(args) -> int:

@@ -71,6 +71,7 @@ class Calibration:
     values: tuple[tuple[str, float], ...] = ()
     source: str = ""              # e.g. "amp-tui calibrate, 5 measurements, 2026-11-24"
     residual_log_sd: float | None = None   # spread of log(measured / predicted) after the fit
+    loo_log_sd: float | None = None        # the same for each run predicted by a fit made without it
 
     def as_dict(self) -> dict[str, float]:
         return dict(self.values)
@@ -81,6 +82,8 @@ class Calibration:
             out["source"] = self.source
         if self.residual_log_sd is not None:
             out["residual_log_sd"] = self.residual_log_sd
+        if self.loo_log_sd is not None:
+            out["loo_log_sd"] = self.loo_log_sd
         return out
 
 
@@ -117,7 +120,7 @@ def parse_calibration(value: object, field: str = "calibration") -> Calibration:
         return Calibration()
     if not isinstance(value, dict):
         raise SpecError(field, value, "expected a mapping with parameters")
-    allowed = {"parameters", "source", "residual_log_sd"}
+    allowed = {"parameters", "source", "residual_log_sd", "loo_log_sd"}
     for key in value:
         if key not in allowed:
             raise SpecError(f"{field}.{key}", value[key], f"unknown calibration field; allowed: {', '.join(sorted(allowed))}")
@@ -134,10 +137,12 @@ def parse_calibration(value: object, field: str = "calibration") -> Calibration:
                             f"outside the physical range {family.lower:g} .. {family.upper:g} {family.unit}")
         values.append((name, number))
     spread = value.get("residual_log_sd")
+    loo = value.get("loo_log_sd")
     return Calibration(
         values=tuple(sorted(values)),
         source=str(value.get("source", "")),
         residual_log_sd=None if spread is None else float(parse_number(spread, f"{field}.residual_log_sd", minimum=0)),
+        loo_log_sd=None if loo is None else float(parse_number(loo, f"{field}.loo_log_sd", minimum=0)),
     )
 
 

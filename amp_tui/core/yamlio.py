@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import re
+import stat
 import tempfile
 from pathlib import Path
 
@@ -98,7 +99,8 @@ def atomic_write(path: str | Path, text: str, *, overwrite: bool = True) -> Path
     except OSError as exc:
         raise SpecError("file", path, f"cannot be written ({exc.strerror})") from None
     try:
-        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; give what open() would
+        # mkstemp makes 0600: give what open() would, or the permissions of the file overwritten.
+        os.chmod(tmp, stat.S_IMODE(path.stat().st_mode) if overwrite and path.exists() else 0o666 & ~_umask())
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
             handle.write(text)
             handle.flush()

@@ -108,6 +108,7 @@ class AmpApp(App):
         Binding("ctrl+s", "save_plan", "Save plan"),
         Binding("x", "export", "Export"),
         Binding("f", "toggle_infeasible", "Infeasible"),
+        Binding("C", "calibrate", "Calibrate", show=False),
         Binding("question_mark", "help", "Help"),
         Binding("1", "go(1)", "Cluster", show=False),
         Binding("2", "go(2)", "Model", show=False),
@@ -443,6 +444,16 @@ class AmpApp(App):
         if prediction is None:
             return
         self.push_screen(ExportScreen(self.result.scenario, prediction))
+
+    def action_calibrate(self) -> None:
+        """Fit the cost model to a measurements file and, when applied, plan with the fitted values."""
+        from amp_tui.tui.screens.calibrate import CalibrateScreen
+
+        def applied(scenario: Scenario | None) -> None:
+            if scenario is not None:
+                self.apply_scenario(scenario, "calibration")
+                self.notify(f"Calibrated: {scenario.calibration.source}", title="Calibration applied", markup=False)
+        self.push_screen(CalibrateScreen(self.scenario), applied)
 
     # -- command palette -------------------------------------------------------------------------
     def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
