@@ -290,7 +290,8 @@ def scenario_parameters(scenario: Scenario) -> list[str]:
     links = [g.intra_link_class for g in groups if g.gpus_per_node > 1]
     if scenario.cluster.num_nodes > 1:
         links += [g.inter_link_class for g in groups]
-    return parameter_names(list(dict.fromkeys(g.gpu.name for g in groups)), list(dict.fromkeys(links)))
+    return parameter_names(list(dict.fromkeys(g.gpu.name for g in groups)), list(dict.fromkeys(links)),
+                           scenario.training.framework)
 
 
 def current_values(scenario: Scenario, names: list[str]) -> dict[str, float]:

@@ -149,7 +149,7 @@ class CostModel:
         layer's input, and recomputes one layer's full activations at a time."""
         key = ("activations", tp)
         if key not in self._profiles:
-            kept, peak = compute_terms.activation_terms(self.model, tp, self.knobs)
+            kept, peak = compute_terms.activation_terms(self.model, tp, self.knobs, self.training.framework)
             grow = 1.0 + self.params("memory_fragmentation")
             self._profiles[key] = (np.concatenate([[0.0], np.cumsum(kept)]) * grow, peak * grow)
         return self._profiles[key]
@@ -189,7 +189,10 @@ class CostModel:
             per_micro_batch = ("activations", tp, mbs)
             if per_micro_batch not in self._profiles:
                 prefix, peak = self.activation_arrays(tp)
-                self._profiles[per_micro_batch] = (prefix * mbs, peak * mbs)
+                peak = peak * mbs
+                if self.knobs.zero_stage >= 3:   # a layer's weights gathered whole, the next prefetched, its gradient
+                    peak = peak + 3.0 * self._params * (self.training.bytes_per_element / tp)
+                self._profiles[per_micro_batch] = (prefix * mbs, peak)
             in_flight = ("in flight", pp, num_micro_batches)
             if in_flight not in self._profiles:
                 schedule = self.training.schedule
@@ -380,12 +383,29 @@ class Candidate:
         return self.iteration_overhead + self.last_bucket_latency
 
     @cached_property
+    def hidden_share(self) -> float:
+        """Share of a stage's compute per micro-batch behind which the gradient all-reduce runs:
+        the framework's overlap (params `dp_overlap`) of the last micro-batch's backward pass
+        (2 of 3 passes, 3 of 4 under full recomputation)."""
+        if self.knobs.zero_stage >= 3:
+            return 0.0
+        backward = 0.75 if self.knobs.recompute == "full" else 2.0 / 3.0
+        return self.cost.params("dp_overlap", self.cost.training.framework) * backward
+
+    def exposed_allreduce(self, allreduce: np.ndarray, compute: np.ndarray) -> np.ndarray:
+        """What of the all-reduce the backward pass does not hide."""
+        if not self.hidden_share:
+            return allreduce
+        return np.maximum(allreduce - self.hidden_share * compute, 0.0)
+
+    @cached_property
     def tail_floor(self) -> float:
         """A lower bound on max_s E_s over every partition: with P_s the stage's parameters,
-        summing to P, max_s e_s P_s >= P / sum_s (1 / e_s), and every E_s has its constant."""
-        coef = self.e_coef
+        summing to P, max_s e_s P_s >= P / sum_s (1 / e_s), and every E_s has its constant.
+        Where backward hides part of the all-reduce, only the optimizer step is sure."""
+        coef = self.e_coef if not self.hidden_share else self.opt_coef
         base = float(self.param_prefix[-1]) / float(np.sum(1.0 / coef)) if np.all(coef > 0) else 0.0
-        return base + float(self.e_const.min())
+        return base + (float(self.e_const.min()) if not self.hidden_share else self.iteration_overhead)
 
     @cached_property
     def stage_layer_times(self) -> tuple[np.ndarray, np.ndarray]:
@@ -472,7 +492,7 @@ class Candidate:
         comm[:-1] += cuts
         comm[1:] += cuts
         params = self.param_prefix[ends] - self.param_prefix[starts]
-        dp_allreduce = self.dp_coef * params + self.last_bucket_latency
+        dp_allreduce = self.exposed_allreduce(self.dp_coef * params + self.last_bucket_latency, compute)
         optimizer_step = self.opt_coef * params
         memory = self.memory_terms(stages, starts, ends)
         overhead = self.micro_batch_overhead

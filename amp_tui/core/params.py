@@ -22,6 +22,8 @@ from amp_tui.core.units import parse_number
 # Link classes: what a GPU-to-GPU path runs over. Each reaches its own fraction of the nominal
 # (catalog) bandwidth and pays its own per-message latency.
 LINK_CLASSES = ("nvlink", "pcie", "infiniband", "ethernet")
+# Training frameworks differ in what they allocate and what they overlap (scenario.Training.framework).
+FRAMEWORKS = ("megatron", "deepspeed", "fsdp")
 
 
 @dataclass(frozen=True)
@@ -35,7 +37,7 @@ class Family:
     prior_sigma: float      # in natural-log units: how far calibration may stray without evidence
     unit: str
     doc: str
-    keyed_by: str = ""      # "gpu", "link", or "" for a single value
+    keyed_by: str = ""      # "gpu", "link", "framework", or "" for a single value
 
     def default_for(self, key: str) -> float:
         if isinstance(self.default, dict):
@@ -53,6 +55,14 @@ FAMILIES: dict[str, Family] = {family.name: family for family in (
     Family("link_latency_s", {"nvlink": 8e-6, "pcie": 15e-6, "infiniband": 15e-6, "ethernet": 60e-6, "*": 20e-6},
            0.0, 5e-3, 1.0, "s", "per-message latency (the alpha term) of one step of a collective or one send",
            keyed_by="link"),
+    Family("dp_overlap", {"megatron": 0.5, "deepspeed": 0.0, "fsdp": 0.9, "*": 0.0}, 0.0, 1.0, 1.0, "x",
+           "share of the last micro-batch's backward pass that hides the gradient all-reduce "
+           "(bucketed reduction as gradients become ready; DeepSpeed's pipeline engine reduces after)",
+           keyed_by="framework"),
+    Family("gemm_half_dim", 96.0, 8.0, 1024.0, 0.7, "rows",
+           "matrix-multiply rows (or columns) at which a GEMM reaches half its GPU's best efficiency"),
+    Family("fp8_efficiency", 0.7, 0.3, 1.0, 0.3, "x",
+           "share of the bf16 matrix-multiply efficiency fp8 keeps at its doubled peak (casts, scaling)"),
     Family("layer_floor_s", 40e-6, 0.0, 2e-3, 1.0, "s",
            "kernel-launch floor of one layer's forward pass: a latency-bound layer takes at least this"),
     Family("micro_batch_overhead_s", 1.5e-3, 0.0, 0.1, 1.0, "s",
@@ -108,11 +118,13 @@ def check_name(name: object, field: str) -> str:
         raise SpecError(field, name, f"{family.name} takes no key")
     if family.keyed_by == "link" and key not in LINK_CLASSES:
         raise SpecError(field, name, f"unknown link class; known: {', '.join(LINK_CLASSES)}")
+    if family.keyed_by == "framework" and key not in FRAMEWORKS:
+        raise SpecError(field, name, f"unknown framework; known: {', '.join(FRAMEWORKS)}")
     return name
 
 
 def _example(family: Family) -> str:
-    return "V100" if family.keyed_by == "gpu" else "ethernet"
+    return {"gpu": "V100", "link": "ethernet"}.get(family.keyed_by, "fsdp")
 
 
 def parse_calibration(value: object, field: str = "calibration") -> Calibration:
@@ -164,11 +176,11 @@ class ModelParams:
         return "calibrated" if name in self._fitted else "default"
 
 
-def parameter_names(gpu_names: list[str], link_classes: list[str]) -> list[str]:
-    """Every parameter a scenario with these GPU types and link classes uses."""
+def parameter_names(gpu_names: list[str], link_classes: list[str], framework: str = "megatron") -> list[str]:
+    """Every parameter a scenario with these GPU types, link classes and framework uses."""
     names = []
     for family in FAMILIES.values():
-        keys = {"gpu": gpu_names, "link": link_classes}.get(family.keyed_by, [""])
+        keys = {"gpu": gpu_names, "link": link_classes, "framework": [framework]}.get(family.keyed_by, [""])
         names += [f"{family.name}.{key}" if key else family.name for key in dict.fromkeys(keys)]
     return names
 

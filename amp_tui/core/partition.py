@@ -140,8 +140,14 @@ class SegmentTables:
             self.tau[:] = self.g
         if c.knobs.virtual_stages > 1:
             self.g /= c.knobs.virtual_stages
-        np.multiply(c.e_coef[:, None, None], windows(params), out=self.e)
-        self.e += c.e_const[:, None, None]
+        if c.hidden_share:      # the backward pass hides part of the all-reduce (cost.Candidate)
+            segment_params = windows(params)
+            allreduce = c.dp_coef[:, None, None] * segment_params + c.last_bucket_latency[:, None, None]
+            np.add(c.exposed_allreduce(allreduce, compute), c.opt_coef[:, None, None] * segment_params, out=self.e)
+            self.e += c.iteration_overhead
+        else:
+            np.multiply(c.e_coef[:, None, None], windows(params), out=self.e)
+            self.e += c.e_const[:, None, None]
 
     def minsum(self, allowed: np.ndarray, g: np.ndarray | None = None) -> tuple[float, tuple[int, ...] | None]:
         """Minimum sum of g over partitions using only allowed segments, and one such partition.

@@ -11,7 +11,7 @@ from pathlib import Path
 from amp_tui.core.errors import SpecError
 from amp_tui.core.hardware import GPU, gpu_catalog, instance_catalog, parse_gpu
 from amp_tui.core.model import Model, parse_model
-from amp_tui.core.params import LINK_CLASSES, Calibration, ModelParams, parse_calibration
+from amp_tui.core.params import FRAMEWORKS, LINK_CLASSES, Calibration, ModelParams, parse_calibration
 from amp_tui.core.presets import load_preset, preset_names
 from amp_tui.core.memory import DEFAULT_STATE_BYTES
 from amp_tui.core.units import exact_bandwidth, exact_bytes, parse_bandwidth, parse_bytes, parse_int, parse_number
@@ -24,6 +24,7 @@ SCHEDULES = ("1f1b", "gpipe")
 RECOMPUTE = ("none", "selective", "full")
 ZERO_STAGES = (0, 1, 2, 3)
 AUTO = "auto"   # a training technique the search chooses per strategy
+
 
 
 @dataclass(frozen=True)
@@ -110,6 +111,7 @@ class Training:
     sequence_parallel: bool | str = False   # or AUTO
     context_parallel: int | str = 1     # or AUTO
     virtual_stages: int | str = 1       # or AUTO
+    framework: str = "megatron"         # params.FRAMEWORKS: what it allocates and overlaps
     runtime_reserve_bytes: float = 2**30  # CUDA context, NCCL buffers, allocator slack
     # Weights + gradients + optimizer state per parameter before ZeRO; None: the optimizer's default.
     state_bytes_override: float | None = None
@@ -129,7 +131,7 @@ class Training:
                 "optimizer": self.optimizer, "schedule": self.schedule, "recompute": self.recompute,
                 "zero_stage": self.zero_stage, "sequence_parallel": self.sequence_parallel,
                 "context_parallel": self.context_parallel, "virtual_stages": self.virtual_stages,
-                "runtime_reserve": exact_bytes(self.runtime_reserve_bytes),
+                "framework": self.framework, "runtime_reserve": exact_bytes(self.runtime_reserve_bytes),
                 **({"state_bytes_per_param": self.state_bytes_override} if self.state_bytes_override is not None else {})}
 
 
@@ -251,7 +253,7 @@ def parse_training(value: object, field_name: str = "training") -> Training:
     if not isinstance(value, dict):
         raise SpecError(field_name, value, "expected a mapping with at least global_batch_size")
     allowed = {"global_batch_size", "precision", "optimizer", "schedule", "recompute", "zero_stage", "runtime_reserve",
-               "state_bytes_per_param", "sequence_parallel", "context_parallel", "virtual_stages"}
+               "state_bytes_per_param", "sequence_parallel", "context_parallel", "virtual_stages", "framework"}
     _check_keys(value, allowed, field_name, "training")
     if "global_batch_size" not in value:
         raise SpecError(f"{field_name}.global_batch_size", None, "required")
@@ -275,6 +277,7 @@ def parse_training(value: object, field_name: str = "training") -> Training:
                            else _bool(value.get("sequence_parallel", False), f"{field_name}.sequence_parallel")),
         context_parallel=_auto_or_int(value.get("context_parallel", 1), f"{field_name}.context_parallel"),
         virtual_stages=_auto_or_int(value.get("virtual_stages", 1), f"{field_name}.virtual_stages"),
+        framework=_choice(value.get("framework", "megatron"), FRAMEWORKS, f"{field_name}.framework"),
         runtime_reserve_bytes=(parse_bytes(reserve, f"{field_name}.runtime_reserve") if reserve is not None
                                else Training.runtime_reserve_bytes),
         state_bytes_override=state,

@@ -12,7 +12,9 @@ from amp_tui.core.evaluate import evaluate
 from amp_tui.core.knobs import resolve
 from amp_tui.core.hardware import gpu_catalog
 from amp_tui.core.params import FAMILIES
-from amp_tui.core.terms.compute import GEMM_HALF_DIM, layer_shapes
+from amp_tui.core.terms.compute import layer_shapes
+
+GEMM_HALF_DIM = FAMILIES["gemm_half_dim"].default
 from amp_tui.core.scenario import parse_scenario
 from amp_tui.core.search import enumerate_candidates
 from amp_tui.core.strategy import Strategy

@@ -239,3 +239,17 @@ def test_search_with_techniques_equals_brute_force(spec):
         again = evaluate(scn, p.strategy)
         assert again.iteration_time_s == p.iteration_time_s
         assert replace(p.strategy, partition=None).cp == p.strategy.cp
+
+
+def test_backward_pass_hides_part_of_the_all_reduce():
+    """Bucketed gradient reduction overlaps the last micro-batch's backward pass (2 of its 3
+    passes): of the all-reduce, only what outlasts that share of the compute is exposed."""
+    layers = [layer(**LAYER)] * 2
+    base = build([node(2, "V100", 1, intra=100, inter=10)], layers, 2, framework="fsdp", calibration=IDEAL)
+    overlap = build([node(2, "V100", 1, intra=100, inter=10)], layers, 2, framework="fsdp",
+                    calibration=ideal_with(**{"dp_overlap.fsdp": 0.5}))
+    plain, hidden = (CostModel(scn).candidate(1, 1, 2, 1, (0,)).predict((2,)) for scn in (base, overlap))
+    compute = plain.stages[0].compute_s
+    assert hidden.dp_allreduce_s == pytest.approx(max(plain.dp_allreduce_s - 0.5 * 2 / 3 * compute, 0), rel=1e-12)
+    assert hidden.iteration_time_s == pytest.approx(plain.iteration_time_s - plain.dp_allreduce_s
+                                                    + hidden.dp_allreduce_s, rel=1e-12)

@@ -6,8 +6,8 @@ degree t and context-parallel degree c (each GPU sees the tokens of its c-th of 
   matmuls    FLOPs b / (c t) / (peak x efficiency), where efficiency = peak_fraction x
              compute_efficiency[gpu] x M / (M + D) x N / (N + D): a matrix multiply of M = tokens b / c
              rows and N = width / t columns reaches its GPU's best fraction only when both are
-             large (D = GEMM_HALF_DIM); at fp8 the multiplies run at the fp8 peak, FP8_EFFICIENCY of
-             the bf16 efficiency;
+             large (D = params `gemm_half_dim`); at fp8 the multiplies run at the fp8 peak, at
+             params `fp8_efficiency` of the bf16 efficiency;
   memory     the weights read once, b / (c t) of the activations written and read again by the
              element-wise kernels (layer norms, activations, dropout, softmax) at memory bandwidth;
   floor      the kernel-launch floor of a layer (params `layer_floor_s`): small layers are
@@ -25,14 +25,6 @@ from amp_tui.core.hardware import GPU
 from amp_tui.core.model import Model
 from amp_tui.core.params import ModelParams
 
-# Rows or columns at which a matrix multiply reaches half of its GPU's best efficiency: tiles of
-# 128 x 128 leave a narrow product's streaming multiprocessors partly idle.
-GEMM_HALF_DIM = 96.0
-# fp8 matrix multiplies reach a smaller share of their (doubled) peak than bf16 ones, and pay for
-# casting and scaling (Transformer Engine's delayed scaling).
-FP8_EFFICIENCY = 0.7
-
-
 def layer_shapes(model: Model, bytes_per_element: int) -> tuple[np.ndarray, np.ndarray]:
     """(tokens per sample, width) per layer. A layer that does not state them (an explicit layer
     list) is read as a transformer block: width from its parameters (12 h^2), tokens from the
@@ -49,8 +41,8 @@ def layer_shapes(model: Model, bytes_per_element: int) -> tuple[np.ndarray, np.n
 
 def matmul_efficiency(gpu: GPU, params: ModelParams, rows: np.ndarray, columns: np.ndarray) -> np.ndarray:
     best = gpu.peak_fraction * params("compute_efficiency", gpu.name)
-    shape = np.where((rows > 0) & (columns > 0),
-                     rows / (rows + GEMM_HALF_DIM) * columns / (columns + GEMM_HALF_DIM), 1.0)
+    half = params("gemm_half_dim")    # tiles of 128 x 128 leave a narrow product's SMs partly idle
+    shape = np.where((rows > 0) & (columns > 0), rows / (rows + half) * columns / (columns + half), 1.0)
     return np.minimum(best * shape, 1.0)
 
 
@@ -62,8 +54,8 @@ def analytic_forward(model: Model, gpu: GPU, precision: str, params: ModelParams
     tokens, width = layer_shapes(model, e)
     rows = tokens * mbs / cp
     efficiency = matmul_efficiency(gpu, params, rows, width / tp)
-    if precision == "fp8":
-        efficiency = efficiency * FP8_EFFICIENCY
+    if precision == "fp8":   # casts and scaling (Transformer Engine) keep fp8 below its doubled peak
+        efficiency = efficiency * params("fp8_efficiency")
     matmuls = cols["flops"] * (mbs / (tp * cp)) / (gpu.peak_flops(precision) * efficiency)
     replicated = cols["activation_replicated_bytes"]
     split = cols["activation_bytes"] - replicated
@@ -101,7 +93,11 @@ def selective_recompute_time(model: Model, gpu: GPU, precision: str, params: Mod
     return blocks * (flops * per_gpu * cp / rate + 2.0 * score_bytes * per_gpu * cp / gpu.memory_bandwidth)
 
 
-def activation_terms(model: Model, tp: int, knobs) -> tuple[np.ndarray, np.ndarray]:
+# Share of a layer's transient buffers (the loss's fp32 copies of the logits) each framework holds.
+LOSS_BUFFERS = {"megatron": 1.0, "deepspeed": 1.0, "fsdp": 2.0 / 3.0}
+
+
+def activation_terms(model: Model, tp: int, knobs, framework: str = "megatron") -> tuple[np.ndarray, np.ndarray]:
     """Per sample, per GPU: (bytes each layer keeps for backward, each layer's transient peak).
     Korthikanti et al.: tensor parallelism splits all but the replicated part (layer-norm and
     dropout inputs), which sequence parallelism splits too; context parallelism splits every
@@ -112,7 +108,7 @@ def activation_terms(model: Model, tp: int, knobs) -> tuple[np.ndarray, np.ndarr
     replicated = cols["activation_replicated_bytes"]
     sp = tp if knobs.sequence_parallel else 1
     full = (replicated / sp + (cols["activation_bytes"] - replicated) / tp) / cp
-    workspace = cols["workspace_bytes"] / tp / cp
+    workspace = cols["workspace_bytes"] * LOSS_BUFFERS[framework] / tp / cp
     if knobs.recompute == "full":
         inputs = np.concatenate([[0.0], cols["output_bytes"][:-1]]) / sp / cp
         return inputs, workspace + full

@@ -209,7 +209,8 @@ def parse_run(run: dict, scenarios: dict[str, Scenario] | None = None) -> Replay
                         "training": {"global_batch_size": int(gbs), "precision": _buildable(precision),
                                      "recompute": recompute, "zero_stage": zero_stage,
                                      "sequence_parallel": bool(sequence_parallel), "context_parallel": cp,
-                                     "virtual_stages": virtual_stages or _UNSTATED_DEPTH}}
+                                     "virtual_stages": virtual_stages or _UNSTATED_DEPTH,
+                                     "framework": _framework(training.get("framework"))}}
                 scenario = _shared_scenario(spec, scenarios)
                 partition = megatron_partition(scenario, pp)
             strategy = Strategy(tp=tp, pp=pp, dp=dp, micro_batch_size=int(mbs), partition=partition,
@@ -265,6 +266,16 @@ def _amp_scenario(run: dict, gbs, pp: int, scenarios: dict) -> tuple[Scenario, t
 
 
 # -- techniques as the sources name them ------------------------------------------------------
+
+def _framework(label) -> str:
+    """Which memory conventions the run's trainer follows (scenario.FRAMEWORKS)."""
+    text = str(label or "").lower()
+    if "fsdp" in text or "torchtitan" in text or "composer" in text:
+        return "fsdp"
+    if "deepspeed" in text and "megatron" not in text:
+        return "deepspeed"
+    return "megatron"
+
 
 def _precision(label) -> str:
     text = str(label or "").lower()
