@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import reprlib
 
 
 class SpecError(ValueError):
@@ -25,9 +26,15 @@ def _show(value: object) -> str:
     nobody find the file)."""
     if isinstance(value, os.PathLike):
         return repr(os.fspath(value))
-    text = repr(value) if isinstance(value, str) else str(value)
+    # Bounded in depth and breadth: a value built from YAML aliases can be small in memory and
+    # astronomically long when written out.
+    text = repr(value[:200]) if isinstance(value, str) else _SHORT.repr(value)
     text = " ".join(text.split())
     return text if len(text) <= 60 else text[:57] + "..."
+
+
+_SHORT = reprlib.Repr()
+_SHORT.maxlevel, _SHORT.maxlist, _SHORT.maxdict, _SHORT.maxstring, _SHORT.maxlong, _SHORT.maxother = 3, 8, 8, 60, 60, 60
 
 
 class Cancelled(Exception):
