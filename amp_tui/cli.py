@@ -299,6 +299,7 @@ def _stage_table(p) -> str:
 
 
 def render_search(result, top: int) -> str:
+    from amp_tui.core.limits import depths_not_searched
     from amp_tui.core.orders import ORDERS_NOTE
     from amp_tui.core.units import format_seconds
 
@@ -310,6 +311,10 @@ def render_search(result, top: int) -> str:
            f"evaluated, {st.pruned} pruned by bounds, {st.infeasible} out of memory"]
     if not st.all_node_orders:
         out.append(f"note: {ORDERS_NOTE}")
+    skipped = depths_not_searched(scenario.model.num_layers, scenario.cluster.num_gpus)
+    if skipped:
+        out.append(f"note: pipelines of {', '.join(map(str, skipped))} stages were not searched: with "
+                   f"{scenario.model.num_layers} layers their partition tables exceed amp-tui's limit (README, Limits)")
     out.append("")
     if not result.strategies:
         out.append("no strategy fits in memory; see the reasons below")

@@ -22,7 +22,7 @@ MAX_YAML_NODES = 500_000        # after expanding aliases; a 2 MiB file holds at
 # GPUs. The search's partition tables grow with layers x layers x pipeline stages (see
 # max_pipeline_stages), which bounds the layers.
 MAX_GPUS = 131_072
-MAX_LAYERS = 2_048              # after repeats; 2 x 2047^2 fits the partition table budget
+MAX_LAYERS = 2_048              # after repeats; 2048^2 fits the partition table budget
 MAX_WHOLE_NUMBER = 2**40        # counts, sizes and batch sizes: exact in a float, products stay finite
 
 # Real-valued figures (bytes, FLOPs, seconds, FLOP/s...). With every input in [MIN, MAX], sums over
@@ -39,8 +39,9 @@ MAX_TEXT_CHARS = 2_000          # descriptions
 
 # The partition search holds tables of up to pp x (L - pp + 1)^2 entries (about 40 bytes each, all
 # told) for a pipeline of pp stages over L layers. Pipeline depths beyond this budget are not
-# searched; every depth is, for models of up to 383 layers.
-MAX_PARTITION_TABLE = 2**23
+# searched; every depth is, for models of up to 303 layers (a 1,000-layer model gets pipelines of up
+# to 4 stages, or of 934 and more).
+MAX_PARTITION_TABLE = 2**22
 
 
 def check_name(value: object, field: str, *, limit: int = MAX_NAME_CHARS, text: bool = False) -> str:
@@ -74,6 +75,12 @@ def check_figure(number: float, field: str, shown: object) -> None:
 def partition_table_fits(num_layers: int, pp: int) -> bool:
     """Whether the partition search takes on a pipeline of `pp` stages over `num_layers` layers."""
     return pp * (num_layers - pp + 1) ** 2 <= MAX_PARTITION_TABLE
+
+
+def depths_not_searched(num_layers: int, num_gpus: int) -> list[int]:
+    """Pipeline depths a cluster and model allow but the partition search leaves out."""
+    return [pp for pp in range(2, min(num_layers, num_gpus) + 1)
+            if num_gpus % pp == 0 and not partition_table_fits(num_layers, pp)]
 
 
 def _kind(value: object) -> str:

@@ -9,7 +9,8 @@ import threading
 import pytest
 
 from amp_tui.core.errors import SpecError
-from amp_tui.core.limits import MAX_FILE_BYTES, MAX_GPUS, MAX_LAYERS, MAX_YAML_DEPTH, partition_table_fits
+from amp_tui.core.limits import (MAX_FILE_BYTES, MAX_GPUS, MAX_LAYERS, MAX_YAML_DEPTH, depths_not_searched,
+                                 partition_table_fits)
 from amp_tui.core.scenario import load_scenario, parse_scenario
 from amp_tui.core.yamlio import load_yaml_file, load_yaml_text
 
@@ -216,6 +217,27 @@ def test_a_thousand_explicit_layers():
 
 
 def test_partition_table_budget():
-    assert all(partition_table_fits(383, pp) for pp in range(1, 384))      # every depth, up to 383 layers
-    assert partition_table_fits(MAX_LAYERS, 1) and partition_table_fits(MAX_LAYERS, 2)
-    assert not partition_table_fits(1000, 64) and partition_table_fits(1000, 8)
+    assert all(partition_table_fits(303, pp) for pp in range(1, 304))      # every depth, up to 303 layers
+    assert not all(partition_table_fits(304, pp) for pp in range(1, 305))
+    assert partition_table_fits(MAX_LAYERS, 1)
+    assert [pp for pp in range(1, 1001) if not partition_table_fits(1000, pp)] == list(range(5, 934))
+    assert depths_not_searched(1000, 1024) == [8, 16, 32, 64, 128, 256, 512]
+    assert depths_not_searched(126, 16384) == []
+
+
+def test_divisors_by_trial_division_up_to_the_square_root():
+    from amp_tui.core.search import divisors
+
+    for n in (1, 2, 12, 97, 360, 1024, 3072):
+        assert divisors(n) == tuple(d for d in range(1, n + 1) if n % d == 0)
+    assert divisors(10**12, up_to=64) == (1, 2, 4, 5, 8, 10, 16, 20, 25, 32, 40, 50, 64)
+    assert len(divisors(10**12)) == 169
+    assert divisors(999_999_999_989, up_to=2**40) == (1, 999_999_999_989)    # a prime near 10^12
+
+
+def test_a_batch_of_a_trillion_enumerates_micro_batches_up_to_the_cap():
+    from amp_tui.core.search import enumerate_candidates
+
+    scenario = load_scenario("paper-homogeneous").with_training(global_batch_size=10**12)
+    keys = enumerate_candidates(scenario)
+    assert keys and all(key[3] <= scenario.search.max_micro_batch_size for key in keys)
