@@ -8,6 +8,9 @@ pushes the old one on the undo stack, swaps, and reruns the search in a backgrou
 
 from __future__ import annotations
 
+import os
+import sys
+import threading
 import time
 from collections.abc import Iterable
 from pathlib import Path
@@ -344,6 +347,12 @@ class AmpApp(App):
         if target is not None:
             self.call_after_refresh(target.focus)
 
+    async def action_quit(self) -> None:
+        # Stop the search first: it shares the GIL with the shutdown, which it would slow down.
+        self._generation += 1
+        self.workers.cancel_group(self, "search")
+        self.exit()
+
     def action_help(self) -> None:
         self.push_screen(HelpScreen())
 
@@ -501,3 +510,15 @@ def run_app(target: str | None) -> None:
     """Open the dashboard. A bad target raises SpecError before the terminal is taken over."""
     scenario, preferred = load_target(target)
     AmpApp(scenario, preferred=preferred).run()
+    _leave_now_if_a_search_is_running()
+
+
+def _leave_now_if_a_search_is_running() -> None:
+    """Quit means quit: a search thread finishing its current step (it is cancelled, but a step can
+    take seconds on a large model) would keep the process alive after the screen is restored. Its
+    result is not wanted and it holds no file open for writing, so leave at once."""
+    me = threading.current_thread()
+    if any(t is not me and not t.daemon and t.is_alive() for t in threading.enumerate()):
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)
