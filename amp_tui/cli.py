@@ -134,6 +134,10 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     except BrokenPipeError:
         return 0
+    except OSError as err:     # a path the system refuses (too long, no permission...): the user's to fix
+        print(f"amp-tui: error: {SpecError('file', Path(str(err.filename or '?')), err.strerror or str(err))}",
+              file=sys.stderr)
+        return 2
     except Exception as err:  # noqa: BLE001 - the last line of defence: no traceback for users
         text = " ".join(str(err).split())[:300]
         print(f"amp-tui: internal error: {type(err).__name__}: {text} (please report this)", file=sys.stderr)
@@ -200,7 +204,7 @@ def cmd_evaluate(args) -> int:
 
 
 def cmd_plan(args) -> int:
-    from amp_tui.core.scenario import load_scenario
+    from amp_tui.core.planfile import open_scenario
     from amp_tui.core.search import search
 
     if args.top is not None and args.top < 1:
@@ -209,7 +213,7 @@ def cmd_plan(args) -> int:
         raise SpecError("--rank", args.rank, "must be at least 1")
     if args.save is not None:
         _check_save_target(args.save, args.force)
-    scenario = load_scenario(args.scenario)
+    scenario = open_scenario(args.scenario)[0]     # a plan file is checked whole, not just its scenario
     top = max(args.top or scenario.search.top, args.rank if args.save else 1)
     result = search(scenario, top=top)
     saved = None

@@ -52,7 +52,7 @@ def check_name(value: object, field: str, *, limit: int = MAX_NAME_CHARS, text: 
     Descriptions may hold line breaks and tabs, and are never written into generated files.
     """
     if isinstance(value, bool) or not isinstance(value, (str, int, float)):
-        raise SpecError(field, _kind(value), "expected a name (text)" if not text else "expected text")
+        raise SpecError(field, value, "expected a name (text)" if not text else "expected text")
     value = str(value)
     if len(value) > limit:
         raise SpecError(field, value, f"longer than {limit} characters")
@@ -82,6 +82,3 @@ def depths_not_searched(num_layers: int, num_gpus: int) -> list[int]:
     return [pp for pp in range(2, min(num_layers, num_gpus) + 1)
             if num_gpus % pp == 0 and not partition_table_fits(num_layers, pp)]
 
-
-def _kind(value: object) -> str:
-    return "a list" if isinstance(value, list) else "a mapping" if isinstance(value, dict) else type(value).__name__

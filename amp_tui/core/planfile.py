@@ -98,7 +98,11 @@ def open_scenario(name_or_path: str) -> tuple[Scenario, Plan | None]:
     """A scenario preset, a scenario file or a plan file, read once; for a plan file, the checked
     plan too (a damaged plan is refused, not opened as a bare scenario)."""
     path = Path(name_or_path)
-    if not path.is_file():
+    try:
+        is_file = path.is_file()
+    except (OSError, ValueError):       # a name too long to be a file: perhaps a preset
+        is_file = False
+    if not is_file:
         return load_scenario(name_or_path), None   # a preset, or the missing file's error
     data = load_yaml_file(path)
     if is_plan(data):

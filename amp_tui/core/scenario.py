@@ -297,6 +297,11 @@ def load_scenario(name_or_path: str) -> Scenario:
 
 def scenario_from_file(data: object) -> Scenario:
     """The scenario in a loaded scenario file, or in a plan file's `scenario` section."""
+    if isinstance(data, dict) and ("strategy" in data or "prediction" in data):
+        fmt = data.get("format")
+        if not (isinstance(fmt, str) and fmt.startswith("amp-tui/plan/")):
+            # A plan whose format line is gone or foreign: say so, rather than ask for strategies.
+            raise SpecError("format", fmt, "not an amp-tui plan format; a plan file starts with format: amp-tui/plan/1")
     if isinstance(data, dict) and isinstance(data.get("scenario"), dict):
         data = data["scenario"]
     return parse_scenario(data)
