@@ -299,8 +299,10 @@ def _describe_instance(name: str, fields: dict) -> str:
 def cmd_bench(args) -> int:
     from amp_tui.core.bench import BENCHMARKS, render_bench, run_bench
 
-    if args.runs < 1:
-        raise SpecError("--runs", args.runs, "must be at least 1")
+    from amp_tui.core.limits import MAX_BENCH_RUNS
+
+    if not 1 <= args.runs <= MAX_BENCH_RUNS:
+        raise SpecError("--runs", args.runs, f"must be 1 to {MAX_BENCH_RUNS}")
     names = args.only or [b.scenario for b in BENCHMARKS]
     known = {b.scenario for b in BENCHMARKS}
     for name in names:

@@ -237,9 +237,17 @@ def test_export_refused_for_one_target_writes_none(plan_text, tmp_path, capsys):
     (["export", "x.yaml"], "export: the following arguments are required: --format"),
     (["frobnicate"], "invalid choice: 'frobnicate'"),
     (["plan", "paper-homogeneous", "--save", "/no/such/folder/plan.yaml"], "does not exist"),
+    (["bench", "--runs", "1000000"], "--runs: 1000000: must be 1 to 100"),
+    (["plan", "x" * 300 + ".yaml"], "File name too long"),
 ])
 def test_command_line_errors_are_one_line(capsys, argv, expected):
     assert expected in refused(capsys, *argv)
+
+
+def test_too_many_strategies(capsys, tmp_path):
+    path = tmp_path / "many.yaml"
+    path.write_text(dump_yaml([{"tp": 1, "pp": 1, "dp": 16, "micro_batch_size": 1}] * 1001))
+    assert "more than the limit of 1,000" in refused(capsys, "evaluate", "paper-homogeneous", path)
 
 
 def test_help_still_gives_usage(capsys):

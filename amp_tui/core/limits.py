@@ -25,6 +25,9 @@ MAX_GPUS = 131_072
 MAX_LAYERS = 2_048              # after repeats; 2048^2 fits the partition table budget
 MAX_WHOLE_NUMBER = 2**40        # counts, sizes and batch sizes: exact in a float, products stay finite
 
+MAX_STRATEGIES = 1_000          # in one `evaluate` file; each may need a partition search
+MAX_BENCH_RUNS = 100
+
 # Real-valued figures (bytes, FLOPs, seconds, FLOP/s...). With every input in [MIN, MAX], sums over
 # layers and micro-batches and the products the cost model forms (at most three factors) stay far
 # from float overflow (1.8e308) and underflow (2.2e-308).

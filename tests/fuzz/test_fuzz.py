@@ -40,6 +40,7 @@ DEADLINE = timedelta(seconds=8)
 MAX_PEAK_BYTES = 500 * 2**20
 
 HOSTILE = [10**400, -1, 0, 1e308, -1e308, 5e-324, float("inf"), float("nan"), 1e9, 1e12, 2**63, -0.0, 1.5,
+           1e30, 1e-30, 2**40, 1e3, 1e18,                                  # at the limits: accepted
            "", " ", "x\n)\ntouch PWNED\nY=(", "a" * 300, "\u202e", "\x00", "1e9", "5e-324 Gbps", "1e400 GB",
            "../scenarios/paper-homogeneous", "/dev/zero", [], [1], ["a"], {}, {"a": 1}, None, True, False]
 hostile_values = st.one_of(st.sampled_from(HOSTILE), st.integers(), st.floats(), st.text(max_size=40))
