@@ -77,6 +77,7 @@ def _edited(text: str, edit) -> str:
     (lambda d: d["prediction"]["stages"][0].update(compute_s=float("nan")), "prediction.stages[0].compute_s"),
     (lambda d: d["prediction"]["stages"].__setitem__(0, "gone"), "prediction.stages[0]"),
     (lambda d: d["prediction"].update(iteration_time_s=[1, 2]), "prediction.iteration_time_s"),
+    (lambda d: d["prediction"].update(bubble_fraction=10**400), "prediction.bubble_fraction"),
     (lambda d: d.pop("end"), "end"),
     (lambda d: d.update(end="amp-tui/plan/"), "end"),
 ])

@@ -185,6 +185,8 @@ def _check_figures(value: object, field: str) -> None:
             _check_figures(item, f"{field}[{i}]")
     elif isinstance(value, float) and math.isnan(value):
         raise SpecError(field, value, "not a number")
+    elif isinstance(value, int) and not isinstance(value, bool) and abs(value) > 2**63:
+        raise SpecError(field, value, "too large to be a saved figure")
     elif value is not None and not isinstance(value, (bool, int, float, str)):
         raise SpecError(field, value, "expected a figure")
 
