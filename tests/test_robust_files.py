@@ -173,6 +173,15 @@ def test_write_files_is_all_or_nothing(tmp_path, staging):
     assert (tmp_path / "a.txt").read_text() == "new a" and (tmp_path / "b.txt").read_text() == "new b"
 
 
+def test_a_file_that_appears_during_the_write_is_kept(tmp_path, staging, monkeypatch):
+    monkeypatch.setattr(atomic, "_check_targets", lambda *args: None)     # as if b appeared after the check
+    (tmp_path / "b").write_text("theirs")
+    with pytest.raises(SpecError) as info:
+        write_files(tmp_path, {"a": "new a", "b": "new b"}, overwrite=False)
+    assert str(tmp_path / "b") in str(info.value) and "already exists" in info.value.reason
+    assert os.listdir(tmp_path) == ["b"] and (tmp_path / "b").read_text() == "theirs"
+
+
 def test_a_failed_commit_puts_the_old_files_back(tmp_path, staging, monkeypatch):
     for name in ("a", "b", "c"):
         (tmp_path / name).write_text(f"old {name}")

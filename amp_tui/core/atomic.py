@@ -101,6 +101,7 @@ class _Staging:
 
     def commit(self, overwrite: bool) -> None:
         done: list[tuple[Path, Path | None]] = []      # (target, backup of the file it replaced)
+        target = self.folder
         try:
             for target, fd, staged in self.entries:
                 if not overwrite:
@@ -118,12 +119,10 @@ class _Staging:
         except BaseException as exc:
             if len(self.entries) > 1:            # one file: the rename either happened or not
                 self._roll_back(done)
-            if isinstance(exc, FileExistsError):
-                raise SpecError(self.field, Path(exc.filename2 or exc.filename or ""),
-                                "already exists (use --force to overwrite)") from None
+            if isinstance(exc, FileExistsError) and not overwrite:
+                raise SpecError(self.field, target, "already exists (use --force to overwrite)") from None
             if isinstance(exc, OSError):
-                raise SpecError(self.field, Path(exc.filename2 or exc.filename or self.folder),
-                                f"cannot be written ({exc.strerror or exc})") from None
+                raise SpecError(self.field, target, f"cannot be written ({exc.strerror or exc})") from None
             raise
         _sync_folder(self.folder)
 
