@@ -20,7 +20,7 @@ MAX_YAML_NODES = 500_000        # after expanding aliases; a 2 MiB file holds at
 
 # Cluster and model. Llama 3 405B trained on 16,384 GPUs with 126 layers; the largest preset has 3,072
 # GPUs. The search's partition tables grow with layers x layers x pipeline stages (see
-# max_pipeline_stages), which bounds the layers.
+# partition_table_fits), which bounds the layers.
 MAX_GPUS = 131_072
 MAX_LAYERS = 2_048              # after repeats; 2048^2 fits the partition table budget
 MAX_WHOLE_NUMBER = 2**40        # counts, sizes and batch sizes: exact in a float, products stay finite
