@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import sys
-import threading
 import time
 from collections.abc import Iterable
 from pathlib import Path
@@ -509,16 +508,16 @@ def load_target(target: str | None) -> tuple[Scenario, Strategy | None]:
 def run_app(target: str | None) -> None:
     """Open the dashboard. A bad target raises SpecError before the terminal is taken over."""
     scenario, preferred = load_target(target)
-    AmpApp(scenario, preferred=preferred).run()
-    _leave_now_if_a_search_is_running()
+    app = AmpApp(scenario, preferred=preferred)
+    app.run()
+    _leave_now(app.return_code or 0)
 
 
-def _leave_now_if_a_search_is_running() -> None:
+def _leave_now(code: int) -> None:
     """Quit means quit: a search thread finishing its current step (it is cancelled, but a step can
-    take seconds on a large model) would keep the process alive after the screen is restored. Its
-    result is not wanted and it holds no file open for writing, so leave at once."""
-    me = threading.current_thread()
-    if any(t is not me and not t.daemon and t.is_alive() for t in threading.enumerate()):
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(0)
+    take seconds on a large model) would keep the process alive after the screen is restored, and
+    tearing down the interpreter takes a few hundred ms more. The terminal is restored, the search's
+    result is not wanted and nothing is being written (saves run on the UI thread), so leave at once."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
