@@ -118,7 +118,7 @@ def main(argv: list[str] | None = None) -> int:
     except SystemExit as exit:      # --help, --version, or a one-line usage error
         return exit.code if isinstance(exit.code, int) else 0
     command = args.command or "ui"
-    previous = _terminate_on_sigterm()
+    previous = _terminate_on_sigterm() if command != "ui" else None   # the dashboard has its own handling
     try:
         handler = {"ui": cmd_ui, "evaluate": cmd_evaluate, "plan": cmd_plan, "export": cmd_export,
                    "presets": cmd_presets, "bench": cmd_bench}[command]
