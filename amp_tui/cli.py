@@ -7,7 +7,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
+import re
+import signal
 import sys
+import threading
+import warnings
 from pathlib import Path
 
 from amp_tui import __version__
@@ -31,8 +36,46 @@ examples:
 """
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse with the one-line errors of the rest of amp-tui: `amp-tui: error: plan: --top: 'abc' is
+    not a whole number (see amp-tui plan --help)`, exit status 2."""
+
+    def error(self, message: str):
+        command = self.prog.removeprefix("amp-tui").strip()
+        message = re.sub(r"^argument ([^:]+): ", r"\1: ", " ".join(message.split()))
+        where = f"{command}: " if command else ""
+        help_hint = f"amp-tui {command} --help" if command else "amp-tui --help"
+        sys.stderr.write(f"amp-tui: error: {where}{message} (see {help_hint})\n")
+        raise SystemExit(2)
+
+
+def _whole_number(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+
+
+def _json(data: object) -> str:
+    """Strict JSON: infinite or undefined figures (e.g. the time of a strategy that does not fit)
+    are written as null, never as the Infinity or NaN that JSON does not have."""
+    return json.dumps(_finite(data), indent=2, allow_nan=False)
+
+
+def _finite(value: object) -> object:
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {key: _finite(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(item) for item in value]
+    if hasattr(value, "item") and callable(value.item):     # a numpy scalar
+        return _finite(value.item())
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="amp-tui", formatter_class=argparse.RawDescriptionHelpFormatter, epilog=EPILOG,
         description="Plan model-parallel training on heterogeneous GPU clusters (AMP, NeurIPS 2022).")
     parser.add_argument("--version", action="version", version=f"amp-tui {__version__}")
@@ -50,10 +93,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     pl = sub.add_parser("plan", help="search for the best strategies")
     pl.add_argument("scenario", metavar="SCENARIO", help="scenario preset name or scenario file")
-    pl.add_argument("--top", type=int, default=None, metavar="N", help="strategies to show (default: the scenario's search.top, 10)")
+    pl.add_argument("--top", type=_whole_number, default=None, metavar="N", help="strategies to show (default: the scenario's search.top, 10)")
     pl.add_argument("--json", action="store_true", help="print JSON instead of a table")
     pl.add_argument("--save", metavar="PLAN.yaml", help="save a strategy as a plan file")
-    pl.add_argument("--rank", type=int, default=1, metavar="N", help="with --save: which ranked strategy (default 1)")
+    pl.add_argument("--rank", type=_whole_number, default=1, metavar="N", help="with --save: which ranked strategy (default 1)")
     pl.add_argument("--force", action="store_true", help="with --save: overwrite an existing file")
 
     ex = sub.add_parser("export", help="turn a plan into Megatron-LM, DeepSpeed, torchrun, rank-map or torchtitan files")
@@ -66,7 +109,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     be = sub.add_parser("bench", help="time the search on the benchmark scenarios")
     be.add_argument("--json", action="store_true", help="print JSON instead of a table")
-    be.add_argument("--runs", type=int, default=5, help="timed runs per scenario after a warm-up (default 5)")
+    be.add_argument("--runs", type=_whole_number, default=5, help="timed runs per scenario after a warm-up (default 5)")
     be.add_argument("--only", metavar="NAME", action="append", help="run only this benchmark (repeatable)")
 
     va = sub.add_parser("validate", help="replay published measured runs through the cost model and score it")
@@ -83,13 +126,20 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    try:
+        args = build_parser().parse_args(argv)
+    except SystemExit as exit:      # --help, --version, or a one-line usage error
+        return exit.code if isinstance(exit.code, int) else 0
     command = args.command or "ui"
+    previous = _terminate_on_sigterm() if command != "ui" else None   # the dashboard has its own handling
     try:
         handler = {"ui": cmd_ui, "evaluate": cmd_evaluate, "plan": cmd_plan, "export": cmd_export,
                    "presets": cmd_presets, "bench": cmd_bench, "validate": cmd_validate,
                    "calibrate": cmd_calibrate}[command]
-        return handler(args) or 0
+        with warnings.catch_warnings():
+            # Infinite figures (a stage that does not fit) are meant; numpy's notes about them are not.
+            warnings.simplefilter("ignore", RuntimeWarning)
+            return handler(args) or 0
     except SpecError as err:
         print(f"amp-tui: error: {err}", file=sys.stderr)
         return 2
@@ -98,9 +148,28 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     except BrokenPipeError:
         return 0
+    except OSError as err:     # a path the system refuses (too long, no permission...): the user's to fix
+        print(f"amp-tui: error: {SpecError('file', Path(str(err.filename or '?')), err.strerror or str(err))}",
+              file=sys.stderr)
+        return 2
     except Exception as err:  # noqa: BLE001 - the last line of defence: no traceback for users
-        print(f"amp-tui: internal error: {type(err).__name__}: {err} (please report this)", file=sys.stderr)
+        text = " ".join(str(err).split())[:300]
+        print(f"amp-tui: internal error: {type(err).__name__}: {text} (please report this)", file=sys.stderr)
         return 1
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _terminate_on_sigterm():
+    """Turn SIGTERM into an exception, so that cleanup (temporary files) runs as for Ctrl-C."""
+    if threading.current_thread() is not threading.main_thread():
+        return None
+
+    def terminate(signum, frame):
+        raise KeyboardInterrupt
+
+    return signal.signal(signal.SIGTERM, terminate)
 
 
 # -- commands ---------------------------------------------------------------------------------
@@ -125,7 +194,7 @@ def cmd_evaluate(args) -> int:
         prediction = evaluate(plan.scenario, plan.strategy)
         changes = prediction_changes(plan.saved_prediction, prediction)
         if args.json:
-            print(json.dumps({**prediction.to_dict(), "changed_since_saved": changes}, indent=2))
+            print(_json({**prediction.to_dict(), "changed_since_saved": changes}))
         else:
             print(render_predictions(plan.scenario, [prediction]))
             print()
@@ -142,25 +211,23 @@ def cmd_evaluate(args) -> int:
     for i, strategy in enumerate(strategies):
         predictions.append(evaluate(scenario, strategy, cost, field=f"strategies[{i}]"))
     if args.json:
-        print(json.dumps([p.to_dict() for p in predictions], indent=2))
+        print(_json([p.to_dict() for p in predictions]))
     else:
         print(render_predictions(scenario, predictions))
     return 0
 
 
 def cmd_plan(args) -> int:
-    from amp_tui.core.scenario import load_scenario
+    from amp_tui.core.planfile import open_scenario
     from amp_tui.core.search import search
 
     if args.top is not None and args.top < 1:
         raise SpecError("--top", args.top, "must be at least 1")
     if args.rank < 1:
         raise SpecError("--rank", args.rank, "must be at least 1")
-    if args.save and Path(args.save).is_dir():
-        raise SpecError("--save", Path(args.save), "is a folder; give the plan file's name")
-    if args.save and not args.force and Path(args.save).exists():
-        raise SpecError("--save", Path(args.save), "already exists (use --force to overwrite)")
-    scenario = load_scenario(args.scenario)
+    if args.save is not None:
+        _check_save_target(args.save, args.force)
+    scenario = open_scenario(args.scenario)[0]     # a plan file is checked whole, not just its scenario
     top = max(args.top or scenario.search.top, args.rank if args.save else 1)
     result = search(scenario, top=top)
     saved = None
@@ -172,7 +239,7 @@ def cmd_plan(args) -> int:
         saved = save_plan(args.save, scenario, result.strategies[args.rank - 1], overwrite=args.force)
     shown = args.top or scenario.search.top     # the search may have ranked more, for --rank
     if args.json:
-        print(json.dumps(result.to_dict(top=shown), indent=2))
+        print(_json(result.to_dict(top=shown)))
     else:
         print(render_search(result, shown))
     if saved:
@@ -180,10 +247,25 @@ def cmd_plan(args) -> int:
     return 0
 
 
+def _check_save_target(save: str, force: bool) -> None:
+    """Refuse a --save target before the search, rather than after it."""
+    from amp_tui.core.yamlio import path_exists
+
+    path = Path(save)
+    if not save.strip():
+        raise SpecError("--save", save, "give the plan file's name")
+    if path.is_dir():
+        raise SpecError("--save", path, "is a folder; give the plan file's name")
+    if not force and path_exists(path):
+        raise SpecError("--save", path, "already exists (use --force to overwrite)")
+    if not path.parent.is_dir():
+        raise SpecError("--save", path, f"folder {str(path.parent)!r} does not exist")
+
+
 def cmd_export(args) -> int:
+    from amp_tui.core.atomic import write_files
     from amp_tui.core.exports import export_plan
     from amp_tui.core.planfile import load_plan
-    from amp_tui.core.yamlio import atomic_write
 
     plan = load_plan(args.plan)
     export = export_plan(plan, args.format)
@@ -193,8 +275,7 @@ def cmd_export(args) -> int:
             folder.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise SpecError("-o", args.output, f"cannot create the folder ({exc.strerror})") from None
-        for name, text in export.files.items():
-            path = atomic_write(folder / name, text, overwrite=args.force)
+        for path in write_files(folder, export.files, overwrite=args.force, field="-o"):
             print(f"wrote {path}")
     else:
         for name, text in export.files.items():
@@ -219,7 +300,7 @@ def cmd_presets(args) -> int:
     listing["instances"] = {name: _describe_instance(name, fields) for name, fields in instance_catalog().items()}
     listing["gpus"] = {name: gpu.description or name for name, gpu in gpu_catalog().items()}
     if args.json:
-        print(json.dumps(listing, indent=2))
+        print(_json(listing))
         return 0
     for kind, entries in listing.items():
         print(f"{kind}:")
@@ -238,15 +319,17 @@ def _describe_instance(name: str, fields: dict) -> str:
 def cmd_bench(args) -> int:
     from amp_tui.core.bench import BENCHMARKS, render_bench, run_bench
 
-    if args.runs < 1:
-        raise SpecError("--runs", args.runs, "must be at least 1")
+    from amp_tui.core.limits import MAX_BENCH_RUNS
+
+    if not 1 <= args.runs <= MAX_BENCH_RUNS:
+        raise SpecError("--runs", args.runs, f"must be 1 to {MAX_BENCH_RUNS}")
     names = args.only or [b.scenario for b in BENCHMARKS]
     known = {b.scenario for b in BENCHMARKS}
     for name in names:
         if name not in known:
             raise SpecError("--only", name, f"not a benchmark; known: {', '.join(sorted(known))}")
     rows = run_bench(names, runs=args.runs, progress=None if args.json else lambda line: print(line, file=sys.stderr))
-    print(json.dumps(rows, indent=2) if args.json else render_bench(rows))
+    print(_json(rows) if args.json else render_bench(rows))
     return 0
 
 
@@ -345,6 +428,7 @@ def _stage_table(p) -> str:
 
 
 def render_search(result, top: int) -> str:
+    from amp_tui.core.limits import depths_not_searched
     from amp_tui.core.orders import ORDERS_NOTE
     from amp_tui.core.units import format_seconds
 
@@ -356,6 +440,10 @@ def render_search(result, top: int) -> str:
            f"evaluated, {st.pruned} pruned by bounds, {st.infeasible} out of memory"]
     if not st.all_node_orders:
         out.append(f"note: {ORDERS_NOTE}")
+    skipped = depths_not_searched(scenario.model.num_layers, scenario.cluster.num_gpus)
+    if skipped:
+        out.append(f"note: pipelines of {', '.join(map(str, skipped))} stages were not searched: with "
+                   f"{scenario.model.num_layers} layers their partition tables exceed amp-tui's limit (README, Limits)")
     out.append("")
     if not result.strategies:
         out.append("no strategy fits in memory; see the reasons below")

@@ -508,7 +508,10 @@ def test_toml_strings_are_escaped():
     plan = plan_for(scenario, Strategy(1, 2, 8, 1, None, (0,)))
     text = export_plan(plan, "torchtitan").files["torchtitan_job.toml"]
     config = tomllib.loads(text)
-    assert odd in config["job"]["description"]
+    # quotes and backslashes survive TOML's escaping; line breaks and control characters are shown
+    # as escapes, so the description stays one line (the name reaches comments too)
+    description = config["job"]["description"]
+    assert 'say "hi" \\ tab' in description and "\n" not in description and "\x01" not in description
     assert all(line.startswith("#") for line in text.splitlines()[:3])
 
 

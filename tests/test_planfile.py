@@ -65,7 +65,8 @@ def test_round_trip_gives_the_same_figures(name, top, tmp_path):
 def test_plan_file_fields(saved):
     path, scenario, prediction, text = saved
     data = load_yaml_file(path)
-    assert list(data) == ["format", "amp_tui_version", "created", "scenario", "strategy", "prediction"]
+    assert list(data) == ["format", "amp_tui_version", "created", "scenario", "strategy", "prediction", "end"]
+    assert data["end"] == PLAN_FORMAT and text.endswith(f"end: {PLAN_FORMAT}\n")
     assert data["format"] == PLAN_FORMAT
     assert data["amp_tui_version"] == __version__
     created = datetime.fromisoformat(data["created"])

@@ -147,13 +147,14 @@ def test_interleaving_needs_pipeline_stages(cases):
     assert flat.virtual_stages == 1 and flat.strategy.micro_batch_size == 1 and unsupported(flat) == []
     deep = cases["megatron-sc21-t1-39.1B"]     # pp = 2, depth not stated
     assert deep.virtual_stages is None
-    assert unsupported(deep) == ["needs the interleaved schedule", "interleaving depth not stated"]
+    assert unsupported(deep) == ["interleaving depth not stated"]
 
 
 def test_llmfoundry_fsdp_is_zero_3_and_shard_grad_op_is_zero_2(cases):
     full = cases["llmfoundry-L75"]
     assert (full.zero_stage, full.precision, full.recompute) == (3, "bf16", "full")
-    assert unsupported(full) == ["needs ZeRO-3 / FSDP"]
+    assert unsupported(full) == []          # the cost model honours ZeRO-3 now
+    assert full.scenario.training.framework == "fsdp"
     assert full.scenario.model.shape["flash_attention"] is True
     assert full.measured.time_basis == "derived" and full.measured.iteration_time_s == pytest.approx(16.268)
     grad_op = [c for c in cases.values() if c.source == "llmfoundry" and c.zero_stage == 2]
@@ -163,7 +164,7 @@ def test_llmfoundry_fsdp_is_zero_3_and_shard_grad_op_is_zero_2(cases):
 def test_nemo_gb300_run_maps_fp8_sp_and_interleaving(cases):
     case = cases["mbridge-26.06-DGX-GB300-LLAMA3.1_405B-main-L100"]
     assert (case.precision, case.zero_stage, case.sequence_parallel, case.virtual_stages) == ("fp8", 1, True, 4)
-    assert unsupported(case) == ["needs fp8", "needs sequence parallelism", "needs the interleaved schedule"]
+    assert unsupported(case) == []          # fp8, SP and interleaving are all honoured now
     gpu = case.scenario.cluster.nodes[0].gpu
     assert gpu.peak_flops_8 > gpu.peak_flops_16 > 0 and gpu.memory_bytes == pytest.approx(279e9)
     s = case.strategy

@@ -5,6 +5,7 @@ from __future__ import annotations
 from amp_tui.core.cost import CostModel, Prediction
 from amp_tui.core.errors import SpecError
 from amp_tui.core.knobs import resolve
+from amp_tui.core.limits import MAX_STRATEGIES, partition_table_fits
 from amp_tui.core.scenario import Scenario
 from amp_tui.core.strategy import Strategy, even_partition, parse_strategy, validate_strategy
 
@@ -28,6 +29,10 @@ def evaluate(scenario: Scenario, strategy: Strategy, cost: CostModel | None = No
     if partition is None:
         from amp_tui.core.partition import best_partition
 
+        if not partition_table_fits(candidate.num_layers, strategy.pp):
+            raise SpecError(f"{field}.partition", None, f"required: {strategy.pp} stages over {candidate.num_layers} "
+                                                        "layers are beyond the partition search's limit")
+
         partition = best_partition(candidate).partition or even_partition(candidate.num_layers, strategy.pp)
     return candidate.predict(partition)
 
@@ -39,4 +44,6 @@ def parse_strategy_list(data: object, source: str = "strategies") -> list[Strate
         data = [data]
     if not isinstance(data, list) or not data:
         raise SpecError(source, type(data).__name__, "expected a list of strategies (tp, pp, dp, micro_batch_size)")
+    if len(data) > MAX_STRATEGIES:
+        raise SpecError(source, f"{len(data):,} strategies", f"more than the limit of {MAX_STRATEGIES:,}")
     return [parse_strategy(entry, f"strategies[{i}]") for i, entry in enumerate(data)]

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from amp_tui.core.errors import SpecError
+from amp_tui.core.limits import MAX_TEXT_CHARS, check_name
 from amp_tui.core.presets import catalog
 from amp_tui.core.units import exact_bandwidth, exact_bytes, parse_bandwidth, parse_bytes, parse_number
 
@@ -67,7 +68,7 @@ def parse_gpu(value: object, field: str) -> GPU:
     if "memory" in value and "usable_memory" not in value:
         fields.pop("usable_memory", None)  # the base card's figure no longer applies
     fields.update({k: v for k, v in value.items() if k != "base"})
-    return _gpu_from_fields(str(fields.get("name") or base or "custom"), fields, field)
+    return _gpu_from_fields(check_name(fields.get("name") or base or "custom", f"{field}.name"), fields, field)
 
 
 def _gpu_from_fields(name: str, fields: dict, field: str) -> GPU:
@@ -102,7 +103,7 @@ def _gpu_from_fields(name: str, fields: dict, field: str) -> GPU:
         peak_flops_32=parse_number(fields["fp32_tflops"], f"{field}.fp32_tflops", positive=True) * 1e12,
         peak_fraction=float(peak_fraction),
         half_work=float(parse_number(efficiency.get("half_work", 131072), f"{field}.efficiency.half_work", minimum=0)),
-        description=str(fields.get("description", "")),
+        description=check_name(fields.get("description", ""), f"{field}.description", limit=MAX_TEXT_CHARS, text=True),
         precisions=tuple(precisions),
         peak_flops_8=(parse_number(fp8, f"{field}.fp8_tflops", positive=True) * 1e12 if fp8 is not None else 0.0),
     )

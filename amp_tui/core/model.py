@@ -14,6 +14,7 @@ from functools import cached_property
 import numpy as np
 
 from amp_tui.core.errors import SpecError
+from amp_tui.core.limits import MAX_LAYERS, MAX_TEXT_CHARS, check_figure, check_name
 from amp_tui.core.presets import load_preset
 from amp_tui.core.units import parse_bytes, parse_int, parse_number
 
@@ -142,6 +143,7 @@ def _parse_profile(value: object, field_name: str, repeat: int) -> dict:
         if not isinstance(by_tp, dict):
             raise SpecError(where, by_tp, "expected {tp: forward seconds per sample}")
         times: dict = {}
+        check_name(gpu, where)
         for tp, seconds in by_tp.items():
             tp_int = parse_int(tp, f"{where}.{tp}")
             if isinstance(seconds, list):
@@ -165,7 +167,7 @@ def parse_layer(value: object, field_name: str, defaults: dict) -> Layer:
     for key in _REQUIRED:
         if key not in value:
             raise SpecError(f"{field_name}.{key}", None, f"required ({_LAYER_NUMBERS[key]})")
-    repeat = parse_int(value.get("repeat", 1), f"{field_name}.repeat")
+    repeat = parse_int(value.get("repeat", 1), f"{field_name}.repeat", maximum=MAX_LAYERS)
     numbers = {key: _layer_number(value[key], key, f"{field_name}.{key}") for key in _LAYER_NUMBERS if key in value}
     numbers.setdefault("tokens", float(defaults["sequence_length"]))
     numbers.setdefault("width", float(defaults.get("hidden_size") or 0))
@@ -176,11 +178,12 @@ def parse_layer(value: object, field_name: str, defaults: dict) -> Layer:
         raise SpecError(f"{field_name}.expert_params", numbers["expert_params"], "cannot exceed params")
     if numbers.get("experts", 0) % 1:
         raise SpecError(f"{field_name}.experts", numbers["experts"], "expected a whole number of experts")
-    kind = str(value.get("kind", "other"))
-    if kind not in LAYER_KINDS:
+    kind = value.get("kind", "other")
+    if not isinstance(kind, str) or kind not in LAYER_KINDS:
         raise SpecError(f"{field_name}.kind", kind, f"expected one of {', '.join(LAYER_KINDS)}")
     profile = _parse_profile(value["profile"], f"{field_name}.profile", repeat) if "profile" in value else {}
-    return Layer(name=str(value.get("name", "layer")), repeat=repeat, kind=kind, profile=profile, **numbers)
+    name = check_name(value.get("name", "layer"), f"{field_name}.name")
+    return Layer(name=name, repeat=repeat, kind=kind, profile=profile, **numbers)
 
 
 _SHAPE_KEYS = ("hidden_size", "num_layers", "num_heads", "vocab_size", "ffn_hidden_size", "num_kv_heads",
@@ -202,15 +205,18 @@ def parse_model(value: object, bytes_per_element: int, field_name: str = "model"
         base = dict(load_preset("models", name))
         base.update({k: v for k, v in value.items() if k != "preset"})
         return parse_model(base, bytes_per_element, field_name)
-    name = str(value.get("name") or value.get("family") or "model")
-    description = str(value.get("description", ""))
+    name = check_name(value.get("name") or value.get("family") or "model", f"{field_name}.name")
+    description = check_name(value.get("description", ""), f"{field_name}.description", limit=MAX_TEXT_CHARS, text=True)
     if "family" in value:
         family = value["family"]
-        if family not in FAMILIES:
+        if not isinstance(family, str) or family not in FAMILIES:
             raise SpecError(f"{field_name}.family", family, f"expected one of {', '.join(FAMILIES)}")
         if "layers" in value:
             raise SpecError(f"{field_name}.layers", "...", "give either a family or explicit layers, not both")
+        if "num_layers" in value:     # before the family builds anything from it
+            parse_int(value["num_layers"], f"{field_name}.num_layers", maximum=MAX_LAYERS)
         shape, groups = build_family(family, value, bytes_per_element, field_name)
+        _check_size(groups, field_name)
         return Model(name=name, groups=groups, sequence_length=shape["sequence_length"], family=family,
                      shape=shape, description=description)
     if "layers" not in value:
@@ -225,8 +231,23 @@ def parse_model(value: object, bytes_per_element: int, field_name: str = "model"
     sequence_length = parse_int(value.get("sequence_length", 1), f"{field_name}.sequence_length")
     shape = {key: parse_int(value[key], f"{field_name}.{key}") for key in _SHAPE_KEYS if key in value}
     defaults = {"sequence_length": sequence_length, **shape}
+    if len(layers) > MAX_LAYERS:
+        raise SpecError(f"{field_name}.layers", f"{len(layers):,} layers", f"more than the limit of {MAX_LAYERS:,} layers")
     groups = tuple(parse_layer(layer, f"{field_name}.layers[{i}]", defaults) for i, layer in enumerate(layers))
+    _check_size(groups, field_name)
     if not any(layer.flops > 0 or layer.profile or layer.params > 0 for layer in groups):
         raise SpecError(f"{field_name}.layers", f"{len(groups)} layers",
                         "no layer has FLOPs, measured times or parameters, so there is no work to plan")
     return Model(name=name, groups=groups, sequence_length=sequence_length, shape=shape, description=description)
+
+
+def _check_size(groups: tuple[Layer, ...], field_name: str) -> None:
+    """At most MAX_LAYERS layers once repeated, and figures the cost model can add and multiply
+    without overflow (a family's figures are products of its hyperparameters)."""
+    total = sum(layer.repeat for layer in groups)
+    if total > MAX_LAYERS:
+        raise SpecError(f"{field_name}.layers", f"{total:,} layers after repeats", f"more than the limit of {MAX_LAYERS:,}")
+    for i, layer in enumerate(groups):
+        for key in _LAYER_NUMBERS:
+            value = getattr(layer, key)
+            check_figure(value, f"{field_name}.layers[{i}].{key}", value)

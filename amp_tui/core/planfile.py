@@ -8,11 +8,12 @@ A plan is what `amp-tui plan --save` writes and what `amp-tui evaluate` and `amp
     scenario: {...}      # Scenario.to_dict(): presets resolved, so the file stands alone
     strategy: {...}      # tp, pp, dp, micro_batch_size, partition, placement (all required)
     prediction: {...}    # the figures predicted when the plan was saved
+    end: amp-tui/plan/1  # the last line: a file without it was cut short
 
-The sections are written in that order on purpose: a file cut short anywhere before the prediction
-lacks `strategy` or `prediction` (or has a partition or placement that no longer checks out), so
-`load_plan` refuses it. The saved prediction is only a record; `amp-tui evaluate` recomputes it
-and `prediction_changes` says what moved.
+The sections are written in that order on purpose: a file cut short anywhere lacks `end` (or more),
+so `load_plan` refuses it, whatever else survived. The saved prediction is checked for shape and
+kind (every figure a finite number, one entry per stage) but is only a record: `amp-tui evaluate`
+recomputes it and `prediction_changes` says what moved.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ import numpy as np
 
 from amp_tui import __version__
 from amp_tui.core.cost import Prediction
-from amp_tui.core.errors import SpecError
+from amp_tui.core.errors import SpecError, one_line
 from amp_tui.core.scenario import Scenario, load_scenario, parse_scenario, scenario_from_file
 from amp_tui.core.strategy import Strategy, parse_strategy, validate_strategy
 from amp_tui.core.units import format_bytes
@@ -34,7 +35,7 @@ from amp_tui.core.yamlio import atomic_write, dump_yaml, load_yaml_file
 
 PLAN_FORMAT = "amp-tui/plan/1"
 _FORMAT_PREFIX = "amp-tui/plan/"
-_PLAN_KEYS = ("format", "amp_tui_version", "created", "scenario", "strategy", "prediction")
+_PLAN_KEYS = ("format", "amp_tui_version", "created", "scenario", "strategy", "prediction", "end")
 _STRATEGY_KEYS = ("tp", "pp", "dp", "micro_batch_size", "partition", "placement")
 
 # The figures `prediction_changes` compares, in the order a person reads them, and how to show them.
@@ -67,6 +68,7 @@ def plan_dict(scenario: Scenario, prediction: Prediction, *, created: str | None
         "scenario": scenario.to_dict(),
         "strategy": strategy.to_dict(),
         "prediction": _plain(figures),
+        "end": PLAN_FORMAT,
     }
 
 
@@ -74,7 +76,7 @@ def save_plan(path: str | Path, scenario: Scenario, prediction: Prediction, *, o
     """Write the plan atomically. An existing file is kept (SpecError) unless `overwrite`."""
     data = plan_dict(scenario, prediction)
     strategy = prediction.strategy
-    header = (f"# amp-tui plan for {scenario.name}: tp={strategy.tp} pp={strategy.pp} dp={strategy.dp} "
+    header = (f"# amp-tui plan for {one_line(scenario.name)}: tp={strategy.tp} pp={strategy.pp} dp={strategy.dp} "
               f"micro-batch {strategy.micro_batch_size}, predicted {prediction.iteration_time_s:.4g} s per iteration.\n"
               f"# Re-check with `amp-tui evaluate FILE`; turn into engine settings with `amp-tui export FILE`.\n")
     return atomic_write(path, header + dump_yaml(data), overwrite=overwrite)
@@ -96,7 +98,11 @@ def open_scenario(name_or_path: str) -> tuple[Scenario, Plan | None]:
     """A scenario preset, a scenario file or a plan file, read once; for a plan file, the checked
     plan too (a damaged plan is refused, not opened as a bare scenario)."""
     path = Path(name_or_path)
-    if not path.is_file():
+    try:
+        is_file = path.is_file()
+    except (OSError, ValueError):       # a name too long to be a file: perhaps a preset
+        is_file = False
+    if not is_file:
         return load_scenario(name_or_path), None   # a preset, or the missing file's error
     data = load_yaml_file(path)
     if is_plan(data):
@@ -141,6 +147,9 @@ def _parse_plan(data: object) -> Plan:
     validate_strategy(scenario, strategy, "strategy")
     prediction = data["prediction"]
     _check_prediction(prediction, strategy)
+    if data.get("end") != PLAN_FORMAT:
+        raise SpecError("end", data.get("end"), f"missing or damaged: the file is cut short (a plan's last line "
+                                                f"is `end: {PLAN_FORMAT}`)")
     created = data.get("created", "")
     return Plan(scenario=scenario, strategy=strategy, saved_prediction=prediction,
                 version=str(data.get("amp_tui_version", "unknown")),
@@ -159,6 +168,27 @@ def _check_prediction(prediction: dict, strategy: Strategy) -> None:
     if stages is not None and (not isinstance(stages, list) or len(stages) != strategy.pp):
         raise SpecError("prediction.stages", f"{len(stages) if isinstance(stages, list) else stages}",
                         f"expected {strategy.pp} stages, one per pipeline stage")
+    for i, stage in enumerate(stages or []):
+        if not isinstance(stage, dict):
+            raise SpecError(f"prediction.stages[{i}]", stage, "expected a mapping of the stage's figures")
+    _check_figures(prediction, "prediction")
+
+
+def _check_figures(value: object, field: str) -> None:
+    """Every figure in a saved prediction is a number (finite, or the infinity of a stage that does not
+    fit), true/false, text or a list or mapping of those."""
+    if isinstance(value, dict):
+        for key, item in value.items():
+            _check_figures(item, f"{field}.{key}")
+    elif isinstance(value, list):
+        for i, item in enumerate(value):
+            _check_figures(item, f"{field}[{i}]")
+    elif isinstance(value, float) and math.isnan(value):
+        raise SpecError(field, value, "not a number")
+    elif isinstance(value, int) and not isinstance(value, bool) and abs(value) > 2**63:
+        raise SpecError(field, value, "too large to be a saved figure")
+    elif value is not None and not isinstance(value, (bool, int, float, str)):
+        raise SpecError(field, value, "expected a figure")
 
 
 def prediction_changes(saved: dict, new: Prediction, rel_tol: float = 1e-9) -> list[str]:

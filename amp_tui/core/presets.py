@@ -40,15 +40,16 @@ def preset_names(kind: str) -> list[str]:
 
 
 def preset_path(kind: str, name: str) -> Path:
-    path = presets_dir() / kind / f"{name}.yaml"
-    if not path.is_file():
+    # Only a listed name: `../x` or an absolute path is not a preset.
+    if not isinstance(name, str) or name not in preset_names(kind):
         known = ", ".join(preset_names(kind))
         raise SpecError(kind[:-1], name, f"no such preset; known: {known}")
-    return path
+    return presets_dir() / kind / f"{name}.yaml"
 
 
 def load_preset(kind: str, name: str) -> dict:
     """A preset's mapping, a fresh copy each time: callers may change it."""
+    preset_path(kind, name)     # refuses an unknown name (or a list) before the cache sees it
     return copy.deepcopy(_load_preset(kind, name))
 
 

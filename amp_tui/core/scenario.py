@@ -10,12 +10,13 @@ from pathlib import Path
 
 from amp_tui.core.errors import SpecError
 from amp_tui.core.hardware import GPU, gpu_catalog, instance_catalog, parse_gpu
+from amp_tui.core.limits import MAX_GPUS, MAX_TEXT_CHARS, check_name
 from amp_tui.core.model import Model, parse_model
 from amp_tui.core.params import FRAMEWORKS, LINK_CLASSES, Calibration, ModelParams, parse_calibration
 from amp_tui.core.presets import load_preset, preset_names
 from amp_tui.core.memory import DEFAULT_STATE_BYTES
 from amp_tui.core.units import exact_bandwidth, exact_bytes, parse_bandwidth, parse_bytes, parse_int, parse_number
-from amp_tui.core.yamlio import load_yaml_file
+from amp_tui.core.yamlio import load_yaml_file, path_exists
 
 # Bytes per element of weights and activations; fp8 trains with bf16 tensors and fp8 matrix multiplies.
 PRECISIONS = {"fp16": 2, "bf16": 2, "fp32": 4, "fp8": 2}
@@ -209,6 +210,7 @@ def parse_node_group(value: object, field_name: str) -> NodeGroup:
     fields: dict = {}
     instance = value.get("instance")
     if instance is not None:
+        instance = check_name(instance, f"{field_name}.instance")
         entry = instance_catalog().get(instance)
         if entry is None:
             raise SpecError(f"{field_name}.instance", instance, f"unknown instance; known: {', '.join(instance_catalog())}")
@@ -217,9 +219,9 @@ def parse_node_group(value: object, field_name: str) -> NodeGroup:
     for key in ("gpu", "gpus_per_node", "intra_node_bandwidth", "inter_node_bandwidth"):
         if key not in fields:
             raise SpecError(f"{field_name}.{key}", None, "required when no instance is given")
-    gpus_per_node = parse_int(fields["gpus_per_node"], f"{field_name}.gpus_per_node")
+    gpus_per_node = parse_int(fields["gpus_per_node"], f"{field_name}.gpus_per_node", maximum=MAX_GPUS)
     return NodeGroup(
-        count=parse_int(fields.get("count", 1), f"{field_name}.count"),
+        count=parse_int(fields.get("count", 1), f"{field_name}.count", maximum=MAX_GPUS),
         gpu=parse_gpu(fields["gpu"], f"{field_name}.gpu"),
         gpus_per_node=gpus_per_node,
         intra_node_bandwidth=parse_bandwidth(fields["intra_node_bandwidth"], f"{field_name}.intra_node_bandwidth"),
@@ -246,7 +248,15 @@ def parse_cluster(value: object, field_name: str = "cluster") -> Cluster:
     if not isinstance(nodes, list) or not nodes:
         raise SpecError(f"{field_name}.nodes", nodes, "expected a non-empty list of node groups")
     groups = tuple(parse_node_group(node, f"{field_name}.nodes[{i}]") for i, node in enumerate(nodes))
-    return Cluster(nodes=groups, name=str(value.get("name", "cluster")), description=str(value.get("description", "")))
+    gpus = sum(group.num_gpus for group in groups)
+    if gpus > MAX_GPUS:
+        raise SpecError(f"{field_name}.nodes", f"{gpus:,} GPUs", f"more than the limit of {MAX_GPUS:,} GPUs")
+    return Cluster(nodes=groups, name=check_name(value.get("name", "cluster"), f"{field_name}.name"),
+                   description=_text(value, f"{field_name}.description"))
+
+
+def _text(value: dict, field_name: str) -> str:
+    return check_name(value.get("description", ""), field_name, limit=MAX_TEXT_CHARS, text=True)
 
 
 def parse_training(value: object, field_name: str = "training") -> Training:
@@ -312,8 +322,8 @@ def parse_scenario(value: object) -> Scenario:
     cluster = parse_cluster(value["cluster"])
     _check_precision(training.precision, cluster)
     return Scenario(
-        name=str(value.get("name", "scenario")),
-        description=str(value.get("description", "")),
+        name=check_name(value.get("name", "scenario"), "name"),
+        description=_text(value, "description"),
         cluster=cluster,
         model=parse_model(value["model"], training.bytes_per_element),
         training=training,
@@ -334,7 +344,7 @@ def _check_precision(precision: str, cluster: Cluster) -> None:
 def load_scenario(name_or_path: str) -> Scenario:
     """A scenario preset name, or a path to a scenario file (a plan file also holds a scenario)."""
     path = Path(name_or_path)
-    if path.suffix in (".yaml", ".yml") or path.exists():
+    if path.suffix in (".yaml", ".yml") or path_exists(path):
         return scenario_from_file(load_yaml_file(path))
     if name_or_path in preset_names("scenarios"):
         return parse_scenario(load_preset("scenarios", name_or_path))
@@ -344,6 +354,11 @@ def load_scenario(name_or_path: str) -> Scenario:
 
 def scenario_from_file(data: object) -> Scenario:
     """The scenario in a loaded scenario file, or in a plan file's `scenario` section."""
+    if isinstance(data, dict) and ("strategy" in data or "prediction" in data):
+        fmt = data.get("format")
+        if not (isinstance(fmt, str) and fmt.startswith("amp-tui/plan/")):
+            # A plan whose format line is gone or foreign: say so, rather than ask for strategies.
+            raise SpecError("format", fmt, "not an amp-tui plan format; a plan file starts with format: amp-tui/plan/1")
     if isinstance(data, dict) and isinstance(data.get("scenario"), dict):
         data = data["scenario"]
     return parse_scenario(data)

@@ -8,6 +8,7 @@ partition search are exact, so pruning never drops a strategy that belongs in th
 
 from __future__ import annotations
 
+import functools
 import heapq
 import math
 import time
@@ -19,6 +20,7 @@ import numpy as np
 from amp_tui.core.cost import Candidate, CostModel, Prediction, over_capacity
 from amp_tui.core.errors import Cancelled
 from amp_tui.core.knobs import Knobs, default_knobs, knob_choices
+from amp_tui.core.limits import partition_table_fits
 from amp_tui.core.orders import NodeOrders, node_orders
 from amp_tui.core.partition import INF, SegmentTables, even_split_memory, partitions_fit, solve
 from amp_tui.core.scenario import Scenario
@@ -84,8 +86,14 @@ PREPARATION = 0.2  # share of the progress bar for enumerating and bounding cand
 FLOOR_BATCH = 128  # candidates bounded in one vectorised pass, between cancellation polls
 
 
-def divisors(n: int) -> list[int]:
-    return [d for d in range(1, n + 1) if n % d == 0]
+@functools.lru_cache(maxsize=256)
+def divisors(n: int, up_to: int | None = None) -> tuple[int, ...]:
+    """The divisors of n (those up to `up_to`), ascending; by trial division up to sqrt(n), or up to
+    `up_to` when that is smaller, so that a batch of 10^12 costs no more than a GPU count."""
+    if up_to is not None and up_to * up_to < n:
+        return tuple(d for d in range(1, up_to + 1) if n % d == 0)
+    small = [d for d in range(1, math.isqrt(n) + 1) if n % d == 0]
+    return tuple(d for d in sorted(set(small + [n // d for d in small])) if up_to is None or d <= up_to)
 
 
 def tp_degrees(scenario: Scenario) -> list[int]:
@@ -124,12 +132,12 @@ def enumerate_candidates(scenario: Scenario, orders: NodeOrders | None = None, k
                 break
             if v > 1 and pp == 1:
                 continue
+            if not partition_table_fits(layers, pp):    # limits.py: bounded memory per candidate
+                continue
             dp = n // (tp * cp * pp)
             if gbs % dp:
                 continue
-            for mbs in divisors(gbs // dp):
-                if mbs > scenario.search.max_micro_batch_size:
-                    break
+            for mbs in divisors(gbs // dp, up_to=scenario.search.max_micro_batch_size):
                 if v > 1 and (gbs // (dp * mbs)) % pp:   # Megatron: micro-batches a multiple of pp
                     continue
                 for order in (orders if pp > 1 or dp > 1 else orders[:1]):

@@ -9,6 +9,7 @@ import math
 import re
 
 from amp_tui.core.errors import SpecError
+from amp_tui.core.limits import MAX_BANDWIDTH, MAX_FIGURE, MAX_WHOLE_NUMBER, MIN_BANDWIDTH, check_figure
 
 _NUMBER = r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?"
 _QUANTITY = re.compile(rf"^\s*({_NUMBER})\s*([A-Za-z/]*)\s*$")
@@ -25,9 +26,10 @@ _BYTES = {
 }
 
 
-def parse_number(value: object, field: str, *, minimum: float | None = None,
-                 positive: bool = False, integer: bool = False) -> float | int:
-    """A finite number (YAML float, int, or numeric string), checked against the bounds."""
+def parse_number(value: object, field: str, *, minimum: float | None = None, positive: bool = False,
+                 integer: bool = False, maximum: float | None = None) -> float | int:
+    """A finite number (YAML float, int, or numeric string), checked against the bounds and the
+    representable range of limits.py."""
     if isinstance(value, bool) or value is None:
         raise SpecError(field, value, "expected a number")
     if isinstance(value, str):
@@ -35,7 +37,11 @@ def parse_number(value: object, field: str, *, minimum: float | None = None,
             number: float = float(value.strip().replace("_", ""))
         except ValueError:
             raise SpecError(field, value, "expected a number") from None
-    elif isinstance(value, (int, float)):
+    elif isinstance(value, int):
+        if abs(value) > MAX_FIGURE:      # before float(), which a 400-digit integer overflows
+            raise SpecError(field, value, f"too large (the limit is {MAX_FIGURE:g})")
+        number = value
+    elif isinstance(value, float):
         number = value
     else:
         raise SpecError(field, value, "expected a number")
@@ -49,11 +55,14 @@ def parse_number(value: object, field: str, *, minimum: float | None = None,
         raise SpecError(field, value, "must be greater than 0")
     if minimum is not None and number < minimum:
         raise SpecError(field, value, f"must be at least {minimum:g}")
+    if maximum is not None and number > maximum:
+        raise SpecError(field, value, f"must be at most {maximum:,}" if integer else f"must be at most {maximum:g}")
+    check_figure(number, field, value)
     return number
 
 
-def parse_int(value: object, field: str, *, minimum: int = 1) -> int:
-    return int(parse_number(value, field, integer=True, minimum=minimum))
+def parse_int(value: object, field: str, *, minimum: int = 1, maximum: int = MAX_WHOLE_NUMBER) -> int:
+    return int(parse_number(value, field, integer=True, minimum=minimum, maximum=maximum))
 
 
 _BANDWIDTH_NAMES = "Gbps, Gb/s, Mbps, Tbps, GB/s, GBps, MB/s, GiB/s"
@@ -76,6 +85,8 @@ def _bandwidth_scale(unit: str) -> float | None:
 
 def _parse_quantity(value: object, field: str, table, default_unit: str,
                     kind: str, names: str, example: str, allow_zero: bool = False) -> float:
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) > MAX_FIGURE:
+        raise SpecError(field, value, f"too large (the limit is {MAX_FIGURE:g})")
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         number, unit = float(value), default_unit
     elif isinstance(value, str):
@@ -88,9 +99,14 @@ def _parse_quantity(value: object, field: str, table, default_unit: str,
     scale = table(unit) if callable(table) else table.get(unit.lower())
     if scale is None:
         raise SpecError(field, value, f"unknown unit {unit!r}; use one of {names}")
-    if not math.isfinite(number) or number < 0 or (number == 0 and not allow_zero):
+    if math.isnan(number) or number < 0 or (number == 0 and not allow_zero):
         raise SpecError(field, value, f"{kind} must be {'at least' if allow_zero else 'greater than'} 0")
-    return number * scale
+    result = number * scale
+    if kind == "bandwidth" and not MIN_BANDWIDTH <= result <= MAX_BANDWIDTH:
+        raise SpecError(field, value, f"outside the range amp-tui plans for ({format_bandwidth(MIN_BANDWIDTH)} "
+                                      f"to {format_bandwidth(MAX_BANDWIDTH)})")
+    check_figure(result, field, value)
+    return result
 
 
 def parse_bandwidth(value: object, field: str) -> float:
@@ -127,7 +143,7 @@ def _shortest_exact(value: float, units: tuple, fallback):
 
 def format_bandwidth(bytes_per_s: float) -> str:
     gbps = bytes_per_s * 8 / 1e9
-    return f"{gbps:g} Gbps" if gbps >= 1 else f"{gbps * 1000:g} Mbps"
+    return f"{gbps:g} Gbps" if gbps >= 1 else f"{gbps * 1000:g} Mbps" if gbps >= 1e-3 else f"{gbps * 1e6:g} kbps"
 
 
 def format_bytes(num_bytes: float) -> str:

@@ -8,6 +8,8 @@ pushes the old one on the undo stack, swaps, and reruns the search in a backgrou
 
 from __future__ import annotations
 
+import os
+import sys
 import time
 from collections.abc import Iterable
 from pathlib import Path
@@ -345,6 +347,12 @@ class AmpApp(App):
         if target is not None:
             self.call_after_refresh(target.focus)
 
+    async def action_quit(self) -> None:
+        # Stop the search first: it shares the GIL with the shutdown, which it would slow down.
+        self._generation += 1
+        self.workers.cancel_group(self, "search")
+        self.exit()
+
     def action_help(self) -> None:
         self.push_screen(HelpScreen())
 
@@ -511,4 +519,16 @@ def load_target(target: str | None) -> tuple[Scenario, Strategy | None]:
 def run_app(target: str | None) -> None:
     """Open the dashboard. A bad target raises SpecError before the terminal is taken over."""
     scenario, preferred = load_target(target)
-    AmpApp(scenario, preferred=preferred).run()
+    app = AmpApp(scenario, preferred=preferred)
+    app.run()
+    _leave_now(app.return_code or 0)
+
+
+def _leave_now(code: int) -> None:
+    """Quit means quit: a search thread finishing its current step (it is cancelled, but a step can
+    take seconds on a large model) would keep the process alive after the screen is restored, and
+    tearing down the interpreter takes a few hundred ms more. The terminal is restored, the search's
+    result is not wanted and nothing is being written (saves run on the UI thread), so leave at once."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)

@@ -10,6 +10,7 @@ import copy
 from collections.abc import Callable
 
 from amp_tui.core.errors import SpecError
+from amp_tui.core.limits import MAX_LAYERS
 from amp_tui.core.hardware import instance_catalog
 from amp_tui.core.model import Model
 from amp_tui.core.scenario import Scenario, parse_scenario
@@ -116,7 +117,7 @@ def set_layer_field(scenario: Scenario, group: int, key: str, value: object) -> 
     """One field of layer group `group`. A new repeat count also resizes per-copy measured times
     (dropping the extra copies' times, or giving new copies the mean of the measured ones)."""
     if key == "repeat":
-        repeat = parse_int(value, f"model.layers[{group}].repeat")
+        repeat = parse_int(value, f"model.layers[{group}].repeat", maximum=MAX_LAYERS)  # before lists that long
 
         def change(layers: list) -> None:
             layers[group]["repeat"] = repeat

@@ -8,10 +8,12 @@ is the caller's job (the CLI writes each one atomically).
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 
 from amp_tui.core.errors import SpecError
-from amp_tui.core.planfile import Plan
+from amp_tui.core.evaluate import evaluate
+from amp_tui.core.planfile import Plan, prediction_changes
 
 EXPORT_FORMATS = ("megatron", "deepspeed", "torchrun", "rankmap", "torchtitan")
 
@@ -29,6 +31,14 @@ def export_plan(plan: Plan, fmt: str) -> Export:
 
     exporters = {"megatron": megatron.export, "deepspeed": deepspeed.export, "torchtitan": torchtitan.export,
                  "torchrun": torchrun.export, "rankmap": rankmap.export}
-    if fmt not in exporters:
+    if not isinstance(fmt, str) or fmt not in exporters:
         raise SpecError("format", fmt, f"expected one of {', '.join(EXPORT_FORMATS)}")
-    return exporters[fmt](plan)
+    # The saved prediction is a record, not trusted: the files carry today's figures, and the notes
+    # say when they differ from the saved ones.
+    fresh = evaluate(plan.scenario, plan.strategy)
+    changes = prediction_changes(plan.saved_prediction, fresh)
+    export = exporters[fmt](dataclasses.replace(plan, saved_prediction=fresh.to_dict()))
+    if changes:
+        export.notes.insert(0, "the plan's saved prediction differs from a re-evaluation (" + "; ".join(changes)
+                            + "); the files use the re-evaluated figures")
+    return export

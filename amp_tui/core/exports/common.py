@@ -3,6 +3,11 @@
 Rank order is Megatron-LM / DeepSpeed's, the one the cost model assumed: global rank
 r = tp_rank + tp * (dp_rank + dp * stage), ranks handed out node by node in the plan's placement
 order. The layout comes from `build_layout`, so an export cannot disagree with the prediction.
+
+Names (scenario, model, GPU, instance) reach the generated files only through `summary`,
+`NodeSlot.describe` and `comment`, which keep them on one line: scenario validation refuses line
+breaks in names, and these escape any that get past it, so that no name can end a comment line.
+Values in shell commands are quoted with shlex.quote; JSON and CSV are written by their modules.
 """
 
 from __future__ import annotations
@@ -12,6 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from amp_tui import __version__
+from amp_tui.core.errors import one_line
 from amp_tui.core.placement import Layout, build_layout
 from amp_tui.core.planfile import Plan
 
@@ -35,7 +41,7 @@ class NodeSlot:
 
     def describe(self) -> str:
         stages = ", ".join(str(s) for s in self.stages)
-        return (f"{self.hostname}: node group {self.group}, {self.label}, {self.gpus} x {self.gpu}, "
+        return comment(f"{self.hostname}: node group {self.group}, {self.label}, {self.gpus} x {self.gpu}, "
                 f"ranks {self.first_rank}-{self.first_rank + self.gpus - 1}, "
                 f"stage{'s' if len(self.stages) > 1 else ''} {stages}")
 
@@ -85,9 +91,19 @@ def summary(plan: Plan) -> str:
     s = plan.strategy
     seconds = plan.saved_prediction.get("iteration_time_s")
     predicted = f", predicted {seconds:.4g} s per iteration" if isinstance(seconds, (int, float)) else ""
-    return (f"amp-tui {__version__} plan for {plan.scenario.name}: tp={s.tp} pp={s.pp} dp={s.dp}, "
+    return comment(f"amp-tui {__version__} plan for {plan.scenario.name}: tp={s.tp} pp={s.pp} dp={s.dp}, "
             f"micro-batch {s.micro_batch_size}, global batch {plan.scenario.training.global_batch_size}"
             f"{predicted}")
+
+
+def comment(text: str) -> str:
+    """`text` safe to follow a `#` in a shell, Python or hostfile comment: one line, no control characters."""
+    return one_line(text, limit=1000)
+
+
+def python_string_text(text: str) -> str:
+    """`text` safe inside a Python triple-quoted string: one line, quotes and backslashes escaped."""
+    return comment(text).replace("\\", "\\\\").replace('"', '\\"')
 
 
 def num_micro_batches(plan: Plan) -> int:

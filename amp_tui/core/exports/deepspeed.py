@@ -23,7 +23,7 @@ import json
 
 from amp_tui.core.errors import SpecError
 from amp_tui.core.exports import Export
-from amp_tui.core.exports.common import nodes, num_micro_batches, stage_bounds, summary
+from amp_tui.core.exports.common import nodes, num_micro_batches, python_string_text, stage_bounds, summary
 from amp_tui.core.knobs import Knobs, resolve
 from amp_tui.core.planfile import Plan
 
@@ -172,7 +172,7 @@ def export(plan: Plan) -> Export:
                      f"data-parallel size {s.dp}, not the world size.")
     if s.pp > 1:
         files["planned_pipeline.py"] = _MODULE_TEMPLATE.format(
-            summary=summary(plan), num_layers=partition["num_layers"], pp=s.pp, tp=s.tp, dp=s.dp,
+            summary=python_string_text(summary(plan)), num_layers=partition["num_layers"], pp=s.pp, tp=s.tp, dp=s.dp,
             checkpoint_interval=partition["activation_checkpoint_interval"], parts=partition["parts"])
         notes.append(
             f"pipeline_partition.json: parts {partition['parts']} are the stage boundaries over the plan's "

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 
 from amp_tui.core.cost import CostModel, Prediction
 from amp_tui.core.exports import Export
+from amp_tui.core.exports.common import comment as one_line_comment
 from amp_tui.core.exports.common import num_micro_batches, summary
 from amp_tui.core.knobs import Knobs, resolve
 from amp_tui.core.model import Model
@@ -187,7 +188,7 @@ def export(plan: Plan) -> Export:
         "MEGATRON_ARGS=(",
     ]
     for comment, args in sections:
-        lines.append(f"  # {comment}")
+        lines.append(f"  # {one_line_comment(comment)}")
         lines += ["  " + " ".join(shlex.quote(token) for token in flag) for flag in _flags(args)]
     lines += [")", ""]
     notes.insert(0, f"megatron_args.sh defines MEGATRON_ARGS for {script}; add your data, tokenizer, learning-rate "

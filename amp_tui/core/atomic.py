@@ -1,0 +1,191 @@
+"""Atomic writes of one file or of a set of files into one folder: all of them or none.
+
+Every target is checked before anything is written. The new contents are written and flushed to
+disk as unnamed files in the target folder (Linux O_TMPFILE), so a process killed at any moment
+before the commit leaves nothing behind; the commit then gives each its name with a link or a
+rename, back to back. Where unnamed files are not supported, a hidden staging folder in the target
+folder takes their place and is removed on every exit path Python sees (errors, Ctrl-C, SIGTERM
+once the CLI turns it into an exception). An overwritten file keeps its permission bits.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import stat
+import tempfile
+from pathlib import Path
+
+from amp_tui.core.errors import SpecError
+
+_TAG = ".amp-tui-"        # in every temporary name, so that leftovers are recognisable
+
+
+def atomic_write(path: str | Path, text: str, *, overwrite: bool = True, field: str = "file") -> Path:
+    """Write `text` to `path` atomically. With `overwrite=False` an existing file is kept and a
+    SpecError names it."""
+    path = Path(path)
+    return write_files(path.parent, {path.name: text}, overwrite=overwrite, field=field)[0]
+
+
+def write_files(folder: str | Path, files: dict[str, str], *, overwrite: bool = True,
+                field: str = "file") -> list[Path]:
+    """Write every `files` entry (name -> text) into `folder`, all or none. Errors name `field`."""
+    folder = Path(folder) if str(folder) else Path(".")
+    targets = [folder / name for name in files]
+    _check_targets(folder, targets, overwrite, field)
+    blobs = [text.encode("utf-8") for text in files.values()]   # a bad text fails before any write
+    with _Staging(folder, field) as staging:
+        for target, blob in zip(targets, blobs):
+            staging.add(target, blob, _mode_for(target))
+        staging.commit(overwrite)
+    return targets
+
+
+def _check_targets(folder: Path, targets: list[Path], overwrite: bool, field: str) -> None:
+    if not folder.is_dir():
+        raise SpecError(field, targets[0] if len(targets) == 1 else folder,
+                        f"folder {str(folder)!r} does not exist")
+    for target in targets:
+        if target.is_dir():
+            raise SpecError(field, target, "is a folder, not a file")
+        if os.path.lexists(target) and not overwrite:
+            raise SpecError(field, target, "already exists (use --force to overwrite)")
+        if os.path.lexists(target) and not target.is_file():
+            raise SpecError(field, target, "exists and is not a regular file")
+
+
+def _mode_for(target: Path) -> int:
+    try:
+        return stat.S_IMODE(os.stat(target).st_mode)    # keep an overwritten file's permissions
+    except OSError:
+        mask = os.umask(0)
+        os.umask(mask)
+        return 0o666 & ~mask                             # what open() would give a new file
+
+
+class _Staging:
+    """New contents waiting to be committed: unnamed files, or files in a hidden staging folder."""
+
+    def __init__(self, folder: Path, field: str):
+        self.folder, self.field = folder, field
+        self.entries: list[tuple[Path, int | None, Path | None]] = []   # (target, fd, staged path)
+        self.staging_dir: Path | None = None
+        self.named: list[Path] = []          # temporary names given during the commit
+
+    def __enter__(self) -> "_Staging":
+        return self
+
+    def add(self, target: Path, blob: bytes, mode: int) -> None:
+        fd = self._unnamed(mode)
+        staged = None
+        if fd is None:
+            if self.staging_dir is None:
+                self.staging_dir = Path(self._guard(tempfile.mkdtemp, prefix=_TAG, dir=self.folder))
+            staged = self.staging_dir / target.name
+            fd = self._guard(os.open, staged, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        self.entries.append((target, fd, staged))
+        self._guard(os.fchmod, fd, mode)
+        view = memoryview(blob)
+        while view:
+            view = view[self._guard(os.write, fd, view):]
+        self._guard(os.fsync, fd)
+
+    def _unnamed(self, mode: int) -> int | None:
+        if not hasattr(os, "O_TMPFILE") or not os.path.isdir("/proc/self/fd"):
+            return None
+        try:
+            return os.open(self.folder, os.O_TMPFILE | os.O_WRONLY, mode)
+        except OSError:
+            return None         # a file system without unnamed files: use the staging folder
+
+    def commit(self, overwrite: bool) -> None:
+        done: list[tuple[Path, Path | None]] = []      # (target, backup of the file it replaced)
+        target = self.folder
+        try:
+            for target, fd, staged in self.entries:
+                if not overwrite:
+                    self._link(fd, staged, target)      # fails, not clobbers, if the name appeared
+                    done.append((target, None))
+                    continue
+                backup = self._backup(target)
+                source = staged
+                if staged is None:
+                    source = self.folder / f".{target.name}{_TAG}{os.getpid()}.tmp"
+                    self.named.append(source)
+                    self._link(fd, None, source)
+                os.replace(source, target)
+                done.append((target, backup))
+        except BaseException as exc:
+            if len(self.entries) > 1:            # one file: the rename either happened or not
+                self._roll_back(done)
+            if isinstance(exc, FileExistsError) and not overwrite:
+                raise SpecError(self.field, target, "already exists (use --force to overwrite)") from None
+            if isinstance(exc, OSError):
+                raise SpecError(self.field, target, f"cannot be written ({exc.strerror or exc})") from None
+            raise
+        _sync_folder(self.folder)
+
+    def _link(self, fd: int, staged: Path | None, name: Path) -> None:
+        if staged is not None:
+            os.link(staged, name)
+            return
+        # An unnamed file gets its name through /proc; CPython calls linkat with AT_SYMLINK_FOLLOW,
+        # which that needs, only when given a folder descriptor.
+        folder = os.open(name.parent, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            os.link(f"/proc/self/fd/{fd}", name.name, dst_dir_fd=folder, follow_symlinks=True)
+        finally:
+            os.close(folder)
+
+    def _backup(self, target: Path) -> Path | None:
+        """A second name for the file about to be replaced, so that a failed commit can put it back;
+        only kept when there is more than one file to commit."""
+        if len(self.entries) == 1 or not target.exists():
+            return None
+        backup = self.folder / f".{target.name}{_TAG}{os.getpid()}.old"
+        os.link(target, backup)
+        self.named.append(backup)
+        return backup
+
+    def _roll_back(self, done: list[tuple[Path, Path | None]]) -> None:
+        for target, backup in reversed(done):
+            try:
+                if backup is None:
+                    os.unlink(target)
+                else:
+                    os.replace(backup, target)
+            except OSError:
+                pass
+
+    def _guard(self, call, *args, **kwargs):
+        try:
+            return call(*args, **kwargs)
+        except OSError as exc:
+            raise SpecError(self.field, Path(exc.filename or self.folder),
+                            f"cannot be written ({exc.strerror or exc})") from None
+
+    def __exit__(self, *exc_info) -> None:
+        for _, fd, _ in self.entries:
+            if fd is not None:
+                os.close(fd)
+        for path in self.named:
+            try:
+                os.unlink(path)
+            except OSError:
+                pass
+        if self.staging_dir is not None:
+            shutil.rmtree(self.staging_dir, ignore_errors=True)
+
+
+def _sync_folder(folder: Path) -> None:
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
