@@ -265,17 +265,36 @@ def _prediction_row(scenario, p, rank: str, best: float | None) -> list[str]:
            + ("" if p.fits_memory else " OVER")]
     if best is not None:
         row.append(f"+{(p.iteration_time_s / best - 1) * 100:.1f}%" if p.iteration_time_s > best else "best")
-    row += [" ".join(str(n) for n in s.partition), _placement_text(scenario, s.placement)]
+    row += [_money(p.cost_per_hour_usd), _money(p.cost_per_million_tokens_usd),
+            " ".join(str(n) for n in s.partition), _placement_text(scenario, s.placement) + _idle_text(scenario, s)]
     return row
+
+
+def _money(value: float | None) -> str:
+    return "-" if value is None else f"${value:,.2f}"
+
+
+def _idle_text(scenario, strategy) -> str:
+    """'; idle: 1 x p3.8xlarge (group 2)' for the nodes a strategy leaves out."""
+    if not strategy.idle:
+        return ""
+    groups = scenario.cluster.nodes
+    return "; idle: " + ", ".join(f"{n} x {groups[g].label} (group {g})" for g, n in strategy.idle)
+
+
+def _cost_headers(scenario) -> list[str]:
+    from amp_tui.core.pricing import cost_unit
+
+    return ["$/hour", f"$/M {cost_unit(scenario)}"]
 
 
 def render_predictions(scenario, predictions) -> str:
     from amp_tui.core.units import format_seconds
 
     headers = ["#", "tp x pp x dp", "mbs", "B", "iteration", "samples/s", "fullest stage memory",
-               "partition", "placement"]
+               *_cost_headers(scenario), "partition", "placement"]
     rows = [_prediction_row(scenario, p, str(i + 1), None) for i, p in enumerate(predictions)]
-    out = [_summary(scenario), "", _table(headers, rows, {0, 2, 3, 4, 5})]
+    out = [_summary(scenario), "", _table(headers, rows, {0, 2, 3, 4, 5, 7, 8})]
     for i, p in enumerate(predictions):
         out.append("")
         out.append(f"strategy {i + 1}: {p.strategy.label}, micro-batch {p.strategy.micro_batch_size}: "
@@ -316,9 +335,9 @@ def render_search(result, top: int) -> str:
     else:
         best = result.strategies[0].iteration_time_s
         headers = ["rank", "tp x pp x dp", "mbs", "B", "iteration", "samples/s", "fullest stage memory", "gap",
-                   "partition", "placement"]
+                   *_cost_headers(scenario), "partition", "placement"]
         rows = [_prediction_row(scenario, p, str(i + 1), best) for i, p in enumerate(result.strategies[:top])]
-        out.append(_table(headers, rows, {0, 2, 3, 4, 5}))
+        out.append(_table(headers, rows, {0, 2, 3, 4, 5, 8, 9}))
     if result.baseline is not None:
         b = result.baseline
         out += ["", f"uniform baseline (even split, rank order): {b.strategy.label} micro-batch "

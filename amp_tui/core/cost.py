@@ -241,6 +241,8 @@ class Prediction:
     peak_memory_bytes: float
     stages: tuple[StagePrediction, ...]
     reason: str | None = None       # why it does not fit
+    cost_per_hour_usd: float | None = None            # see pricing.py; None: a used node has no price
+    cost_per_million_tokens_usd: float | None = None  # per million samples for a model without tokens
 
     @property
     def tightest_stage(self) -> "StagePrediction":
@@ -261,6 +263,10 @@ class Prediction:
             "steady_state_s": self.steady_state_s, "fill_drain_s": self.fill_drain_s,
             "dp_and_optimizer_s": self.dp_and_optimizer_s,
         })
+        out.update({"gpus_used": self.strategy.num_gpus,
+                    "idle": [{"group": group, "nodes": nodes} for group, nodes in self.strategy.idle or ()],
+                    "cost_per_hour_usd": self.cost_per_hour_usd,
+                    "cost_per_million_tokens_usd": self.cost_per_million_tokens_usd})
         if self.reason:
             out["reason"] = self.reason
         out["stages"] = [stage.to_dict() for stage in self.stages]

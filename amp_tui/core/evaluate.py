@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from amp_tui.core.cost import CostModel, Prediction
 from amp_tui.core.errors import SpecError
+from amp_tui.core.pricing import priced
 from amp_tui.core.scenario import Scenario
 from amp_tui.core.strategy import Strategy, even_partition, parse_strategy, validate_strategy
 
@@ -26,7 +27,7 @@ def evaluate(scenario: Scenario, strategy: Strategy, cost: CostModel | None = No
         from amp_tui.core.partition import best_partition
 
         partition = best_partition(candidate).partition or even_partition(candidate.num_layers, strategy.pp)
-    return candidate.predict(partition)
+    return priced(scenario, candidate.predict(partition))
 
 
 def parse_strategy_list(data: object, source: str = "strategies") -> list[Strategy]:

@@ -19,6 +19,7 @@ import numpy as np
 from amp_tui.core.cost import Candidate, CostModel, Prediction, over_capacity
 from amp_tui.core.errors import Cancelled
 from amp_tui.core.orders import NodeOrders, node_orders
+from amp_tui.core.pricing import priced
 from amp_tui.core.partition import INF, SegmentTables, even_split_memory, partitions_fit, solve
 from amp_tui.core.scenario import Scenario
 from amp_tui.core.strategy import Strategy, even_partition
@@ -345,11 +346,11 @@ def search(scenario: Scenario, *, top: int | None = None,
     for _, _, partition, candidate in ranked:
         if cancel():
             raise Cancelled
-        strategies.append(candidate.predict(partition))
+        strategies.append(priced(scenario, candidate.predict(partition)))
     baseline_prediction = None
     if baseline is not None:
         candidate = baseline[2]
-        baseline_prediction = candidate.predict(even_partition(candidate.num_layers, candidate.pp))
+        baseline_prediction = priced(scenario, candidate.predict(even_partition(candidate.num_layers, candidate.pp)))
     stats = SearchStats(candidates=len(keys), pruned=len(pruned), evaluated=evaluated, infeasible=len(infeasible),
                         solves=solves, node_orders=len(orders.orders), all_node_orders=orders.complete,
                         search_time_s=time.perf_counter() - started)
