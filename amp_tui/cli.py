@@ -53,6 +53,12 @@ def build_parser() -> argparse.ArgumentParser:
     pl.add_argument("--save", metavar="PLAN.yaml", help="save a strategy as a plan file")
     pl.add_argument("--rank", type=int, default=1, metavar="N", help="with --save: which ranked strategy (default 1)")
     pl.add_argument("--force", action="store_true", help="with --save: overwrite an existing file")
+    pl.add_argument("--objective", choices=("time", "cost"), default="time",
+                    help="rank by iteration time (default) or by cost per token (needs prices)")
+    pl.add_argument("--budget", type=float, default=None, metavar="USD_PER_HOUR",
+                    help="only strategies whose nodes cost at most this many dollars per hour")
+    pl.add_argument("--use-all-gpus", action="store_true",
+                    help="never leave nodes idle (as search.use_all_gpus: true)")
 
     ex = sub.add_parser("export", help="turn a plan into Megatron-LM, DeepSpeed, torchrun or rank-map files")
     ex.add_argument("plan", metavar="PLAN.yaml")
@@ -135,8 +141,11 @@ def cmd_evaluate(args) -> int:
 
 
 def cmd_plan(args) -> int:
+    from dataclasses import replace
+
+    from amp_tui.core.objective import Objective
     from amp_tui.core.scenario import load_scenario
-    from amp_tui.core.search import search
+    from amp_tui.core.subclusters import search_parts
 
     if args.top is not None and args.top < 1:
         raise SpecError("--top", args.top, "must be at least 1")
@@ -146,9 +155,12 @@ def cmd_plan(args) -> int:
         raise SpecError("--save", Path(args.save), "is a folder; give the plan file's name")
     if args.save and not args.force and Path(args.save).exists():
         raise SpecError("--save", Path(args.save), "already exists (use --force to overwrite)")
+    objective = Objective(args.objective, args.budget)
     scenario = load_scenario(args.scenario)
+    if args.use_all_gpus:
+        scenario = replace(scenario, search=replace(scenario.search, use_all_gpus=True))
     top = max(args.top or scenario.search.top, args.rank if args.save else 1)
-    result = search(scenario, top=top)
+    result, idle_search = search_parts(scenario, objective, top=top)
     saved = None
     if args.save:
         from amp_tui.core.planfile import save_plan
@@ -158,9 +170,11 @@ def cmd_plan(args) -> int:
         saved = save_plan(args.save, scenario, result.strategies[args.rank - 1], overwrite=args.force)
     shown = args.top or scenario.search.top     # the search may have ranked more, for --rank
     if args.json:
-        print(json.dumps(result.to_dict(top=shown), indent=2))
+        print(json.dumps({**result.to_dict(top=shown), "objective": objective.kind,
+                          "budget_usd_per_hour": objective.budget_usd_per_hour,
+                          "idle_search": idle_search.to_dict()}, indent=2))
     else:
-        print(render_search(result, shown))
+        print(render_search(result, shown, objective, idle_search))
     if saved:
         print(f"saved strategy {args.rank} to {saved}", file=sys.stderr if args.json else sys.stdout)
     return 0
@@ -241,10 +255,10 @@ def _table(headers: list[str], rows: list[list[str]], right: set[int]) -> str:
     return "\n".join([line(headers), line(["-" * w for w in widths]), *(line(r) for r in rows)])
 
 
-def _placement_text(scenario, placement) -> str:
-    from amp_tui.core.placement import placement_label
+def _placement_text(scenario, strategy) -> str:
+    from amp_tui.core.subclusters import placement_text
 
-    return placement_label(scenario.cluster, placement)
+    return placement_text(scenario, strategy)
 
 
 def _summary(scenario) -> str:
@@ -264,9 +278,10 @@ def _prediction_row(scenario, p, rank: str, best: float | None) -> list[str]:
            f"{p.samples_per_s:.1f}", f"{format_bytes(tight.memory.total_bytes)} / {format_bytes(tight.capacity_bytes)}"
            + ("" if p.fits_memory else " OVER")]
     if best is not None:
-        row.append(f"+{(p.iteration_time_s / best - 1) * 100:.1f}%" if p.iteration_time_s > best else "best")
+        row.append("best" if p.iteration_time_s <= best and rank == "1" or p.iteration_time_s == best
+                   else f"{(p.iteration_time_s / best - 1) * 100:+.1f}%")
     row += [_money(p.cost_per_hour_usd), _money(p.cost_per_million_tokens_usd),
-            " ".join(str(n) for n in s.partition), _placement_text(scenario, s.placement) + _idle_text(scenario, s)]
+            " ".join(str(n) for n in s.partition), _placement_text(scenario, s) + _idle_text(scenario, s)]
     return row
 
 
@@ -317,7 +332,7 @@ def _stage_table(p) -> str:
     return "  " + _table(headers, rows, {0, 3, 4, 5}).replace("\n", "\n  ")
 
 
-def render_search(result, top: int) -> str:
+def render_search(result, top: int, objective=None, idle_search=None) -> str:
     from amp_tui.core.orders import ORDERS_NOTE
     from amp_tui.core.units import format_seconds
 
@@ -327,11 +342,20 @@ def render_search(result, top: int) -> str:
     out = [_summary(scenario),
            f"searched {st.candidates} candidates{orders} in {st.search_time_s * 1000:.0f} ms: {st.evaluated} "
            f"evaluated, {st.pruned} pruned by bounds, {st.infeasible} out of memory"]
+    if idle_search is not None:
+        idle = ("all GPUs used (search.use_all_gpus)" if scenario.search.use_all_gpus
+                else f"{idle_search.searched} of {idle_search.parts} ways to leave nodes idle searched"
+                     f"{'' if idle_search.exact else ' (not exhaustive)'}")
+        out.append(f"ranked by {objective.describe()}; {idle}")
+        if idle_search.note:
+            out.append(f"note: {idle_search.note}")
     if not st.all_node_orders:
         out.append(f"note: {ORDERS_NOTE}")
     out.append("")
     if not result.strategies:
-        out.append("no strategy fits in memory; see the reasons below")
+        out.append("no strategy fits in memory; see the reasons below" if objective is None
+                   or objective.budget_usd_per_hour is None else
+                   "no strategy fits in memory within the budget; see the reasons below")
     else:
         best = result.strategies[0].iteration_time_s
         headers = ["rank", "tp x pp x dp", "mbs", "B", "iteration", "samples/s", "fullest stage memory", "gap",
@@ -347,6 +371,6 @@ def render_search(result, top: int) -> str:
         out += ["", f"{len(result.infeasible)} candidates do not fit in memory, e.g.:"]
         for entry in result.infeasible[:3]:
             s = entry.strategy
-            out.append(f"  {s.label} micro-batch {s.micro_batch_size}, {_placement_text(scenario, s.placement)}: "
+            out.append(f"  {s.label} micro-batch {s.micro_batch_size}, {_placement_text(scenario, s)}: "
                        f"{entry.reason}")
     return "\n".join(out)

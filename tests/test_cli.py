@@ -17,6 +17,7 @@ from amp_tui.core.planfile import load_plan
 from amp_tui.core.presets import load_preset
 from amp_tui.core.scenario import load_scenario
 from amp_tui.core.search import search
+from amp_tui.core.subclusters import search_parts
 from amp_tui.core.strategy import Strategy
 from amp_tui.core.yamlio import dump_yaml
 
@@ -68,9 +69,11 @@ def test_plan_json_shape_and_figures(capsys):
     data = run_json(capsys, "plan", "paper-het-cluster", "--top", "3")
     scenario = load_scenario("paper-het-cluster")
     assert set(data) == {"scenario", "search_time_s", "candidates", "statistics", "strategies", "infeasible",
-                         "baseline", "speedup_vs_baseline"}
+                         "baseline", "speedup_vs_baseline", "objective", "budget_usd_per_hour", "idle_search"}
     assert data["scenario"] == "paper-het-cluster"
-    assert data["candidates"] == data["statistics"]["candidates"] == search(scenario, top=3).stats.candidates
+    # candidates of every part of the cluster searched (the whole cluster's alone with --use-all-gpus)
+    assert data["candidates"] == data["statistics"]["candidates"] == search_parts(scenario, top=3)[0].stats.candidates
+    assert data["idle_search"]["exact"] is True and data["objective"] == "time"
     strategies = data["strategies"]
     assert [s["rank"] for s in strategies] == [1, 2, 3]
     times = [s["iteration_time_s"] for s in strategies]
@@ -79,7 +82,7 @@ def test_plan_json_shape_and_figures(capsys):
         assert {"rank", *STRATEGY_KEYS, "num_micro_batches", "iteration_time_s", "samples_per_s", "fits_memory",
                 "peak_memory_bytes", "stages"} <= set(s)
         assert s["fits_memory"] is True
-        assert s["tp"] * s["pp"] * s["dp"] == scenario.cluster.num_gpus == 16
+        assert s["tp"] * s["pp"] * s["dp"] == s["gpus_used"] == scenario.cluster.num_gpus == 16
         assert sum(s["partition"]) == scenario.model.num_layers
         assert len(s["stages"]) == s["pp"]
     assert data["infeasible"] and len(data["infeasible"]) == data["statistics"]["infeasible"]

@@ -19,6 +19,10 @@ def evaluate(scenario: Scenario, strategy: Strategy, cost: CostModel | None = No
     search finds best for these degrees and placement, or the even split when none fits in memory
     (the prediction then says why). Errors name fields under `field`."""
     validate_strategy(scenario, strategy, field)
+    if strategy.idle:
+        from amp_tui.core.subclusters import evaluate_with_idle   # subclusters imports this module
+
+        return evaluate_with_idle(scenario, strategy, field=field)
     cost = cost or CostModel(scenario)
     order = strategy.placement or rank_order(scenario)
     candidate = cost.candidate(strategy.tp, strategy.pp, strategy.dp, strategy.micro_batch_size, order)

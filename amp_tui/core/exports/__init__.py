@@ -30,4 +30,25 @@ def export_plan(plan: Plan, fmt: str) -> Export:
                  "torchrun": torchrun.export, "rankmap": rankmap.export}
     if fmt not in exporters:
         raise SpecError("format", fmt, f"expected one of {', '.join(EXPORT_FORMATS)}")
-    return exporters[fmt](plan)
+    if not plan.strategy.idle:
+        return exporters[fmt](plan)
+    part, note = _used_nodes_only(plan)
+    export = exporters[fmt](part)
+    return Export(export.files, [note, *export.notes])
+
+
+def _used_nodes_only(plan: Plan) -> tuple[Plan, str]:
+    """The plan on the nodes it uses (idle ones are in no hostfile, rank map or launch line), and a
+    note saying so and how node groups are numbered in the files."""
+    from dataclasses import replace
+
+    from amp_tui.core.subclusters import part_scenario, to_part, used_counts
+
+    counts = used_counts(plan.scenario, plan.strategy)
+    scenario, kept = part_scenario(plan.scenario, counts)
+    groups = plan.scenario.cluster.nodes
+    idle = ", ".join(f"{n} x {groups[g].label} (group {g})" for g, n in plan.strategy.idle)
+    numbering = ", ".join(f"{i} = cluster group {g} ({groups[g].label})" for i, g in enumerate(kept))
+    note = (f"the plan leaves {idle} idle: these files cover only the {scenario.cluster.num_nodes} nodes it uses, "
+            f"with node groups numbered among them: {numbering}")
+    return replace(plan, scenario=scenario, strategy=to_part(plan.strategy, kept)), note

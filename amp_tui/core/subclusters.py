@@ -1,0 +1,295 @@
+"""Leave nodes idle: search the parts of the cluster (how many nodes of each group are used) that can
+hold the best strategy, and map what they find back onto the whole cluster.
+
+More hardware can only help when the planner may leave some of it idle: a slow node can drag a stage
+down, and one node more can make the GPU count divide badly. A part is a count of used nodes per node
+group; nodes of a group are identical, so which of them sit idle does not matter (a group's used
+nodes are its first ones), and parts that only swap the counts of identical groups are searched once.
+
+Every part gets a lower bound on the iteration time of any strategy on it (`part_bounds`):
+  with v_lg a layer's compute per micro-batch on GPU type g at tensor-parallel degree tp, V_g its sum
+  over layers, c_g the part's GPUs of type g, R = sum_g c_g / V_g and A = sum_l min_g v_lg / V_g, the
+  bottleneck stage takes at least M = A x tp x dp / R per micro-batch (each stage's GPUs share the
+  work at the pace of its slowest type; Jensen's inequality on the harmonic mean), and
+    iteration >= (B - 1) M + sum_l min_g v_lg,
+  minimised over the (tp, pp, dp, micro-batch) the part's GPU count admits. A part whose GPUs cannot
+  hold one copy of the weights, gradients and optimizer state is dropped. The parts are then
+  searched in increasing order of bound (the objective's weight x bound for --objective cost), each
+  with `search(..., cutoff=)` so that nothing slower than the N-th best found so far is solved, and
+  the enumeration stops when the next bound cannot beat the N-th best: the result is exact.
+
+Two limits keep it fast, and the result says when either was reached (then it is a heuristic with
+a stated gap): beyond MAX_PARTS node-count vectors only counts near 0 and near each group's size
+are tried, and after MAX_SEARCHES parts searched the best found is returned with the bound of the
+best part not searched. The whole cluster and the cluster without each one node group are searched
+first, so adding a node group to a cluster never makes the best plan found slower.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from amp_tui.core.cost import CostModel, Prediction
+from amp_tui.core.objective import Objective
+from amp_tui.core.placement import placement_label
+from amp_tui.core.pricing import priced
+from amp_tui.core.scenario import Scenario
+from amp_tui.core.search import SearchResult, SearchStats, divisors, search
+from amp_tui.core.strategy import Strategy
+
+MAX_PARTS = 200_000     # node-count vectors bounded in full
+MAX_SEARCHES = 24       # parts searched before settling for the best found and a stated gap
+
+
+@dataclass(frozen=True)
+class IdleSearch:
+    """How the parts of the cluster were searched."""
+    parts: int                  # distinct parts with a strategy that might fit (and within budget)
+    searched: int               # parts whose strategies were searched
+    exact: bool                 # False: a limit was reached; see note and gap
+    gap: float | None = None    # not exact: the best found is at most this fraction above the optimum
+    note: str | None = None
+
+    def to_dict(self) -> dict:
+        return {"parts": self.parts, "searched": self.searched, "exact": self.exact, "gap": self.gap,
+                "note": self.note}
+
+
+# -- parts of a cluster -----------------------------------------------------------------------------
+
+def used_counts(scenario: Scenario, strategy: Strategy) -> tuple[int, ...]:
+    idle = dict(strategy.idle or ())
+    return tuple(group.count - idle.get(g, 0) for g, group in enumerate(scenario.cluster.nodes))
+
+
+def part_scenario(scenario: Scenario, counts) -> tuple[Scenario, tuple[int, ...]]:
+    """The scenario on `counts` nodes per group (groups with none dropped), and the kept groups'
+    indices in the whole cluster."""
+    kept = tuple(g for g, n in enumerate(counts) if n)
+    nodes = tuple(replace(scenario.cluster.nodes[g], count=int(counts[g])) for g in kept)
+    return replace(scenario, cluster=replace(scenario.cluster, nodes=nodes)), kept
+
+
+def to_whole(scenario: Scenario, counts, kept: tuple[int, ...], prediction: Prediction) -> Prediction:
+    """A prediction made on a part, with placement and idle nodes named on the whole cluster. Wholly
+    idle groups go last in the placement (they take no ranks)."""
+    s = prediction.strategy
+    groups = scenario.cluster.nodes
+    placement = None
+    if s.placement is not None:
+        placement = tuple(kept[i] for i in s.placement) + tuple(g for g in range(len(groups)) if g not in kept)
+    idle = tuple((g, group.count - int(counts[g])) for g, group in enumerate(groups) if counts[g] < group.count)
+    return priced(scenario, replace(prediction, strategy=replace(s, placement=placement, idle=idle or None)))
+
+
+def to_part(strategy: Strategy, kept: tuple[int, ...]) -> Strategy:
+    placement = None
+    if strategy.placement is not None:
+        placement = tuple(kept.index(g) for g in strategy.placement if g in kept)
+    return replace(strategy, placement=placement, idle=None)
+
+
+def evaluate_with_idle(scenario: Scenario, strategy: Strategy, cost: CostModel | None = None,
+                       field: str = "strategy") -> Prediction:
+    """`evaluate` for a strategy that leaves nodes idle: predicted on the nodes it uses."""
+    from amp_tui.core.evaluate import evaluate
+    from amp_tui.core.strategy import validate_strategy
+
+    validate_strategy(scenario, strategy, field)
+    counts = used_counts(scenario, strategy)
+    part, kept = part_scenario(scenario, counts)
+    return to_whole(scenario, counts, kept, evaluate(part, to_part(strategy, kept), field=field))
+
+
+def placement_text(scenario: Scenario, strategy: Strategy) -> str:
+    """The placement label on the nodes the strategy uses."""
+    if not strategy.idle:
+        return placement_label(scenario.cluster, strategy.placement)
+    part, kept = part_scenario(scenario, used_counts(scenario, strategy))
+    return placement_label(part.cluster, to_part(strategy, kept).placement)
+
+
+# -- bounds -----------------------------------------------------------------------------------------
+
+def _vectors(scenario: Scenario) -> tuple[np.ndarray, bool]:
+    """Node-count vectors (rows) to consider, and whether they are all of them."""
+    counts = [group.count for group in scenario.cluster.nodes]
+    options = [list(range(c + 1)) for c in counts]
+    complete = math.prod(len(o) for o in options) <= MAX_PARTS
+    if not complete:
+        for k in itertools.count(1):      # counts within k of 0 or of the group's size
+            wider = [sorted({*range(min(k, c) + 1), *range(max(c - k, 0), c + 1)}) for c in counts]
+            if math.prod(len(o) for o in wider) > MAX_PARTS:
+                break
+            options = wider
+        if k == 1:
+            options = [sorted({0, c}) for c in counts]
+    rows = np.array(list(itertools.product(*options)), dtype=np.int64).reshape(-1, len(counts))
+    rows = rows[rows.sum(axis=1) > 0]
+    # Groups with equal hardware, price and size are interchangeable: keep counts non-increasing.
+    classes: dict[tuple, list[int]] = {}
+    for g, group in enumerate(scenario.cluster.nodes):
+        classes.setdefault((group.hardware_key(), group.price_per_hour, group.count), []).append(g)
+    for members in classes.values():
+        for a, b in zip(members, members[1:]):
+            rows = rows[rows[:, a] >= rows[:, b]]
+    return rows, complete
+
+
+def _tp_options(scenario: Scenario) -> list[int]:
+    heads = scenario.model.shape.get("num_heads")
+    if scenario.search.allow_cross_node_tp:
+        options = divisors(scenario.cluster.num_gpus)
+    else:
+        options = sorted({d for group in scenario.cluster.nodes for d in divisors(group.gpus_per_node)})
+    return [tp for tp in options if not heads or heads % tp == 0]
+
+
+def part_bounds(scenario: Scenario, rows: np.ndarray, cost: CostModel | None = None) -> np.ndarray:
+    """Per row of node counts, a lower bound on the iteration time of every strategy on those nodes
+    (inf where no strategy can fit or none exists). See the module docstring."""
+    groups = scenario.cluster.nodes
+    training = scenario.training
+    cost = cost or CostModel(scenario)
+    gbs, layers = training.global_batch_size, scenario.model.num_layers
+    gpn = np.array([g.gpus_per_node for g in groups], dtype=np.int64)
+    gpus = rows * gpn                                   # (parts, groups)
+    totals, total_index = np.unique(gpus.sum(axis=1), return_inverse=True)
+    subsets, subset_index = np.unique((rows > 0) @ (1 << np.arange(len(groups))), return_inverse=True)
+    members = [[g for g in range(len(groups)) if int(s) >> g & 1] for s in subsets]
+    per_node = [math.gcd(*(int(gpn[g]) for g in m)) for m in members]
+    # Memory: the part's GPUs must hold every parameter's state once (ZeRO-3 across all of them).
+    room = np.array([g.gpu.usable_memory_bytes - training.runtime_reserve_bytes for g in groups])
+    fits = gpus @ np.maximum(room, 0.0) >= scenario.model.total_params * training.state_bytes_per_param
+
+    # The fastest link a tensor-parallel ring on a group's GPUs can have: inside one of its nodes
+    # (any link at all when tensor parallelism may cross nodes).
+    if scenario.search.allow_cross_node_tp:
+        spb = np.full(len(groups), 1.0 / max(max(g.intra_node_bandwidth, g.inter_node_bandwidth) for g in groups))
+    else:
+        spb = np.array([1.0 / g.intra_node_bandwidth for g in groups])
+    best = np.full(len(rows), np.inf)
+    for tp in _tp_options(scenario):
+        allowed_tp = np.array([scenario.search.allow_cross_node_tp or n % tp == 0 for n in per_node])[subset_index]
+        for mbs in (m for m in divisors(gbs) if m <= scenario.search.max_micro_batch_size):
+            v = np.array([compute + tp_bytes * spb[g] for g, (compute, tp_bytes) in
+                          enumerate(cost.layer_times(g, tp, mbs) for g in range(len(groups)))])   # (groups, L)
+            V = v.sum(axis=1)
+            if not (V > 0).all():
+                continue        # a GPU type with nothing to compute: no bound (0 is always valid)
+            fastest_first = np.argsort(V, kind="stable")
+            a = np.array([(v[m] / V[m, None]).min(axis=0).sum() for m in members])[subset_index]
+            f = np.array([v[m].min(axis=0).sum() for m in members])[subset_index]
+            cumulative = np.cumsum(gpus[:, fastest_first], axis=1)          # GPUs of the k fastest types
+            for dp in divisors(gbs // mbs):
+                ok_total = (totals % (tp * dp) == 0) & (totals // (tp * dp) <= layers)
+                rows_ok = np.flatnonzero(ok_total[total_index] & allowed_tp)
+                if not len(rows_ok):
+                    continue
+                # stages whose GPUs are all among the k fastest types, at most; the j-th fastest
+                # stage runs at the pace of the slowest type it holds
+                stages = cumulative[rows_ok] // (tp * dp)
+                new = np.diff(stages, axis=1, prepend=0)
+                speed = (new / V[fastest_first]).sum(axis=1)
+                m = a[rows_ok] / speed                                       # bottleneck floor
+                first = np.argmax(stages > 0, axis=1)
+                fill = np.maximum(f[rows_ok], a[rows_ok] * V[fastest_first][first])
+                B = gbs // (mbs * dp)
+                bound = np.maximum((B - 1) * m + fill, B * m)
+                best[rows_ok] = np.minimum(best[rows_ok], bound)
+    return np.where(fits, best, np.inf)
+
+
+def _price(scenario: Scenario, counts) -> float | None:
+    total = 0.0
+    for group, n in zip(scenario.cluster.nodes, counts):
+        if n:
+            if group.price_per_hour is None:
+                return None
+            total += n * group.price_per_hour
+    return total
+
+
+# -- the search -------------------------------------------------------------------------------------
+
+def search_parts(scenario: Scenario, objective: Objective | None = None, *, top: int | None = None,
+                 should_cancel: Callable[[], bool] | None = None,
+                 progress: Callable[[float], None] | None = None) -> tuple[SearchResult, IdleSearch]:
+    """The best `top` strategies by `objective` over every part of the cluster (only the whole
+    cluster with search.use_all_gpus). Infeasible candidates and the baseline are the whole
+    cluster's."""
+    started = time.perf_counter()
+    objective = objective or Objective()
+    objective.check(scenario)
+    top = top or scenario.search.top
+    report = progress or (lambda fraction: None)
+    groups = scenario.cluster.nodes
+    whole = tuple(g.count for g in groups)
+    if scenario.search.use_all_gpus:
+        rows, complete = np.array([whole], dtype=np.int64), True
+    else:
+        rows, complete = _vectors(scenario)
+    bounds = part_bounds(scenario, rows)
+    prices = [_price(scenario, row) for row in rows.tolist()]
+    keep = [i for i in range(len(rows)) if np.isfinite(bounds[i]) and objective.admits(prices[i])]
+    keyed = {tuple(rows[i].tolist()): (objective.scale(prices[i]) * float(bounds[i]), prices[i]) for i in keep}
+    seeds = [whole] + [tuple(0 if h == g else c for h, c in enumerate(whole)) for g in range(len(groups))]
+    seeds = [s for s in dict.fromkeys(seeds) if s in keyed]
+    order = seeds + sorted((k for k in keyed if k not in seeds), key=lambda k: (keyed[k][0], k))
+
+    ranked: list[tuple[float, Prediction]] = []      # (objective weight x time, prediction), best first
+    whole_result: SearchResult | None = None
+    searched = candidates = pruned = evaluated = solves = 0
+    all_orders = True
+    stopped_at = None        # the bound no part left unsearched can beat
+    for index, counts in enumerate(order):
+        key, price = keyed[counts]
+        cutoff = ranked[top - 1][0] if len(ranked) >= top else math.inf
+        if key >= cutoff:
+            if index >= len(seeds):
+                break
+            continue
+        if searched >= MAX_SEARCHES:
+            stopped_at = min(keyed[k][0] for k in order[index:] if keyed[k][0] < cutoff)
+            break
+        report(searched / (searched + 1 + min(len(order) - index - 1, MAX_SEARCHES - searched)))
+        scale = objective.scale(price)
+        part, kept = part_scenario(scenario, counts)
+        result = search(part, top=top, should_cancel=should_cancel, cutoff=cutoff / scale, details=counts == whole)
+        searched += 1
+        stats = result.stats
+        candidates, pruned, evaluated, solves = (candidates + stats.candidates, pruned + stats.pruned,
+                                                 evaluated + stats.evaluated, solves + stats.solves)
+        all_orders &= stats.all_node_orders
+        if counts == whole:
+            whole_result = result
+        for prediction in result.strategies:
+            ranked.append((scale * prediction.iteration_time_s, to_whole(scenario, counts, kept, prediction)))
+        ranked.sort(key=lambda item: (item[0], objective.key(item[1])))
+        del ranked[top:]
+    report(1.0)
+
+    best = ranked[0][0] if ranked else None
+    exact = stopped_at is None and complete
+    gap, note = None, None
+    if stopped_at is not None and best is not None:
+        gap = max(best / stopped_at - 1.0, 0.0)
+        note = (f"searched the {searched} most promising parts of the cluster; another part could be "
+                f"at most {gap:.1%} better")
+    elif not complete:
+        note = ("too many ways to leave nodes idle: only counts near 0 and near each group's size were "
+                "tried")
+    strategies = tuple(objective.rank(p for _, p in ranked))
+    base = whole_result
+    stats = SearchStats(candidates=candidates, pruned=pruned, evaluated=evaluated,
+                        infeasible=base.stats.infeasible if base else 0, solves=solves,
+                        node_orders=base.stats.node_orders if base else 0, all_node_orders=all_orders,
+                        search_time_s=time.perf_counter() - started)
+    result = SearchResult(scenario, strategies, base.infeasible if base else (), base.baseline if base else None, stats)
+    return result, IdleSearch(parts=len(keyed), searched=searched, exact=exact, gap=gap, note=note)
