@@ -234,8 +234,8 @@ def cmd_bench(args) -> int:
 
     if args.runs < 1:
         raise SpecError("--runs", args.runs, "must be at least 1")
-    names = args.only or [b.scenario for b in BENCHMARKS]
-    known = {b.scenario for b in BENCHMARKS}
+    names = args.only or [b.name for b in BENCHMARKS]
+    known = {b.name for b in BENCHMARKS}
     for name in names:
         if name not in known:
             raise SpecError("--only", name, f"not a benchmark; known: {', '.join(sorted(known))}")

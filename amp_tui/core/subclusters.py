@@ -6,23 +6,32 @@ down, and one node more can make the GPU count divide badly. A part is a count o
 group; nodes of a group are identical, so which of them sit idle does not matter (a group's used
 nodes are its first ones), and parts that only swap the counts of identical groups are searched once.
 
-Every part gets a lower bound on the iteration time of any strategy on it (`part_bounds`):
-  with v_lg a layer's compute per micro-batch on GPU type g at tensor-parallel degree tp, V_g its sum
-  over layers, c_g the part's GPUs of type g, R = sum_g c_g / V_g and A = sum_l min_g v_lg / V_g, the
-  bottleneck stage takes at least M = A x tp x dp / R per micro-batch (each stage's GPUs share the
-  work at the pace of its slowest type; Jensen's inequality on the harmonic mean), and
-    iteration >= (B - 1) M + sum_l min_g v_lg,
-  minimised over the (tp, pp, dp, micro-batch) the part's GPU count admits. A part whose GPUs cannot
-  hold one copy of the weights, gradients and optimizer state is dropped. The parts are then
-  searched in increasing order of bound (the objective's weight x bound for --objective cost), each
-  with `search(..., cutoff=)` so that nothing slower than the N-th best found so far is solved, and
-  the enumeration stops when the next bound cannot beat the N-th best: the result is exact.
+Every part gets a lower bound on the iteration time of any strategy on it (`part_bounds`). With v_lg
+layer l's time per micro-batch on GPU type g at tensor-parallel degree tp (compute, plus its
+tensor-parallel bytes over the fastest link such a ring can have), V_g = sum_l v_lg, and
+a_l = min_g v_lg / V_g over the part's types, A = sum_l a_l: a stage holding layers S and GPUs of
+type g runs at least sum_S v_lg >= V_g sum_S a_l per micro-batch (the slowest type sets its pace).
+With the types sorted fastest first, at most floor(GPUs of the k fastest types / (tp x dp)) stages
+hold no slower type, so the stages' total speed is at most sum_k (new stages at type k) / V_k and
+the bottleneck stage takes M >= A / that speed. Then, with B micro-batches,
+    iteration >= max((B - 1) M + fill, B M),   fill >= max(sum_l min_g v_lg, A x V of the fastest stage),
+minimised over every (tp, dp, micro-batch size) the part's GPU count admits. Counting the GPUs
+fractionally instead gives a quick bound, B M >= global batch / micro-batch x tp x A / sum_g (GPUs
+of type g / V_g), whatever dp: it rules most parts out before the full bound is computed. A part
+whose GPUs cannot hold one copy of the weights, gradients and optimizer state is dropped.
 
-Two limits keep it fast, and the result says when either was reached (then it is a heuristic with
-a stated gap): beyond MAX_PARTS node-count vectors only counts near 0 and near each group's size
-are tried, and after MAX_SEARCHES parts searched the best found is returned with the bound of the
-best part not searched. The whole cluster and the cluster without each one node group are searched
-first, so adding a node group to a cluster never makes the best plan found slower.
+The whole cluster is searched first, then the cluster without each one node group (so that adding a
+node group never makes the best plan found slower), then the other parts in increasing order of
+bound (the objective's weight x bound for --objective cost), each with `search(..., cutoff=)` so
+that nothing slower than the N-th best found so far is solved. The enumeration stops when the next
+bound cannot beat the N-th best: then the result is exact.
+
+Three limits keep it fast, and the result says when one was reached (then it is a heuristic with a
+stated gap): beyond MAX_PARTS node-count vectors only counts near 0 and near each group's size are
+tried; and after MAX_SEARCHES parts searched, or TIME_LIMIT_S seconds (the first searches above
+always complete), the best found is returned with the bound of the best part not searched: the best
+found is at most best / that bound - 1 above the optimum (`IdleSearch.gap`). The time limit makes a
+large search's result depend on the machine's speed, never silently.
 """
 
 from __future__ import annotations
@@ -36,6 +45,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from amp_tui.core.cost import CostModel, Prediction
+from amp_tui.core.errors import Cancelled
 from amp_tui.core.objective import Objective
 from amp_tui.core.placement import placement_label
 from amp_tui.core.pricing import priced
@@ -45,6 +55,7 @@ from amp_tui.core.strategy import Strategy
 
 MAX_PARTS = 200_000     # node-count vectors bounded in full
 MAX_SEARCHES = 24       # parts searched before settling for the best found and a stated gap
+TIME_LIMIT_S = 3.0      # ... or once this long has passed (the whole cluster's search always completes)
 
 
 @dataclass(frozen=True)
@@ -142,18 +153,22 @@ def _vectors(scenario: Scenario) -> tuple[np.ndarray, bool]:
     return rows, complete
 
 
-def _tp_options(scenario: Scenario) -> list[int]:
+def _tp_options(scenario: Scenario, totals: np.ndarray) -> list[int]:
+    """Tensor-parallel degrees some part may use (`totals`: the parts' GPU counts)."""
     heads = scenario.model.shape.get("num_heads")
     if scenario.search.allow_cross_node_tp:
-        options = divisors(scenario.cluster.num_gpus)
+        options = sorted({d for n in totals.tolist() for d in divisors(n)})
     else:
         options = sorted({d for group in scenario.cluster.nodes for d in divisors(group.gpus_per_node)})
     return [tp for tp in options if not heads or heads % tp == 0]
 
 
-def part_bounds(scenario: Scenario, rows: np.ndarray, cost: CostModel | None = None) -> np.ndarray:
+def part_bounds(scenario: Scenario, rows: np.ndarray, cost: CostModel | None = None, *,
+                quick: bool = False) -> np.ndarray:
     """Per row of node counts, a lower bound on the iteration time of every strategy on those nodes
-    (inf where no strategy can fit or none exists). See the module docstring."""
+    (inf where no strategy can fit or none exists). See the module docstring. `quick`: a weaker
+    bound, cheap enough for every part: B M with the stages' GPUs counted fractionally (M >= A x
+    tp x dp / R, so B M >= global batch / micro-batch x tp x A / R, whatever dp), or the fill."""
     groups = scenario.cluster.nodes
     training = scenario.training
     cost = cost or CostModel(scenario)
@@ -162,8 +177,8 @@ def part_bounds(scenario: Scenario, rows: np.ndarray, cost: CostModel | None = N
     gpus = rows * gpn                                   # (parts, groups)
     totals, total_index = np.unique(gpus.sum(axis=1), return_inverse=True)
     subsets, subset_index = np.unique((rows > 0) @ (1 << np.arange(len(groups))), return_inverse=True)
-    members = [[g for g in range(len(groups)) if int(s) >> g & 1] for s in subsets]
-    per_node = [math.gcd(*(int(gpn[g]) for g in m)) for m in members]
+    in_subset = (subsets[:, None] >> np.arange(len(groups))) & 1 == 1          # (subsets, groups)
+    per_node = [math.gcd(*gpn[row].tolist()) for row in in_subset]
     # Memory: the part's GPUs must hold every parameter's state once (ZeRO-3 across all of them).
     room = np.array([g.gpu.usable_memory_bytes - training.runtime_reserve_bytes for g in groups])
     fits = gpus @ np.maximum(room, 0.0) >= scenario.model.total_params * training.state_bytes_per_param
@@ -175,7 +190,7 @@ def part_bounds(scenario: Scenario, rows: np.ndarray, cost: CostModel | None = N
     else:
         spb = np.array([1.0 / g.intra_node_bandwidth for g in groups])
     best = np.full(len(rows), np.inf)
-    for tp in _tp_options(scenario):
+    for tp in _tp_options(scenario, totals):
         allowed_tp = np.array([scenario.search.allow_cross_node_tp or n % tp == 0 for n in per_node])[subset_index]
         for mbs in (m for m in divisors(gbs) if m <= scenario.search.max_micro_batch_size):
             v = np.array([compute + tp_bytes * spb[g] for g, (compute, tp_bytes) in
@@ -184,8 +199,12 @@ def part_bounds(scenario: Scenario, rows: np.ndarray, cost: CostModel | None = N
             if not (V > 0).all():
                 continue        # a GPU type with nothing to compute: no bound (0 is always valid)
             fastest_first = np.argsort(V, kind="stable")
-            a = np.array([(v[m] / V[m, None]).min(axis=0).sum() for m in members])[subset_index]
-            f = np.array([v[m].min(axis=0).sum() for m in members])[subset_index]
+            a = _subset_min(v / V[:, None], in_subset).sum(axis=1)[subset_index]
+            f = _subset_min(v, in_subset).sum(axis=1)[subset_index]
+            if quick:
+                throughput = gbs / mbs * tp * a / (gpus @ (1.0 / V))
+                best = np.where(allowed_tp, np.minimum(best, np.maximum(throughput, f)), best)
+                continue
             cumulative = np.cumsum(gpus[:, fastest_first], axis=1)          # GPUs of the k fastest types
             for dp in divisors(gbs // mbs):
                 ok_total = (totals % (tp * dp) == 0) & (totals // (tp * dp) <= layers)
@@ -204,6 +223,11 @@ def part_bounds(scenario: Scenario, rows: np.ndarray, cost: CostModel | None = N
                 bound = np.maximum((B - 1) * m + fill, B * m)
                 best[rows_ok] = np.minimum(best[rows_ok], bound)
     return np.where(fits, best, np.inf)
+
+
+def _subset_min(per_group: np.ndarray, in_subset: np.ndarray) -> np.ndarray:
+    """Per subset of groups (rows of `in_subset`), the element-wise minimum of its groups' rows."""
+    return np.where(in_subset[:, :, None], per_group[None, :, :], np.inf).min(axis=1)
 
 
 def _price(scenario: Scenario, counts) -> float | None:
@@ -229,39 +253,49 @@ def search_parts(scenario: Scenario, objective: Objective | None = None, *, top:
     objective.check(scenario)
     top = top or scenario.search.top
     report = progress or (lambda fraction: None)
+    user_cancel = should_cancel or (lambda: False)
+    out_of_time = False
+    seeding = True      # the whole cluster, and without each one group: searched whatever the time
+
+    def cancel() -> bool:
+        nonlocal out_of_time
+        if user_cancel():
+            return True
+        out_of_time = not seeding and time.perf_counter() - started > TIME_LIMIT_S
+        return out_of_time
+
     groups = scenario.cluster.nodes
     whole = tuple(g.count for g in groups)
     if scenario.search.use_all_gpus:
         rows, complete = np.array([whole], dtype=np.int64), True
     else:
         rows, complete = _vectors(scenario)
-    bounds = part_bounds(scenario, rows)
+    cost = CostModel(scenario)
+    quick = part_bounds(scenario, rows, cost, quick=True)
     prices = [_price(scenario, row) for row in rows.tolist()]
-    keep = [i for i in range(len(rows)) if np.isfinite(bounds[i]) and objective.admits(prices[i])]
-    keyed = {tuple(rows[i].tolist()): (objective.scale(prices[i]) * float(bounds[i]), prices[i]) for i in keep}
+    scales = np.array([objective.scale(p) for p in prices])
+    admitted = np.isfinite(quick) & np.array([objective.admits(p) for p in prices], dtype=bool)
+    rows, quick, scales, prices = rows[admitted], quick[admitted], scales[admitted], [
+        p for p, ok in zip(prices, admitted) if ok]
+    keyed = {tuple(row): (float(scale * bound), price) for row, scale, bound, price
+             in zip(rows.tolist(), scales, quick, prices)}      # part -> (weighted bound, $/hour)
     seeds = [whole] + [tuple(0 if h == g else c for h, c in enumerate(whole)) for g in range(len(groups))]
     seeds = [s for s in dict.fromkeys(seeds) if s in keyed]
-    order = seeds + sorted((k for k in keyed if k not in seeds), key=lambda k: (keyed[k][0], k))
 
     ranked: list[tuple[float, Prediction]] = []      # (objective weight x time, prediction), best first
     whole_result: SearchResult | None = None
     searched = candidates = pruned = evaluated = solves = 0
     all_orders = True
-    stopped_at = None        # the bound no part left unsearched can beat
-    for index, counts in enumerate(order):
+
+    def cutoff() -> float:
+        return ranked[top - 1][0] if len(ranked) >= top else math.inf
+
+    def search_part(counts: tuple[int, ...]) -> None:
+        nonlocal whole_result, searched, candidates, pruned, evaluated, solves, all_orders
         key, price = keyed[counts]
-        cutoff = ranked[top - 1][0] if len(ranked) >= top else math.inf
-        if key >= cutoff:
-            if index >= len(seeds):
-                break
-            continue
-        if searched >= MAX_SEARCHES:
-            stopped_at = min(keyed[k][0] for k in order[index:] if keyed[k][0] < cutoff)
-            break
-        report(searched / (searched + 1 + min(len(order) - index - 1, MAX_SEARCHES - searched)))
         scale = objective.scale(price)
         part, kept = part_scenario(scenario, counts)
-        result = search(part, top=top, should_cancel=should_cancel, cutoff=cutoff / scale, details=counts == whole)
+        result = search(part, top=top, should_cancel=cancel, cutoff=cutoff() / scale, details=counts == whole)
         searched += 1
         stats = result.stats
         candidates, pruned, evaluated, solves = (candidates + stats.candidates, pruned + stats.pruned,
@@ -273,18 +307,54 @@ def search_parts(scenario: Scenario, objective: Objective | None = None, *, top:
             ranked.append((scale * prediction.iteration_time_s, to_whole(scenario, counts, kept, prediction)))
         ranked.sort(key=lambda item: (item[0], objective.key(item[1])))
         del ranked[top:]
+
+    # The whole cluster first: its search always completes, and its N-th best strategy tells which
+    # parts need the full bound at all (the quick bound rules out the rest).
+    if seeds and seeds[0] == whole:
+        search_part(whole)
+        seeds = seeds[1:]
+    survivors = np.flatnonzero(scales * quick < cutoff())
+    if len(survivors):
+        for i, bound in zip(survivors.tolist(), part_bounds(scenario, rows[survivors], cost).tolist()):
+            counts = tuple(rows[i].tolist())
+            keyed[counts] = (max(keyed[counts][0], float(scales[i] * bound)), keyed[counts][1])
+    rest = sorted((tuple(rows[i].tolist()) for i in survivors), key=lambda k: (keyed[k][0], k))
+    order = seeds + [k for k in rest if k not in seeds and k != whole]
+    stopped_at = None        # no part left unsearched can beat this (objective weight x time)
+    for index, counts in enumerate(order):
+        seeding = index < len(seeds)
+        if keyed[counts][0] >= cutoff():
+            if index >= len(seeds):     # past the seeds, parts come in order of bound
+                break
+            continue
+        report(index / len(order))
+        if index >= len(seeds) and (searched >= MAX_SEARCHES or cancel()):
+            stopped_at = index
+            break
+        try:
+            search_part(counts)
+        except Cancelled:
+            if not out_of_time or index < len(seeds):
+                raise
+            stopped_at = index
+            break
+    if stopped_at is not None:
+        if user_cancel():
+            raise Cancelled
+        stopped_at = min(keyed[k][0] for k in order[stopped_at:])
     report(1.0)
 
     best = ranked[0][0] if ranked else None
     exact = stopped_at is None and complete
-    gap, note = None, None
+    gap, notes = None, []
+    if not complete:
+        notes.append("too many ways to leave nodes idle: only counts near 0 and near each group's size were tried")
     if stopped_at is not None and best is not None:
         gap = max(best / stopped_at - 1.0, 0.0)
-        note = (f"searched the {searched} most promising parts of the cluster; another part could be "
-                f"at most {gap:.1%} better")
-    elif not complete:
-        note = ("too many ways to leave nodes idle: only counts near 0 and near each group's size were "
-                "tried")
+        notes.append(f"searched the {searched} most promising parts of the cluster"
+                     f"{' in the time allowed' if out_of_time else ''}; another part"
+                     f"{' of those tried' if not complete else ''} could be at most {gap:.1%} better")
+    note = "; ".join(notes) or None
     strategies = tuple(objective.rank(p for _, p in ranked))
     base = whole_result
     stats = SearchStats(candidates=candidates, pruned=pruned, evaluated=evaluated,
