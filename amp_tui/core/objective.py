@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+
 from amp_tui.core.cost import Prediction
 from amp_tui.core.errors import SpecError
 from amp_tui.core.scenario import Scenario
@@ -50,6 +52,18 @@ class Objective:
     def scale(self, price_per_hour: float | None) -> float:
         """What one second of iteration time weighs on nodes costing `price_per_hour`."""
         return price_per_hour if self.kind == "cost" and price_per_hour is not None else 1.0
+
+    def weights(self, prices: np.ndarray) -> np.ndarray:
+        """`scale` of each price (nan: unknown)."""
+        if self.kind == "cost":
+            return np.where(np.isnan(prices), 1.0, prices)
+        return np.ones(len(prices))
+
+    def within_budget(self, prices: np.ndarray) -> np.ndarray:
+        """`admits` of each price (nan: unknown)."""
+        if self.budget_usd_per_hour is None:
+            return np.ones(len(prices), dtype=bool)
+        return ~np.isnan(prices) & (np.nan_to_num(prices, nan=np.inf) <= self.budget_usd_per_hour * (1 + 1e-12))
 
     def key(self, prediction: Prediction) -> tuple:
         """Sort key, best first; ties on cost go to the faster strategy."""

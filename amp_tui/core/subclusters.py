@@ -129,28 +129,34 @@ def placement_text(scenario: Scenario, strategy: Strategy) -> str:
 # -- bounds -----------------------------------------------------------------------------------------
 
 def _vectors(scenario: Scenario) -> tuple[np.ndarray, bool]:
-    """Node-count vectors (rows) to consider, and whether they are all of them."""
-    counts = [group.count for group in scenario.cluster.nodes]
-    options = [list(range(c + 1)) for c in counts]
-    complete = math.prod(len(o) for o in options) <= MAX_PARTS
+    """Node-count vectors (rows) to consider, and whether they are all of them. Groups with equal
+    hardware, price and size are interchangeable: their counts are listed non-increasing, once."""
+    groups = scenario.cluster.nodes
+    classes: dict[tuple, list[int]] = {}
+    for g, group in enumerate(groups):
+        classes.setdefault((group.hardware_key(), group.price_per_hour, group.count), []).append(g)
+    members = list(classes.values())
+    sizes = [groups[m[0]].count for m in members]
+
+    def how_many(options: list[list[int]]) -> int:
+        return math.prod(math.comb(len(o) + len(m) - 1, len(m)) for o, m in zip(options, members))
+
+    options = [list(range(c + 1)) for c in sizes]
+    complete = how_many(options) <= MAX_PARTS
     if not complete:
+        options = [sorted({0, c}) for c in sizes]
         for k in itertools.count(1):      # counts within k of 0 or of the group's size
-            wider = [sorted({*range(min(k, c) + 1), *range(max(c - k, 0), c + 1)}) for c in counts]
-            if math.prod(len(o) for o in wider) > MAX_PARTS:
+            wider = [sorted({*range(min(k, c) + 1), *range(max(c - k, 0), c + 1)}) for c in sizes]
+            if wider == options or how_many(wider) > MAX_PARTS:
                 break
             options = wider
-        if k == 1:
-            options = [sorted({0, c}) for c in counts]
-    rows = np.array(list(itertools.product(*options)), dtype=np.int64).reshape(-1, len(counts))
-    rows = rows[rows.sum(axis=1) > 0]
-    # Groups with equal hardware, price and size are interchangeable: keep counts non-increasing.
-    classes: dict[tuple, list[int]] = {}
-    for g, group in enumerate(scenario.cluster.nodes):
-        classes.setdefault((group.hardware_key(), group.price_per_hour, group.count), []).append(g)
-    for members in classes.values():
-        for a, b in zip(members, members[1:]):
-            rows = rows[rows[:, a] >= rows[:, b]]
-    return rows, complete
+    per_class = [np.array(list(itertools.combinations_with_replacement(sorted(o, reverse=True), len(m))),
+                          dtype=np.int64) for o, m in zip(options, members)]
+    pick = np.indices([len(p) for p in per_class]).reshape(len(per_class), -1).T     # (rows, classes)
+    rows = np.zeros((len(pick), len(groups)), dtype=np.int64)
+    for c, (m, p) in enumerate(zip(members, per_class)):
+        rows[:, m] = p[pick[:, c]]
+    return rows[rows.sum(axis=1) > 0], complete
 
 
 def _tp_options(scenario: Scenario, totals: np.ndarray) -> list[int]:
@@ -164,11 +170,13 @@ def _tp_options(scenario: Scenario, totals: np.ndarray) -> list[int]:
 
 
 def part_bounds(scenario: Scenario, rows: np.ndarray, cost: CostModel | None = None, *,
-                quick: bool = False) -> np.ndarray:
+                quick: bool = False, should_cancel: Callable[[], bool] | None = None) -> np.ndarray:
     """Per row of node counts, a lower bound on the iteration time of every strategy on those nodes
     (inf where no strategy can fit or none exists). See the module docstring. `quick`: a weaker
     bound, cheap enough for every part: B M with the stages' GPUs counted fractionally (M >= A x
-    tp x dp / R, so B M >= global batch / micro-batch x tp x A / R, whatever dp), or the fill."""
+    tp x dp / R, so B M >= global batch / micro-batch x tp x A / R, whatever dp), or the fill.
+    `should_cancel` is polled between passes; Cancelled is raised when it turns true."""
+    cancel = should_cancel or (lambda: False)
     groups = scenario.cluster.nodes
     training = scenario.training
     cost = cost or CostModel(scenario)
@@ -193,6 +201,8 @@ def part_bounds(scenario: Scenario, rows: np.ndarray, cost: CostModel | None = N
     for tp in _tp_options(scenario, totals):
         allowed_tp = np.array([scenario.search.allow_cross_node_tp or n % tp == 0 for n in per_node])[subset_index]
         for mbs in (m for m in divisors(gbs) if m <= scenario.search.max_micro_batch_size):
+            if cancel():
+                raise Cancelled
             v = np.array([compute + tp_bytes * spb[g] for g, (compute, tp_bytes) in
                           enumerate(cost.layer_times(g, tp, mbs) for g in range(len(groups)))])   # (groups, L)
             V = v.sum(axis=1)
@@ -207,6 +217,8 @@ def part_bounds(scenario: Scenario, rows: np.ndarray, cost: CostModel | None = N
                 continue
             cumulative = np.cumsum(gpus[:, fastest_first], axis=1)          # GPUs of the k fastest types
             for dp in divisors(gbs // mbs):
+                if cancel():
+                    raise Cancelled
                 ok_total = (totals % (tp * dp) == 0) & (totals // (tp * dp) <= layers)
                 rows_ok = np.flatnonzero(ok_total[total_index] & allowed_tp)
                 if not len(rows_ok):
@@ -230,14 +242,11 @@ def _subset_min(per_group: np.ndarray, in_subset: np.ndarray) -> np.ndarray:
     return np.where(in_subset[:, :, None], per_group[None, :, :], np.inf).min(axis=1)
 
 
-def _price(scenario: Scenario, counts) -> float | None:
-    total = 0.0
-    for group, n in zip(scenario.cluster.nodes, counts):
-        if n:
-            if group.price_per_hour is None:
-                return None
-            total += n * group.price_per_hour
-    return total
+def _prices(scenario: Scenario, rows: np.ndarray) -> np.ndarray:
+    """Dollars per hour of each part's nodes; nan where a used group has no price."""
+    price = np.array([np.nan if g.price_per_hour is None else g.price_per_hour for g in scenario.cluster.nodes])
+    unknown = np.isnan(price)
+    return np.where((rows[:, unknown] > 0).any(axis=1), np.nan, rows @ np.where(unknown, 0.0, price))
 
 
 # -- the search -------------------------------------------------------------------------------------
@@ -270,17 +279,27 @@ def search_parts(scenario: Scenario, objective: Objective | None = None, *, top:
         rows, complete = np.array([whole], dtype=np.int64), True
     else:
         rows, complete = _vectors(scenario)
+    if user_cancel():
+        raise Cancelled
     cost = CostModel(scenario)
-    quick = part_bounds(scenario, rows, cost, quick=True)
-    prices = [_price(scenario, row) for row in rows.tolist()]
-    scales = np.array([objective.scale(p) for p in prices])
-    admitted = np.isfinite(quick) & np.array([objective.admits(p) for p in prices], dtype=bool)
-    rows, quick, scales, prices = rows[admitted], quick[admitted], scales[admitted], [
-        p for p, ok in zip(prices, admitted) if ok]
-    keyed = {tuple(row): (float(scale * bound), price) for row, scale, bound, price
-             in zip(rows.tolist(), scales, quick, prices)}      # part -> (weighted bound, $/hour)
+    quick = part_bounds(scenario, rows, cost, quick=True, should_cancel=user_cancel)
+    prices = _prices(scenario, rows)
+    keep = np.isfinite(quick) & objective.within_budget(prices)
+    rows, quick, prices = rows[keep], quick[keep], prices[keep]
+    weights = objective.weights(prices)
+    weighted = weights * quick            # per part: the objective's weight x its bound, so far
+    where = {tuple(row): i for i, row in enumerate(rows.tolist())} if len(rows) <= 4096 else None
+
+    def find(counts: tuple[int, ...]) -> int | None:
+        if where is not None:
+            return where.get(counts)
+        hits = np.flatnonzero((rows == np.array(counts)).all(axis=1))
+        return int(hits[0]) if len(hits) else None
+
     seeds = [whole] + [tuple(0 if h == g else c for h, c in enumerate(whole)) for g in range(len(groups))]
-    seeds = [s for s in dict.fromkeys(seeds) if s in keyed]
+    seeds = [i for i in dict.fromkeys(find(s) for s in seeds) if i is not None]
+    if user_cancel():
+        raise Cancelled
 
     ranked: list[tuple[float, Prediction]] = []      # (objective weight x time, prediction), best first
     whole_result: SearchResult | None = None
@@ -290,12 +309,11 @@ def search_parts(scenario: Scenario, objective: Objective | None = None, *, top:
     def cutoff() -> float:
         return ranked[top - 1][0] if len(ranked) >= top else math.inf
 
-    def search_part(counts: tuple[int, ...]) -> None:
+    def search_part(i: int) -> None:
         nonlocal whole_result, searched, candidates, pruned, evaluated, solves, all_orders
-        key, price = keyed[counts]
-        scale = objective.scale(price)
+        counts = tuple(rows[i].tolist())
         part, kept = part_scenario(scenario, counts)
-        result = search(part, top=top, should_cancel=cancel, cutoff=cutoff() / scale, details=counts == whole)
+        result = search(part, top=top, should_cancel=cancel, cutoff=cutoff() / weights[i], details=counts == whole)
         searched += 1
         stats = result.stats
         candidates, pruned, evaluated, solves = (candidates + stats.candidates, pruned + stats.pruned,
@@ -304,44 +322,42 @@ def search_parts(scenario: Scenario, objective: Objective | None = None, *, top:
         if counts == whole:
             whole_result = result
         for prediction in result.strategies:
-            ranked.append((scale * prediction.iteration_time_s, to_whole(scenario, counts, kept, prediction)))
+            ranked.append((weights[i] * prediction.iteration_time_s, to_whole(scenario, counts, kept, prediction)))
         ranked.sort(key=lambda item: (item[0], objective.key(item[1])))
         del ranked[top:]
 
     # The whole cluster first: its search always completes, and its N-th best strategy tells which
     # parts need the full bound at all (the quick bound rules out the rest).
-    if seeds and seeds[0] == whole:
-        search_part(whole)
-        seeds = seeds[1:]
-    survivors = np.flatnonzero(scales * quick < cutoff())
+    if seeds and tuple(rows[seeds[0]].tolist()) == whole:
+        search_part(seeds.pop(0))
+    survivors = np.flatnonzero(weighted < cutoff())
     if len(survivors):
-        for i, bound in zip(survivors.tolist(), part_bounds(scenario, rows[survivors], cost).tolist()):
-            counts = tuple(rows[i].tolist())
-            keyed[counts] = (max(keyed[counts][0], float(scales[i] * bound)), keyed[counts][1])
-    rest = sorted((tuple(rows[i].tolist()) for i in survivors), key=lambda k: (keyed[k][0], k))
-    order = seeds + [k for k in rest if k not in seeds and k != whole]
+        tight = part_bounds(scenario, rows[survivors], cost, should_cancel=user_cancel)
+        weighted[survivors] = np.maximum(weighted[survivors], weights[survivors] * tight)
+    rest = survivors[np.argsort(weighted[survivors], kind="stable")]
+    order = seeds + [i for i in rest.tolist() if i not in seeds and tuple(rows[i].tolist()) != whole]
     stopped_at = None        # no part left unsearched can beat this (objective weight x time)
-    for index, counts in enumerate(order):
+    for index, i in enumerate(order):
         seeding = index < len(seeds)
-        if keyed[counts][0] >= cutoff():
-            if index >= len(seeds):     # past the seeds, parts come in order of bound
+        if weighted[i] >= cutoff():
+            if not seeding:     # past the seeds, parts come in order of bound
                 break
             continue
         report(index / len(order))
-        if index >= len(seeds) and (searched >= MAX_SEARCHES or cancel()):
+        if not seeding and (searched >= MAX_SEARCHES or cancel()):
             stopped_at = index
             break
         try:
-            search_part(counts)
+            search_part(i)
         except Cancelled:
-            if not out_of_time or index < len(seeds):
+            if not out_of_time or seeding:
                 raise
             stopped_at = index
             break
     if stopped_at is not None:
         if user_cancel():
             raise Cancelled
-        stopped_at = min(keyed[k][0] for k in order[stopped_at:])
+        stopped_at = float(weighted[order[stopped_at:]].min())
     report(1.0)
 
     best = ranked[0][0] if ranked else None
@@ -350,7 +366,7 @@ def search_parts(scenario: Scenario, objective: Objective | None = None, *, top:
     if not complete:
         notes.append("too many ways to leave nodes idle: only counts near 0 and near each group's size were tried")
     if stopped_at is not None and best is not None:
-        gap = max(best / stopped_at - 1.0, 0.0)
+        gap = float(max(best / stopped_at - 1.0, 0.0))
         notes.append(f"searched the {searched} most promising parts of the cluster"
                      f"{' in the time allowed' if out_of_time else ''}; another part"
                      f"{' of those tried' if not complete else ''} could be at most {gap:.1%} better")
@@ -362,4 +378,4 @@ def search_parts(scenario: Scenario, objective: Objective | None = None, *, top:
                         node_orders=base.stats.node_orders if base else 0, all_node_orders=all_orders,
                         search_time_s=time.perf_counter() - started)
     result = SearchResult(scenario, strategies, base.infeasible if base else (), base.baseline if base else None, stats)
-    return result, IdleSearch(parts=len(keyed), searched=searched, exact=exact, gap=gap, note=note)
+    return result, IdleSearch(parts=len(rows), searched=searched, exact=exact, gap=gap, note=note)
