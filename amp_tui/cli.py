@@ -285,6 +285,11 @@ def _prediction_row(scenario, p, rank: str, best: float | None) -> list[str]:
     return row
 
 
+def _speedup_text(speedup: float) -> str:
+    """'2.97x faster', or '3.20x slower' for a top strategy ranked by cost or under a budget."""
+    return f"{speedup:.2f}x faster" if speedup >= 1 else f"{1 / speedup:.2f}x slower"
+
+
 def _money(value: float | None) -> str:
     return "-" if value is None else f"${value:,.2f}"
 
@@ -366,7 +371,7 @@ def render_search(result, top: int, objective=None, idle_search=None) -> str:
         b = result.baseline
         out += ["", f"uniform baseline (even split, rank order): {b.strategy.label} micro-batch "
                     f"{b.strategy.micro_batch_size}, {format_seconds(b.iteration_time_s)}"
-                + (f"; the top strategy is {result.speedup_vs_baseline:.2f}x faster" if result.strategies else "")]
+                + (f"; the top strategy is {_speedup_text(result.speedup_vs_baseline)}" if result.strategies else "")]
     if result.infeasible:
         out += ["", f"{len(result.infeasible)} candidates do not fit in memory, e.g.:"]
         for entry in result.infeasible[:3]:

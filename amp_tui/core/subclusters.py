@@ -208,6 +208,8 @@ def part_bounds(scenario: Scenario, rows: np.ndarray, cost: CostModel | None = N
             V = v.sum(axis=1)
             if not (V > 0).all():
                 continue        # a GPU type with nothing to compute: no bound (0 is always valid)
+            if cancel():
+                raise Cancelled
             fastest_first = np.argsort(V, kind="stable")
             a = _subset_min(v / V[:, None], in_subset).sum(axis=1)[subset_index]
             f = _subset_min(v, in_subset).sum(axis=1)[subset_index]
@@ -283,6 +285,8 @@ def search_parts(scenario: Scenario, objective: Objective | None = None, *, top:
         raise Cancelled
     cost = CostModel(scenario)
     quick = part_bounds(scenario, rows, cost, quick=True, should_cancel=user_cancel)
+    if user_cancel():
+        raise Cancelled
     prices = _prices(scenario, rows)
     keep = np.isfinite(quick) & objective.within_budget(prices)
     rows, quick, prices = rows[keep], quick[keep], prices[keep]
