@@ -206,12 +206,13 @@ def part_bounds(scenario: Scenario, rows: np.ndarray, cost: CostModel | None = N
             v = np.array([compute + tp_bytes * spb[g] for g, (compute, tp_bytes) in
                           enumerate(cost.layer_times(g, tp, mbs) for g in range(len(groups)))])   # (groups, L)
             V = v.sum(axis=1)
-            if not (V > 0).all():
-                continue        # a GPU type with nothing to compute: no bound (0 is always valid)
             if cancel():
                 raise Cancelled
             fastest_first = np.argsort(V, kind="stable")
-            a = _subset_min(v / V[:, None], in_subset).sum(axis=1)[subset_index]
+            if (V > 0).all():
+                a = _subset_min(v / V[:, None], in_subset).sum(axis=1)[subset_index]
+            else:       # a GPU type with nothing to compute: no steady-state floor (the fill stays)
+                a, V = np.zeros(len(rows)), np.ones(len(groups))
             f = _subset_min(v, in_subset).sum(axis=1)[subset_index]
             if quick:
                 throughput = gbs / mbs * tp * a / (gpus @ (1.0 / V))

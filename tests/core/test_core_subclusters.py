@@ -226,3 +226,12 @@ def test_exports_cover_only_the_used_nodes():
     assert "leaves 8 x g5.48xlarge (group 1) idle" in export.notes[0]
     hostfile = export_plan(plan, "deepspeed").files
     assert not any("node-8" in text for text in hostfile.values())
+
+
+def test_a_model_without_flops_still_finds_its_strategies():
+    """Layers with parameters but no compute: the bound falls back to 0 and the parts are searched."""
+    scn = parse_scenario(scenario_dict([node(count=2, gpu="V100", gpus_per_node=2)],
+                                       [layer(params=1e6, output_bytes=1e3)] * 4, 8))
+    result, info = search_parts(scn, top=3)
+    assert result.strategies and info.exact
+    assert result.strategies[0].iteration_time_s <= search(scn, top=1).strategies[0].iteration_time_s
