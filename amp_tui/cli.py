@@ -225,8 +225,10 @@ def cmd_presets(args) -> int:
 
 
 def _describe_instance(name: str, fields: dict) -> str:
+    price = fields.get("price_per_hour")
     return (f"{fields.get('provider', '')} {fields['gpus_per_node']} x {fields['gpu']}, "
-            f"{fields['intra_node_bandwidth']} inside, {fields['inter_node_bandwidth']} network").strip()
+            f"{fields['intra_node_bandwidth']} inside, {fields['inter_node_bandwidth']} network"
+            + (f", ${price:,.2f}/hour on demand" if price is not None else "")).strip()
 
 
 def cmd_bench(args) -> int:
