@@ -15,10 +15,10 @@ from amp_tui.core.scenario import Scenario
 from amp_tui.core.strategy import Strategy
 
 
-def used_nodes(scenario: Scenario, strategy: Strategy) -> list[int]:
+def used_nodes(scenario: Scenario, strategy: Strategy) -> tuple[int, ...]:
     """Nodes the strategy uses, per node group."""
     idle = dict(strategy.idle or ())
-    return [group.count - idle.get(g, 0) for g, group in enumerate(scenario.cluster.nodes)]
+    return tuple(group.count - idle.get(g, 0) for g, group in enumerate(scenario.cluster.nodes))
 
 
 def cost_per_hour_usd(scenario: Scenario, strategy: Strategy) -> float | None:

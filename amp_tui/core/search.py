@@ -19,8 +19,8 @@ import numpy as np
 from amp_tui.core.cost import Candidate, CostModel, Prediction, over_capacity
 from amp_tui.core.errors import Cancelled
 from amp_tui.core.orders import NodeOrders, node_orders
-from amp_tui.core.pricing import priced
 from amp_tui.core.partition import INF, SegmentTables, even_split_memory, partitions_fit, solve
+from amp_tui.core.pricing import priced
 from amp_tui.core.scenario import Scenario
 from amp_tui.core.strategy import Strategy, even_partition
 from amp_tui.core.units import format_bytes

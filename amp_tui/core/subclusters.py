@@ -48,7 +48,7 @@ from amp_tui.core.cost import CostModel, Prediction
 from amp_tui.core.errors import Cancelled
 from amp_tui.core.objective import Objective
 from amp_tui.core.placement import placement_label
-from amp_tui.core.pricing import priced
+from amp_tui.core.pricing import priced, used_nodes
 from amp_tui.core.scenario import Scenario
 from amp_tui.core.search import SearchResult, SearchStats, divisors, search
 from amp_tui.core.strategy import Strategy
@@ -73,11 +73,6 @@ class IdleSearch:
 
 
 # -- parts of a cluster -----------------------------------------------------------------------------
-
-def used_counts(scenario: Scenario, strategy: Strategy) -> tuple[int, ...]:
-    idle = dict(strategy.idle or ())
-    return tuple(group.count - idle.get(g, 0) for g, group in enumerate(scenario.cluster.nodes))
-
 
 def part_scenario(scenario: Scenario, counts) -> tuple[Scenario, tuple[int, ...]]:
     """The scenario on `counts` nodes per group (groups with none dropped), and the kept groups'
@@ -106,14 +101,13 @@ def to_part(strategy: Strategy, kept: tuple[int, ...]) -> Strategy:
     return replace(strategy, placement=placement, idle=None)
 
 
-def evaluate_with_idle(scenario: Scenario, strategy: Strategy, cost: CostModel | None = None,
-                       field: str = "strategy") -> Prediction:
+def evaluate_with_idle(scenario: Scenario, strategy: Strategy, field: str = "strategy") -> Prediction:
     """`evaluate` for a strategy that leaves nodes idle: predicted on the nodes it uses."""
     from amp_tui.core.evaluate import evaluate
     from amp_tui.core.strategy import validate_strategy
 
     validate_strategy(scenario, strategy, field)
-    counts = used_counts(scenario, strategy)
+    counts = used_nodes(scenario, strategy)
     part, kept = part_scenario(scenario, counts)
     return to_whole(scenario, counts, kept, evaluate(part, to_part(strategy, kept), field=field))
 
@@ -122,7 +116,7 @@ def placement_text(scenario: Scenario, strategy: Strategy) -> str:
     """The placement label on the nodes the strategy uses."""
     if not strategy.idle:
         return placement_label(scenario.cluster, strategy.placement)
-    part, kept = part_scenario(scenario, used_counts(scenario, strategy))
+    part, kept = part_scenario(scenario, used_nodes(scenario, strategy))
     return placement_label(part.cluster, to_part(strategy, kept).placement)
 
 

@@ -42,9 +42,10 @@ def _used_nodes_only(plan: Plan) -> tuple[Plan, str]:
     note saying so and how node groups are numbered in the files."""
     from dataclasses import replace
 
-    from amp_tui.core.subclusters import part_scenario, to_part, used_counts
+    from amp_tui.core.pricing import used_nodes
+    from amp_tui.core.subclusters import part_scenario, to_part
 
-    counts = used_counts(plan.scenario, plan.strategy)
+    counts = used_nodes(plan.scenario, plan.strategy)
     scenario, kept = part_scenario(plan.scenario, counts)
     groups = plan.scenario.cluster.nodes
     idle = ", ".join(f"{n} x {groups[g].label} (group {g})" for g, n in plan.strategy.idle)
