@@ -54,7 +54,7 @@ from amp_tui.core.search import SearchResult, SearchStats, divisors, search
 from amp_tui.core.strategy import Strategy
 
 MAX_PARTS = 200_000     # node-count vectors bounded in full
-MAX_SEARCHES = 24       # parts searched before settling for the best found and a stated gap
+MAX_SEARCHES = 32       # parts searched before settling for the best found and a stated gap
 TIME_LIMIT_S = 3.0      # ... or once this long has passed (the whole cluster's search always completes)
 
 
