@@ -75,3 +75,14 @@ def test_evaluate_a_strategy_with_idle_nodes(capsys, tmp_path):
     path.write_text(dump_yaml([{"tp": 1, "pp": 1, "dp": 64, "micro_batch_size": 8, "idle": [{"group": 1, "nodes": 9}]}]))
     code, out, err = run(capsys, "evaluate", "bench-128-gpus", str(path))
     assert code == 2 and "strategies[0].idle: 9" in err
+
+
+def test_a_saved_plan_with_idle_nodes_re_evaluates_and_exports_without_them(capsys, tmp_path):
+    plan = tmp_path / "plan.yaml"
+    code, out, err = run(capsys, "plan", "bench-128-gpus", "--top", "1", "--save", str(plan))
+    assert code == 0, err
+    code, out, err = run(capsys, "evaluate", str(plan))
+    assert code == 0 and "figures unchanged since the plan was saved" in out and "idle: 8 x g5.48xlarge" in out
+    code, out, err = run(capsys, "export", str(plan), "--format", "torchrun")
+    assert code == 0 and "--nnodes 8 " in out and "g5.48xlarge" not in out
+    assert "leaves 8 x g5.48xlarge (group 1) idle" in err
