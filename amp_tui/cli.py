@@ -362,7 +362,7 @@ def render_search(result, top: int, objective=None, idle_search=None) -> str:
     if not result.strategies:
         out.append("no strategy fits in memory; see the reasons below" if objective is None
                    or objective.budget_usd_per_hour is None else
-                   "no strategy fits in memory within the budget; see the reasons below")
+                   f"no strategy fits in memory on nodes costing at most ${objective.budget_usd_per_hour:,.2f}/hour")
     else:
         best = result.strategies[0].iteration_time_s
         headers = ["rank", "tp x pp x dp", "mbs", "B", "iteration", "samples/s", "fullest stage memory", "gap",
