@@ -98,6 +98,12 @@ def build_parser() -> argparse.ArgumentParser:
     pl.add_argument("--save", metavar="PLAN.yaml", help="save a strategy as a plan file")
     pl.add_argument("--rank", type=_whole_number, default=1, metavar="N", help="with --save: which ranked strategy (default 1)")
     pl.add_argument("--force", action="store_true", help="with --save: overwrite an existing file")
+    pl.add_argument("--objective", choices=("time", "cost"), default="time",
+                    help="rank by iteration time (default) or by cost per token (needs prices)")
+    pl.add_argument("--budget", type=float, default=None, metavar="USD_PER_HOUR",
+                    help="only strategies whose nodes cost at most this many dollars per hour")
+    pl.add_argument("--use-all-gpus", action="store_true",
+                    help="never leave nodes idle (as search.use_all_gpus: true)")
 
     ex = sub.add_parser("export", help="turn a plan into Megatron-LM, DeepSpeed, torchrun, rank-map or torchtitan files")
     ex.add_argument("plan", metavar="PLAN.yaml")
@@ -218,8 +224,11 @@ def cmd_evaluate(args) -> int:
 
 
 def cmd_plan(args) -> int:
+    from dataclasses import replace
+
+    from amp_tui.core.objective import Objective
     from amp_tui.core.planfile import open_scenario
-    from amp_tui.core.search import search
+    from amp_tui.core.subclusters import search_parts
 
     if args.top is not None and args.top < 1:
         raise SpecError("--top", args.top, "must be at least 1")
@@ -227,9 +236,12 @@ def cmd_plan(args) -> int:
         raise SpecError("--rank", args.rank, "must be at least 1")
     if args.save is not None:
         _check_save_target(args.save, args.force)
+    objective = Objective(args.objective, args.budget)
     scenario = open_scenario(args.scenario)[0]     # a plan file is checked whole, not just its scenario
+    if args.use_all_gpus:
+        scenario = replace(scenario, search=replace(scenario.search, use_all_gpus=True))
     top = max(args.top or scenario.search.top, args.rank if args.save else 1)
-    result = search(scenario, top=top)
+    result, idle_search = search_parts(scenario, objective, top=top)
     saved = None
     if args.save:
         from amp_tui.core.planfile import save_plan
@@ -239,9 +251,11 @@ def cmd_plan(args) -> int:
         saved = save_plan(args.save, scenario, result.strategies[args.rank - 1], overwrite=args.force)
     shown = args.top or scenario.search.top     # the search may have ranked more, for --rank
     if args.json:
-        print(_json(result.to_dict(top=shown)))
+        print(_json({**result.to_dict(top=shown), "objective": objective.kind,
+                     "budget_usd_per_hour": objective.budget_usd_per_hour,
+                     "idle_search": idle_search.to_dict()}))
     else:
-        print(render_search(result, shown))
+        print(render_search(result, shown, objective, idle_search))
     if saved:
         print(f"saved strategy {args.rank} to {saved}", file=sys.stderr if args.json else sys.stdout)
     return 0
@@ -312,8 +326,10 @@ def cmd_presets(args) -> int:
 
 
 def _describe_instance(name: str, fields: dict) -> str:
+    price = fields.get("price_per_hour")
     return (f"{fields.get('provider', '')} {fields['gpus_per_node']} x {fields['gpu']}, "
-            f"{fields['intra_node_bandwidth']} inside, {fields['inter_node_bandwidth']} network").strip()
+            f"{fields['intra_node_bandwidth']} inside, {fields['inter_node_bandwidth']} network"
+            + (f", ${price:,.2f}/hour on demand" if price is not None else "")).strip()
 
 
 def cmd_bench(args) -> int:
@@ -323,8 +339,8 @@ def cmd_bench(args) -> int:
 
     if not 1 <= args.runs <= MAX_BENCH_RUNS:
         raise SpecError("--runs", args.runs, f"must be 1 to {MAX_BENCH_RUNS}")
-    names = args.only or [b.scenario for b in BENCHMARKS]
-    known = {b.scenario for b in BENCHMARKS}
+    names = args.only or [b.name for b in BENCHMARKS]
+    known = {b.name for b in BENCHMARKS}
     for name in names:
         if name not in known:
             raise SpecError("--only", name, f"not a benchmark; known: {', '.join(sorted(known))}")
@@ -360,10 +376,10 @@ def _table(headers: list[str], rows: list[list[str]], right: set[int]) -> str:
     return "\n".join([line(headers), line(["-" * w for w in widths]), *(line(r) for r in rows)])
 
 
-def _placement_text(scenario, placement) -> str:
-    from amp_tui.core.placement import placement_label
+def _placement_text(scenario, strategy) -> str:
+    from amp_tui.core.subclusters import placement_text
 
-    return placement_label(scenario.cluster, placement)
+    return placement_text(scenario, strategy)
 
 
 def _summary(scenario) -> str:
@@ -387,21 +403,46 @@ def _prediction_row(scenario, p, rank: str, best: float | None) -> list[str]:
            f"{p.samples_per_s:.1f}", f"{format_bytes(tight.memory.total_bytes)} / {format_bytes(tight.capacity_bytes)}"
            + ("" if p.fits_memory else " OVER")]
     if best is not None:
-        row.append(f"+{(p.iteration_time_s / best - 1) * 100:.1f}%" if p.iteration_time_s > best else "best")
+        row.append("best" if p.iteration_time_s <= best and rank == "1" or p.iteration_time_s == best
+                   else f"{(p.iteration_time_s / best - 1) * 100:+.1f}%")
     from amp_tui.core.knobs import resolve
 
-    row += [resolve(s, scenario.training).short_label, " ".join(str(n) for n in s.partition),
-            _placement_text(scenario, s.placement)]
+    row += [resolve(s, scenario.training).short_label, _money(p.cost_per_hour_usd),
+            _money(p.cost_per_million_tokens_usd), " ".join(str(n) for n in s.partition),
+            _placement_text(scenario, s) + _idle_text(scenario, s)]
     return row
+
+
+def _speedup_text(speedup: float) -> str:
+    """'2.97x faster', or '3.20x slower' for a top strategy ranked by cost or under a budget."""
+    return f"{speedup:.2f}x faster" if speedup >= 1 else f"{1 / speedup:.2f}x slower"
+
+
+def _money(value: float | None) -> str:
+    return "-" if value is None else f"${value:,.2f}"
+
+
+def _idle_text(scenario, strategy) -> str:
+    """'; idle: 1 x p3.8xlarge (group 2)' for the nodes a strategy leaves out."""
+    if not strategy.idle:
+        return ""
+    groups = scenario.cluster.nodes
+    return "; idle: " + ", ".join(f"{n} x {groups[g].label} (group {g})" for g, n in strategy.idle)
+
+
+def _cost_headers(scenario) -> list[str]:
+    from amp_tui.core.pricing import cost_unit
+
+    return ["$/hour", f"$/M {cost_unit(scenario)}"]
 
 
 def render_predictions(scenario, predictions) -> str:
     from amp_tui.core.units import format_seconds
 
     headers = ["#", "tp x pp x dp", "mbs", "B", "iteration", "samples/s", "fullest stage memory",
-               "techniques", "partition", "placement"]
+               "techniques", *_cost_headers(scenario), "partition", "placement"]
     rows = [_prediction_row(scenario, p, str(i + 1), None) for i, p in enumerate(predictions)]
-    out = [_summary(scenario), "", _table(headers, rows, {0, 2, 3, 4, 5})]
+    out = [_summary(scenario), "", _table(headers, rows, {0, 2, 3, 4, 5, 8, 9})]
     for i, p in enumerate(predictions):
         out.append("")
         out.append(f"strategy {i + 1}: {p.strategy.label}, micro-batch {p.strategy.micro_batch_size}: "
@@ -427,7 +468,7 @@ def _stage_table(p) -> str:
     return "  " + _table(headers, rows, {0, 3, 4, 5}).replace("\n", "\n  ")
 
 
-def render_search(result, top: int) -> str:
+def render_search(result, top: int, objective=None, idle_search=None) -> str:
     from amp_tui.core.limits import depths_not_searched
     from amp_tui.core.orders import ORDERS_NOTE
     from amp_tui.core.units import format_seconds
@@ -438,6 +479,13 @@ def render_search(result, top: int) -> str:
     out = [_summary(scenario),
            f"searched {st.candidates} candidates{orders} in {st.search_time_s * 1000:.0f} ms: {st.evaluated} "
            f"evaluated, {st.pruned} pruned by bounds, {st.infeasible} out of memory"]
+    if idle_search is not None:
+        idle = ("all GPUs used (search.use_all_gpus)" if scenario.search.use_all_gpus
+                else f"{idle_search.searched} of {idle_search.parts} ways to leave nodes idle searched"
+                     f"{'' if idle_search.exact else ' (not exhaustive)'}")
+        out.append(f"ranked by {objective.describe()}; {idle}")
+        if idle_search.note:
+            out.append(f"note: {idle_search.note}")
     if not st.all_node_orders:
         out.append(f"note: {ORDERS_NOTE}")
     skipped = depths_not_searched(scenario.model.num_layers, scenario.cluster.num_gpus)
@@ -446,22 +494,24 @@ def render_search(result, top: int) -> str:
                    f"{scenario.model.num_layers} layers their partition tables exceed amp-tui's limit (README, Limits)")
     out.append("")
     if not result.strategies:
-        out.append("no strategy fits in memory; see the reasons below")
+        out.append("no strategy fits in memory; see the reasons below" if objective is None
+                   or objective.budget_usd_per_hour is None else
+                   f"no strategy fits in memory on nodes costing at most ${objective.budget_usd_per_hour:,.2f}/hour")
     else:
         best = result.strategies[0].iteration_time_s
         headers = ["rank", "tp x pp x dp", "mbs", "B", "iteration", "samples/s", "fullest stage memory", "gap",
-                   "techniques", "partition", "placement"]
+                   "techniques", *_cost_headers(scenario), "partition", "placement"]
         rows = [_prediction_row(scenario, p, str(i + 1), best) for i, p in enumerate(result.strategies[:top])]
-        out.append(_table(headers, rows, {0, 2, 3, 4, 5}))
+        out.append(_table(headers, rows, {0, 2, 3, 4, 5, 9, 10}))
     if result.baseline is not None:
         b = result.baseline
         out += ["", f"uniform baseline (even split, rank order): {b.strategy.label} micro-batch "
                     f"{b.strategy.micro_batch_size}, {format_seconds(b.iteration_time_s)}"
-                + (f"; the top strategy is {result.speedup_vs_baseline:.2f}x faster" if result.strategies else "")]
+                + (f"; the top strategy is {_speedup_text(result.speedup_vs_baseline)}" if result.strategies else "")]
     if result.infeasible:
         out += ["", f"{len(result.infeasible)} candidates do not fit in memory, e.g.:"]
         for entry in result.infeasible[:3]:
             s = entry.strategy
-            out.append(f"  {s.label} micro-batch {s.micro_batch_size}, {_placement_text(scenario, s.placement)}: "
+            out.append(f"  {s.label} micro-batch {s.micro_batch_size}, {_placement_text(scenario, s)}: "
                        f"{entry.reason}")
     return "\n".join(out)

@@ -156,7 +156,7 @@ def _suggest(args, scenario) -> int:
         print(text, end="")
         return 0
     rows = [[str(m.index), m.strategy.label, str(m.strategy.micro_batch_size), format_seconds(t), format_bytes(peak),
-             _partition_text(m.strategy.partition), _placement_text(scenario, m.strategy.placement)]
+             _partition_text(m.strategy.partition), _placement_text(scenario, m.strategy)]
             for m, t, peak in picked]
     print(f"{len(picked)} runs to measure on {scenario.name} (cheap, and together they pin the parameters):")
     print(_table(["run", "tp x pp x dp", "mbs", "predicted", "peak memory", "partition", "placement"],

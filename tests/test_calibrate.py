@@ -254,7 +254,7 @@ BAD_FILES = [   # (file content, what the one line must name)
     ([{**GOOD_RUN, "tp": "two"}], "measurements[0].tp: 'two': expected a number"),
     ([{**GOOD_RUN, "peak_memory": "lots"}], "measurements[0].peak_memory: 'lots'"),
     ([{**GOOD_RUN, "out_of_memory": "yes"}], "measurements[0].out_of_memory: 'yes': expected true or false"),
-    ([{**GOOD_RUN, "dp": 2}], "measurements[0].tp*pp*dp: '1*4*2=8': must equal the cluster's GPU count (16)"),
+    ([{**GOOD_RUN, "dp": 2}], "measurements[0].tp*pp*dp: '1*4*2=8': must equal the GPU count it uses (16)"),
     ([{**GOOD_RUN, "micro_batch_size": 3}], "measurements[0].micro_batch_size: 3"),
     ([{**GOOD_RUN, "partition": [12, 12]}], "measurements[0].partition: [12, 12]: needs 4 entries"),
     ([{**GOOD_RUN, "partition": [1, 1, 1, 1]}], "measurements[0].partition: [1, 1, 1, 1]: sums to 4"),

@@ -17,6 +17,7 @@ from amp_tui.core.planfile import load_plan
 from amp_tui.core.presets import load_preset
 from amp_tui.core.scenario import load_scenario
 from amp_tui.core.search import search
+from amp_tui.core.subclusters import search_parts
 from amp_tui.core.strategy import Strategy
 from amp_tui.core.yamlio import dump_yaml
 
@@ -48,8 +49,11 @@ def user_error(capsys, *argv: str) -> str:
 
 
 def strategy_of(entry: dict) -> Strategy:
-    """The Strategy a JSON strategy entry describes (lists back to tuples)."""
-    return Strategy(**{k: tuple(entry[k]) if isinstance(entry[k], list) else entry[k] for k in STRATEGY_KEYS})
+    """The Strategy a JSON strategy entry describes: its degrees, split and placement, the training
+    techniques and idle nodes it names."""
+    from amp_tui.core.strategy import KNOB_FIELDS, parse_strategy
+
+    return parse_strategy({k: entry[k] for k in (*STRATEGY_KEYS, *KNOB_FIELDS, "idle", "ep") if k in entry})
 
 
 def write_scenario(tmp_path, name="tiny.yaml", **node) -> str:
@@ -68,9 +72,11 @@ def test_plan_json_shape_and_figures(capsys):
     data = run_json(capsys, "plan", "paper-het-cluster", "--top", "3")
     scenario = load_scenario("paper-het-cluster")
     assert set(data) == {"scenario", "search_time_s", "candidates", "statistics", "strategies", "infeasible",
-                         "baseline", "speedup_vs_baseline"}
+                         "baseline", "speedup_vs_baseline", "objective", "budget_usd_per_hour", "idle_search"}
     assert data["scenario"] == "paper-het-cluster"
-    assert data["candidates"] == data["statistics"]["candidates"] == search(scenario, top=3).stats.candidates
+    # candidates of every part of the cluster searched (the whole cluster's alone with --use-all-gpus)
+    assert data["candidates"] == data["statistics"]["candidates"] == search_parts(scenario, top=3)[0].stats.candidates
+    assert data["idle_search"]["exact"] is True and data["objective"] == "time"
     strategies = data["strategies"]
     assert [s["rank"] for s in strategies] == [1, 2, 3]
     times = [s["iteration_time_s"] for s in strategies]
@@ -79,7 +85,10 @@ def test_plan_json_shape_and_figures(capsys):
         assert {"rank", *STRATEGY_KEYS, "num_micro_batches", "iteration_time_s", "samples_per_s", "fits_memory",
                 "peak_memory_bytes", "stages"} <= set(s)
         assert s["fits_memory"] is True
-        assert s["tp"] * s["pp"] * s["dp"] == scenario.cluster.num_gpus == 16
+        assert s["tp"] * s["pp"] * s["dp"] == s["gpus_used"] <= scenario.cluster.num_gpus == 16
+        # the GPUs a strategy does not use are on the nodes it names idle
+        idle_gpus = sum(e["nodes"] * scenario.cluster.nodes[e["group"]].gpus_per_node for e in s.get("idle", []))
+        assert s["gpus_used"] + idle_gpus == 16
         assert sum(s["partition"]) == scenario.model.num_layers
         assert len(s["stages"]) == s["pp"]
     assert data["infeasible"] and len(data["infeasible"]) == data["statistics"]["infeasible"]
@@ -150,7 +159,7 @@ def test_plan_text_top(capsys):
 def test_plan_save_force_and_rank(capsys, tmp_path):
     """--save writes the chosen rank; an existing file is kept without --force; a missing rank writes nothing."""
     path = tmp_path / "plan.yaml"
-    best = search(load_scenario("paper-het-cluster"), top=2).strategies
+    best = search_parts(load_scenario("paper-het-cluster"), top=2)[0].strategies   # as plan ranks them
     code, out, _ = run(capsys, "plan", "paper-het-cluster", "--save", path, "--rank", "2")
     assert code == 0 and f"saved strategy 2 to {path}" in out
     assert load_plan(path).strategy == best[1].strategy
@@ -198,7 +207,7 @@ def test_evaluate_strategies_file(capsys, tmp_path):
     other = {"tp": 1, "pp": 2, "dp": 8, "micro_batch_size": 2}
     assert (best["tp"], best["pp"], best["dp"]) != (1, 2, 8)
     path = tmp_path / "strategies.yaml"
-    path.write_text(dump_yaml([other, {k: best[k] for k in STRATEGY_KEYS}]))
+    path.write_text(dump_yaml([other, strategy_of(best).to_dict()]))
     first, second = run_json(capsys, "evaluate", "paper-het-cluster", path)
     assert (first["tp"], first["pp"], first["dp"], first["micro_batch_size"]) == (1, 2, 8, 2)
     assert first["placement"] == [0, 1]   # default: rank order

@@ -183,6 +183,7 @@ def test_a_file_that_appears_during_the_write_is_kept(tmp_path, staging, monkeyp
 
 
 def test_a_failed_commit_puts_the_old_files_back(tmp_path, staging, monkeypatch):
+    monkeypatch.setattr(atomic, "_renameat2_exchange", lambda a, b: False)   # the back-to-back fallback
     for name in ("a", "b", "c"):
         (tmp_path / name).write_text(f"old {name}")
     real_replace, calls = os.replace, []
@@ -199,6 +200,28 @@ def test_a_failed_commit_puts_the_old_files_back(tmp_path, staging, monkeypatch)
     monkeypatch.setattr(atomic.os, "replace", real_replace)
     assert {name: (tmp_path / name).read_text() for name in sorted(os.listdir(tmp_path))} == \
         {"a": "old a", "b": "old b", "c": "old c"}
+
+
+def test_a_set_replaces_the_folder_in_one_exchange(tmp_path, monkeypatch):
+    """The target folder holds the old set or the new one, and keeps the user's other files and
+    its own permissions; a sibling a killed run left behind is cleaned up."""
+    out = tmp_path / "out"
+    out.mkdir()
+    out.chmod(0o750)
+    for name in ("a", "b", "notes.txt"):
+        (out / name).write_text(f"old {name}")
+    (out / "a").chmod(0o600)
+    dead = tmp_path / f".out{atomic._TAG}999999999-x"       # no such process
+    dead.mkdir()
+    swaps = []
+    real = atomic._renameat2_exchange
+    monkeypatch.setattr(atomic, "_renameat2_exchange", lambda a, b: swaps.append((a, b)) or real(a, b))
+    monkeypatch.chdir(tmp_path)
+    write_files(out, {"a": "new a", "b": "new b"})
+    assert len(swaps) == 1 and sorted(os.listdir(tmp_path)) == ["out"]
+    assert {n: (out / n).read_text() for n in sorted(os.listdir(out))} == \
+        {"a": "new a", "b": "new b", "notes.txt": "old notes.txt"}
+    assert stat.S_IMODE((out / "a").stat().st_mode) == 0o600 and stat.S_IMODE(out.stat().st_mode) == 0o750
 
 
 def test_overwrite_keeps_the_mode(tmp_path, staging):

@@ -1,15 +1,22 @@
 """Atomic writes of one file or of a set of files into one folder: all of them or none.
 
-Every target is checked before anything is written. The new contents are written and flushed to
-disk as unnamed files in the target folder (Linux O_TMPFILE), so a process killed at any moment
-before the commit leaves nothing behind; the commit then gives each its name with a link or a
-rename, back to back. Where unnamed files are not supported, a hidden staging folder in the target
-folder takes their place and is removed on every exit path Python sees (errors, Ctrl-C, SIGTERM
-once the CLI turns it into an exception). An overwritten file keeps its permission bits.
+Every target is checked before anything is written. One file is written and flushed to disk as an
+unnamed file in the target folder (Linux O_TMPFILE), so a process killed at any moment before the
+commit leaves nothing behind, and a rename gives it its name.
+
+A set of several files that may replace existing ones is built whole in a hidden sibling of the
+target folder: the new files, and
+hard links to everything else the folder holds. One renameat2(RENAME_EXCHANGE) then swaps the two
+folders, so the target folder holds the old set or the new one at every instant, and never a
+temporary file; the sibling (the old set after the swap) is removed, and one left by a killed run
+is removed by the next. Where the exchange is not possible (another file system, a folder holding
+sub-folders, the working directory itself), the files are renamed into place back to back and
+rolled back on an error. An overwritten file keeps its permission bits.
 """
 
 from __future__ import annotations
 
+import ctypes
 import os
 import shutil
 import stat
@@ -35,11 +42,100 @@ def write_files(folder: str | Path, files: dict[str, str], *, overwrite: bool = 
     targets = [folder / name for name in files]
     _check_targets(folder, targets, overwrite, field)
     blobs = [text.encode("utf-8") for text in files.values()]   # a bad text fails before any write
+    if len(targets) > 1 and overwrite and _exchange(folder, targets, blobs, field):
+        return targets
     with _Staging(folder, field) as staging:
         for target, blob in zip(targets, blobs):
             staging.add(target, blob, _mode_for(target))
         staging.commit(overwrite)
     return targets
+
+
+_RENAME_EXCHANGE = 2
+_AT_FDCWD = -100
+
+
+def _renameat2_exchange(a: Path, b: Path) -> bool:
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        call = libc.renameat2
+    except (OSError, AttributeError):
+        return False
+    return call(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), _RENAME_EXCHANGE) == 0
+
+
+def _exchange(folder: Path, targets: list[Path], blobs: list[bytes], field: str) -> bool:
+    """Build the whole new folder beside the old one and swap them in one system call; False
+    (nothing changed) where that cannot be done, so the caller falls back."""
+    folder = folder.resolve()
+    if Path.cwd().resolve().is_relative_to(folder):
+        return False           # the working directory would move away with the old folder
+    parent = folder.parent
+    _remove_leftovers(parent, folder.name)
+    names = {target.name for target in targets}
+    try:
+        entries = list(os.scandir(folder))
+    except OSError:
+        return False
+    if any(e.name not in names and not e.is_file(follow_symlinks=False) for e in entries):
+        return False           # sub-folders and links cannot be hard-linked into the new folder
+    try:
+        stage = Path(tempfile.mkdtemp(prefix=f".{folder.name}{_TAG}{os.getpid()}-", dir=parent))
+    except OSError:
+        return False
+    try:
+        for entry in entries:
+            if entry.name not in names:
+                os.link(entry.path, stage / entry.name, follow_symlinks=False)
+        for target, blob in zip(targets, blobs):
+            fd = os.open(stage / target.name, os.O_WRONLY | os.O_CREAT | os.O_EXCL, _mode_for(target))
+            try:
+                view = memoryview(blob)
+                while view:
+                    view = view[os.write(fd, view):]
+                os.fchmod(fd, _mode_for(target))      # the umask must not narrow a kept mode
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        os.chmod(stage, stat.S_IMODE(os.stat(folder).st_mode))
+        _sync_folder(stage)
+        if not _renameat2_exchange(stage, folder):
+            return False
+        # A file someone else created in the folder while the new one was built is moved across.
+        for entry in os.scandir(stage):
+            if entry.name not in names and not os.path.lexists(folder / entry.name):
+                os.rename(entry.path, folder / entry.name)
+        _sync_folder(parent)
+        return True
+    except OSError as exc:
+        raise SpecError(field, Path(exc.filename or folder), f"cannot be written ({exc.strerror or exc})") from None
+    finally:
+        shutil.rmtree(stage, ignore_errors=True)    # the old set after the swap, the new one before
+
+
+def _remove_leftovers(parent: Path, name: str) -> None:
+    """Sibling folders a killed run left (its process is gone)."""
+    prefix = f".{name}{_TAG}"
+    try:
+        entries = list(os.scandir(parent))
+    except OSError:
+        return
+    for entry in entries:
+        if not entry.name.startswith(prefix) or not entry.is_dir(follow_symlinks=False):
+            continue
+        pid = entry.name[len(prefix):].split("-", 1)[0]
+        if pid.isdigit() and not _alive(int(pid)):
+            shutil.rmtree(entry.path, ignore_errors=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def _check_targets(folder: Path, targets: list[Path], overwrite: bool, field: str) -> None:

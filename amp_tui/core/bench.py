@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 from amp_tui.core.scenario import load_scenario
 from amp_tui.core.search import search
+from amp_tui.core.subclusters import search_parts
 
 
 CANCEL_TARGET_S = 0.050   # a cancelled search returns within this long of the check turning true
@@ -21,6 +22,17 @@ class Benchmark:
     scenario: str
     target_s: float
     target_memory_bytes: float | None = None
+    idle_nodes: bool = False    # search the parts of the cluster too (what `plan` does), not only all of it
+
+    @property
+    def name(self) -> str:
+        return f"{self.scenario}+idle" if self.idle_nodes else self.scenario
+
+    def run(self, scenario, should_cancel=None):
+        """The search this benchmark times; with idle nodes, (result, how the parts were searched)."""
+        if self.idle_nodes:
+            return search_parts(scenario, should_cancel=should_cancel)
+        return search(scenario, should_cancel=should_cancel), None
 
 
 BENCHMARKS = (
@@ -30,6 +42,12 @@ BENCHMARKS = (
     Benchmark("bench-128-gpus", 0.250),
     Benchmark("bench-1024-gpus", 2.0),
     Benchmark("bench-3072-a100-gpt-1t", 10.0, 2**30),
+    # The heterogeneity issue's targets: idle nodes allowed, as `plan` searches by default.
+    Benchmark("paper-het-cluster", 0.050, idle_nodes=True),
+    Benchmark("bench-128-gpus", 0.250, idle_nodes=True),
+    Benchmark("bench-1024-gpus", 1.0, idle_nodes=True),
+    Benchmark("bench-1024-gpus-6-types", 2.0),
+    Benchmark("bench-2048-gpus-8-groups", 5.0, idle_nodes=True),
 )
 
 
@@ -41,24 +59,24 @@ def run_bench(names: list[str], runs: int = 5, progress: Callable[[str], None] |
     can wait."""
     rows = []
     for bench in BENCHMARKS:
-        if bench.scenario not in names:
+        if bench.name not in names:
             continue
         scenario = load_scenario(bench.scenario)
-        result = search(scenario)  # warm-up
+        result, parts = bench.run(scenario)  # warm-up
         times = []
         for _ in range(runs):
             started = time.perf_counter()
-            result = search(scenario)
+            result, parts = bench.run(scenario)
             times.append(time.perf_counter() - started)
         tracemalloc.start()
-        search(scenario)
+        bench.run(scenario)
         _, peak = tracemalloc.get_traced_memory()
         tracemalloc.stop()
-        poll_gap = _worst_poll_gap(scenario)
+        poll_gap = _worst_poll_gap(bench, scenario)
         median = statistics.median(times)
         top = result.strategies[0] if result.strategies else None
         row = {
-            "scenario": bench.scenario,
+            "scenario": bench.name,
             "gpus": scenario.cluster.num_gpus,
             "layers": scenario.model.num_layers,
             "median_s": median,
@@ -75,7 +93,13 @@ def run_bench(names: list[str], runs: int = 5, progress: Callable[[str], None] |
             "worst_poll_gap_s": poll_gap,
             "cancel_target_s": CANCEL_TARGET_S,
             "top": (f"{top.strategy.label} mbs {top.strategy.micro_batch_size}, {top.iteration_time_s:.4g} s"
-                    if top else "none fits"),
+                    if top else "none fits")
+                   + (f", {top.strategy.num_gpus} of {scenario.cluster.num_gpus} GPUs used"
+                      if top and top.strategy.idle else ""),
+            # idle nodes: parts of the cluster searched, and the gap when the search stopped early
+            "parts_searched": parts.searched if parts else None,
+            "exact": parts.exact if parts else result.stats.all_node_orders,
+            "gap": parts.gap if parts else None,
         }
         rows.append(row)
         if progress:
@@ -86,14 +110,14 @@ def run_bench(names: list[str], runs: int = 5, progress: Callable[[str], None] |
     return rows
 
 
-def _worst_poll_gap(scenario) -> float:
+def _worst_poll_gap(bench: Benchmark, scenario) -> float:
     stamps = [time.perf_counter()]
 
     def poll() -> bool:
         stamps.append(time.perf_counter())
         return False
 
-    search(scenario, should_cancel=poll)
+    bench.run(scenario, should_cancel=poll)
     stamps.append(time.perf_counter())
     return max(later - earlier for earlier, later in zip(stamps, stamps[1:]))
 
@@ -101,17 +125,26 @@ def _worst_poll_gap(scenario) -> float:
 def render_bench(rows: list[dict]) -> str:
     from amp_tui.core.units import format_bytes
 
-    header = (f"{'scenario':<24} {'GPUs':>5} {'layers':>6} {'median':>10} {'target':>8} {'ok':>3} "
-              f"{'candidates':>10} {'evaluated':>9} {'cand/s':>9} {'peak mem':>10} {'cancel':>7}  top strategy")
+    header = (f"{'scenario':<29} {'GPUs':>5} {'layers':>6} {'median':>10} {'target':>8} {'ok':>3} "
+              f"{'candidates':>10} {'evaluated':>9} {'cand/s':>9} {'peak mem':>10} {'cancel':>7} {'exact':>11}"
+              f"  top strategy")
     lines = [header, "-" * len(header)]
     for r in rows:
         lines.append(
-            f"{r['scenario']:<24} {r['gpus']:>5} {r['layers']:>6} {r['median_s'] * 1000:>8.1f}ms "
+            f"{r['scenario']:<29} {r['gpus']:>5} {r['layers']:>6} {r['median_s'] * 1000:>8.1f}ms "
             f"{r['target_s'] * 1000:>6.0f}ms {'yes' if r['meets_target'] else 'NO':>3} {r['candidates']:>10} "
             f"{r['evaluated']:>9} {r['candidates_per_s']:>9.0f} {format_bytes(r['peak_memory_bytes']):>10} "
-            f"{r['worst_poll_gap_s'] * 1000:>5.1f}ms  {r['top']}")
+            f"{r['worst_poll_gap_s'] * 1000:>5.1f}ms {_exactness(r):>11}  {r['top']}")
     if rows:
         lines.append(f"cancel: the longest stretch without a cancellation poll (target {CANCEL_TARGET_S * 1000:.0f} ms)")
+        lines.append("+idle: idle nodes allowed (what `plan` searches); exact: every node order, and every part of "
+                     "the cluster that could win, searched; else the most the best found can be above the optimum")
         lines.append(f"process peak RSS (all of the above, incl. Python and numpy): "
                      f"{format_bytes(rows[0]['process_max_rss_bytes'])}")
     return "\n".join(lines)
+
+
+def _exactness(row: dict) -> str:
+    if row["exact"]:
+        return "yes"
+    return f"no, gap {row['gap']:.0%}" if row["gap"] is not None else "no"

@@ -267,6 +267,8 @@ class Prediction:
     peak_memory_bytes: float
     stages: tuple[StagePrediction, ...]
     reason: str | None = None       # why it does not fit
+    cost_per_hour_usd: float | None = None            # see pricing.py; None: a used node has no price
+    cost_per_million_tokens_usd: float | None = None  # per million samples for a model without tokens
     iteration_overhead_s: float = 0.0   # the fixed cost of every iteration
     virtual_stages: int = 1         # interleaved chunks per pipeline rank (fill and drain / v)
 
@@ -319,6 +321,10 @@ class Prediction:
             "iteration_overhead_s": self.iteration_overhead_s, "latency_s": self.latency_s,
             "time_terms": self.time_terms(),
         })
+        out.update({"gpus_used": self.strategy.num_gpus,
+                    "idle": [{"group": group, "nodes": nodes} for group, nodes in self.strategy.idle or ()],
+                    "cost_per_hour_usd": self.cost_per_hour_usd,
+                    "cost_per_million_tokens_usd": self.cost_per_million_tokens_usd})
         if self.reason:
             out["reason"] = self.reason
         out["stages"] = [stage.to_dict() for stage in self.stages]

@@ -6,6 +6,7 @@ from amp_tui.core.cost import CostModel, Prediction
 from amp_tui.core.errors import SpecError
 from amp_tui.core.knobs import resolve
 from amp_tui.core.limits import MAX_STRATEGIES, partition_table_fits
+from amp_tui.core.pricing import priced
 from amp_tui.core.scenario import Scenario
 from amp_tui.core.strategy import Strategy, even_partition, parse_strategy, validate_strategy
 
@@ -20,6 +21,10 @@ def evaluate(scenario: Scenario, strategy: Strategy, cost: CostModel | None = No
     search finds best for these degrees and placement, or the even split when none fits in memory
     (the prediction then says why). Errors name fields under `field`."""
     validate_strategy(scenario, strategy, field)
+    if strategy.idle:
+        from amp_tui.core.subclusters import evaluate_with_idle   # subclusters imports this module
+
+        return evaluate_with_idle(scenario, strategy, field=field)
     knobs = resolve(strategy, scenario.training)
     if cost is None or cost.knobs != knobs:
         cost = CostModel(scenario, knobs)
@@ -34,7 +39,7 @@ def evaluate(scenario: Scenario, strategy: Strategy, cost: CostModel | None = No
                                                         "layers are beyond the partition search's limit")
 
         partition = best_partition(candidate).partition or even_partition(candidate.num_layers, strategy.pp)
-    return candidate.predict(partition)
+    return priced(scenario, candidate.predict(partition))
 
 
 def parse_strategy_list(data: object, source: str = "strategies") -> list[Strategy]:

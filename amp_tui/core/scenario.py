@@ -50,6 +50,7 @@ class NodeGroup:
     def inter_link_class(self) -> str:
         """RDMA fabrics (InfiniBand, EFA, RoCE) come at 100 Gbps and more per node; below is TCP."""
         return self.inter_node_link or ("infiniband" if self.inter_node_bandwidth >= 12.5e9 else "ethernet")
+    price_per_hour: float | None = None     # US dollars per node-hour; None: unknown (see pricing.py)
 
     @property
     def label(self) -> str:
@@ -76,6 +77,8 @@ class NodeGroup:
         for key in ("intra_node_link", "inter_node_link"):
             if getattr(self, key):
                 out[key] = getattr(self, key)
+        if self.price_per_hour is not None:
+            out["price_per_hour"] = self.price_per_hour
         return out
 
 
@@ -142,10 +145,12 @@ class SearchOptions:
     reorder_nodes: bool = True          # let the search choose which node groups serve which stages
     top: int = 10                       # strategies to show
     max_micro_batch_size: int = 64
+    use_all_gpus: bool = False          # False: the search may leave nodes idle when that is faster
 
     def to_dict(self) -> dict:
         return {"allow_cross_node_tp": self.allow_cross_node_tp, "reorder_nodes": self.reorder_nodes,
-                "top": self.top, "max_micro_batch_size": self.max_micro_batch_size}
+                "top": self.top, "max_micro_batch_size": self.max_micro_batch_size,
+                "use_all_gpus": self.use_all_gpus}
 
 
 @dataclass(frozen=True)
@@ -205,7 +210,7 @@ def parse_node_group(value: object, field_name: str) -> NodeGroup:
     if not isinstance(value, dict):
         raise SpecError(field_name, value, "expected a mapping (instance, count, gpu, gpus_per_node, bandwidths)")
     allowed = {"instance", "count", "gpu", "gpus_per_node", "intra_node_bandwidth", "inter_node_bandwidth",
-               "intra_node_link", "inter_node_link"}
+               "intra_node_link", "inter_node_link", "price_per_hour"}
     _check_keys(value, allowed, field_name, "node")
     fields: dict = {}
     instance = value.get("instance")
@@ -229,6 +234,8 @@ def parse_node_group(value: object, field_name: str) -> NodeGroup:
         instance=str(instance) if instance is not None else None,
         intra_node_link=_choice(fields.get("intra_node_link", ""), ("", *LINK_CLASSES), f"{field_name}.intra_node_link"),
         inter_node_link=_choice(fields.get("inter_node_link", ""), ("", *LINK_CLASSES), f"{field_name}.inter_node_link"),
+        price_per_hour=(float(parse_number(fields["price_per_hour"], f"{field_name}.price_per_hour", minimum=0))
+                        if fields.get("price_per_hour") is not None else None),
     )
 
 
@@ -299,7 +306,8 @@ def parse_search_options(value: object, field_name: str = "search") -> SearchOpt
         return SearchOptions()
     if not isinstance(value, dict):
         raise SpecError(field_name, value, "expected a mapping of search options")
-    _check_keys(value, {"allow_cross_node_tp", "reorder_nodes", "top", "max_micro_batch_size"}, field_name, "search")
+    _check_keys(value, {"allow_cross_node_tp", "reorder_nodes", "top", "max_micro_batch_size", "use_all_gpus"},
+                field_name, "search")
     default = SearchOptions()
     return SearchOptions(
         allow_cross_node_tp=_bool(value.get("allow_cross_node_tp", default.allow_cross_node_tp), f"{field_name}.allow_cross_node_tp"),
@@ -307,6 +315,7 @@ def parse_search_options(value: object, field_name: str = "search") -> SearchOpt
         top=parse_int(value.get("top", default.top), f"{field_name}.top"),
         max_micro_batch_size=parse_int(value.get("max_micro_batch_size", default.max_micro_batch_size),
                                        f"{field_name}.max_micro_batch_size"),
+        use_all_gpus=_bool(value.get("use_all_gpus", default.use_all_gpus), f"{field_name}.use_all_gpus"),
     )
 
 

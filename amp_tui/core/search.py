@@ -23,6 +23,7 @@ from amp_tui.core.knobs import Knobs, default_knobs, knob_choices
 from amp_tui.core.limits import partition_table_fits
 from amp_tui.core.orders import NodeOrders, node_orders
 from amp_tui.core.partition import INF, SegmentTables, even_split_memory, partitions_fit, solve
+from amp_tui.core.pricing import priced
 from amp_tui.core.scenario import Scenario
 from amp_tui.core.strategy import Strategy, even_partition
 from amp_tui.core.units import format_bytes
@@ -301,10 +302,14 @@ def _fastest_times(candidate: Candidate, spb: float) -> tuple[np.ndarray, np.nda
 
 def search(scenario: Scenario, *, top: int | None = None,
            should_cancel: Callable[[], bool] | None = None,
-           progress: Callable[[float], None] | None = None) -> SearchResult:
+           progress: Callable[[float], None] | None = None, cutoff: float = INF,
+           details: bool = True) -> SearchResult:
     """Rank strategies for `scenario`. `should_cancel` is polled often; when it turns true the search
     raises Cancelled. `progress` receives a rising fraction from 0 to 1: the first fifth while
-    candidates are enumerated and bounded, the rest as they are settled (evaluated or pruned)."""
+    candidates are enumerated and bounded, the rest as they are settled (evaluated or pruned).
+    Strategies predicted at `cutoff` seconds or more are left out (a caller that already holds
+    better ones elsewhere, e.g. on another part of the cluster). Without `details`, the infeasible
+    list and the baseline are left empty (faster)."""
     started = time.perf_counter()
     top = top or scenario.search.top
     cancel = should_cancel or (lambda: False)
@@ -347,16 +352,16 @@ def search(scenario: Scenario, *, top: int | None = None,
         if cancel():
             raise Cancelled
         report(PREPARATION + (1 - PREPARATION) * (len(keys) - len(queue) + index) / max(len(keys), 1))
-        cutoff = -best[0][0] if len(best) >= top else INF
-        if key[4] == rank and (baseline is None or floor < baseline[0]):   # could be the best uniform one
+        limit = min(-best[0][0] if len(best) >= top else INF, cutoff)
+        if details and key[4] == rank and (baseline is None or floor < baseline[0]):   # could be the best uniform one
             uniform, _, over = candidate.quick_evaluate(even_partition(candidate.num_layers, candidate.pp))
             if over <= 0 and (baseline is None or (uniform, key) < baseline[:2]):
                 baseline = (uniform, key, candidate)
-        if floor >= cutoff:
+        if floor >= limit:
             pruned.append(candidate)
             continue
         tables = SegmentTables(candidate)
-        result = solve(tables, cutoff, cancel)
+        result = solve(tables, limit, cancel)
         evaluated += 1
         solves += result.solves
         if not result.fits:
@@ -369,8 +374,9 @@ def search(scenario: Scenario, *, top: int | None = None,
                 heapq.heappushpop(best, entry)
     # Whether a pruned candidate fits decides only whether it is listed as infeasible, so that the
     # list does not depend on `top`.
-    no_fit += [(candidate, None) for candidate, fits in zip(pruned, partitions_fit(pruned, cancel)) if not fits]
-    infeasible = _infeasible(no_fit, cancel)
+    if details:
+        no_fit += [(candidate, None) for candidate, fits in zip(pruned, partitions_fit(pruned, cancel)) if not fits]
+    infeasible = _infeasible(no_fit, cancel) if details else []
     report(1.0)
 
     ranked = sorted(best, key=lambda item: (-item[0], _negate(item[1])))
@@ -378,11 +384,11 @@ def search(scenario: Scenario, *, top: int | None = None,
     for _, _, partition, candidate in ranked:
         if cancel():
             raise Cancelled
-        strategies.append(candidate.predict(partition))
+        strategies.append(priced(scenario, candidate.predict(partition)))
     baseline_prediction = None
     if baseline is not None:
         candidate = baseline[2]
-        baseline_prediction = candidate.predict(even_partition(candidate.num_layers, candidate.pp))
+        baseline_prediction = priced(scenario, candidate.predict(even_partition(candidate.num_layers, candidate.pp)))
     stats = SearchStats(candidates=len(keys), pruned=len(pruned), evaluated=evaluated, infeasible=len(infeasible),
                         solves=solves, node_orders=len(orders.orders), all_node_orders=orders.complete,
                         search_time_s=time.perf_counter() - started)

@@ -27,6 +27,9 @@ class Strategy:
     # Expert parallelism: each MoE layer's experts split over ep GPUs of the dp x cp group (as in
     # Megatron), so ep is not a factor of the world size. None or 1: every GPU holds every expert.
     ep: int | None = None
+    # Nodes left out: (node-group index, how many of its nodes), ascending by group; None or empty:
+    # every node is used. A group's used nodes are its first ones; ranks skip the idle ones.
+    idle: tuple[tuple[int, int], ...] | None = None
 
     def num_micro_batches(self, global_batch_size: int) -> int:
         return global_batch_size // (self.dp * self.micro_batch_size)
@@ -49,6 +52,8 @@ class Strategy:
         for key in (*KNOB_FIELDS, "ep"):
             if getattr(self, key) is not None:
                 out[key] = getattr(self, key)
+        if self.idle:
+            out["idle"] = [{"group": group, "nodes": nodes} for group, nodes in self.idle]
         return out
 
 
@@ -65,7 +70,7 @@ def parse_strategy(value: object, field: str = "strategy") -> Strategy:
     """Read the fields; `validate_strategy` checks them against a scenario."""
     if not isinstance(value, dict):
         raise SpecError(field, value, "expected a mapping with tp, pp, dp, micro_batch_size")
-    allowed = {"tp", "pp", "dp", "micro_batch_size", "partition", "placement", "ep", *KNOB_FIELDS}
+    allowed = {"tp", "pp", "dp", "micro_batch_size", "partition", "placement", "ep", "idle", *KNOB_FIELDS}
     for key in value:
         if key not in allowed and key not in _IGNORED_OUTPUT_KEYS:
             raise SpecError(f"{field}.{key}", value[key], f"unknown strategy field; allowed: {', '.join(sorted(allowed))}")
@@ -83,6 +88,7 @@ def parse_strategy(value: object, field: str = "strategy") -> Strategy:
             raise SpecError(f"{field}.placement", placement, "expected a list of node-group indices")
         placement = tuple(parse_int(n, f"{field}.placement[{i}]", minimum=0) for i, n in enumerate(placement))
     knobs = parse_knobs(value, field)
+    idle = parse_idle(value.get("idle"), f"{field}.idle")
     return Strategy(
         tp=parse_int(value["tp"], f"{field}.tp"),
         pp=parse_int(value["pp"], f"{field}.pp"),
@@ -91,8 +97,26 @@ def parse_strategy(value: object, field: str = "strategy") -> Strategy:
         partition=partition,
         placement=placement,
         ep=parse_int(value["ep"], f"{field}.ep") if value.get("ep") is not None else None,
+        idle=idle,
         **knobs,
     )
+
+
+def parse_idle(value: object, field: str) -> tuple[tuple[int, int], ...] | None:
+    """A list of {group, nodes}: nodes of a node group the strategy leaves idle."""
+    if value is None or value == []:
+        return None
+    if not isinstance(value, list):
+        raise SpecError(field, value, "expected a list of {group: INDEX, nodes: COUNT}")
+    out = {}
+    for i, entry in enumerate(value):
+        if not isinstance(entry, dict) or set(entry) != {"group", "nodes"}:
+            raise SpecError(f"{field}[{i}]", entry, "expected {group: INDEX, nodes: COUNT}")
+        group = parse_int(entry["group"], f"{field}[{i}].group", minimum=0)
+        if group in out:
+            raise SpecError(f"{field}[{i}].group", group, "listed twice")
+        out[group] = parse_int(entry["nodes"], f"{field}[{i}].nodes")
+    return tuple(sorted(out.items()))
 
 
 def parse_knobs(value: dict, field: str) -> dict:
@@ -119,12 +143,12 @@ def parse_knobs(value: dict, field: str) -> dict:
 
 
 # Fields a plan's strategy entry carries beside the strategy itself (rank, predictions...).
-_IGNORED_OUTPUT_KEYS = {"rank", "num_micro_batches"}
+_IGNORED_OUTPUT_KEYS = {"rank", "num_micro_batches", "gpus_used"}
 
 
 def validate_strategy(scenario: Scenario, strategy: Strategy, field: str = "strategy") -> None:
     """Raise SpecError (field, value, what is allowed) unless the strategy can run on the scenario."""
-    gpus = scenario.cluster.num_gpus
+    gpus = used_gpus(scenario, strategy, field)
     layers = scenario.model.num_layers
     gbs = scenario.training.global_batch_size
     tp, pp, dp, mbs = strategy.tp, strategy.pp, strategy.dp, strategy.micro_batch_size
@@ -134,10 +158,11 @@ def validate_strategy(scenario: Scenario, strategy: Strategy, field: str = "stra
     cp, v = knobs.cp, knobs.virtual_stages
     if cp > 1 and tp * cp * pp * dp != gpus:
         raise SpecError(f"{field}.tp*cp*pp*dp", f"{tp}*{cp}*{pp}*{dp}={tp * cp * pp * dp}",
-                        f"must equal the cluster's GPU count ({gpus})")
+                        f"must equal the GPU count it uses ({gpus})")
     if tp * cp * pp * dp != gpus:
         raise SpecError(f"{field}.tp*pp*dp", f"{tp}*{pp}*{dp}={tp * pp * dp}",
-                        f"must equal the cluster's GPU count ({gpus})")
+                        f"must equal the GPU count it uses ({gpus}"
+                        f"{' of ' + str(scenario.cluster.num_gpus) + ', the rest idle' if strategy.idle else ''})")
     if cp > 1 and scenario.model.sequence_length % (2 * cp):
         raise SpecError(f"{field}.cp", cp, f"2 x cp must divide the sequence length "
                                            f"({scenario.model.sequence_length}) for ring attention's load balance")
@@ -180,3 +205,16 @@ def _validate_ep(scenario: Scenario, strategy: Strategy, field: str) -> None:
     for count in experts:
         if count % ep:
             raise SpecError(f"{field}.ep", ep, f"must divide the number of experts per layer ({count})")
+def used_gpus(scenario: Scenario, strategy: Strategy, field: str = "strategy") -> int:
+    """GPUs on the nodes the strategy does not leave idle; SpecError for an impossible `idle`."""
+    groups = scenario.cluster.nodes
+    idle = dict(strategy.idle or ())
+    for group, nodes in idle.items():
+        if group >= len(groups):
+            raise SpecError(f"{field}.idle", group, f"no such node group; the cluster has 0..{len(groups) - 1}")
+        if not 1 <= nodes <= groups[group].count:
+            raise SpecError(f"{field}.idle", nodes, f"node group {group} has {groups[group].count} nodes")
+    used = sum((g.count - idle.get(i, 0)) * g.gpus_per_node for i, g in enumerate(groups))
+    if used == 0:
+        raise SpecError(f"{field}.idle", list(idle.items()), "leaves every node idle")
+    return used

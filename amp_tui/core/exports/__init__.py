@@ -37,8 +37,31 @@ def export_plan(plan: Plan, fmt: str) -> Export:
     # say when they differ from the saved ones.
     fresh = evaluate(plan.scenario, plan.strategy)
     changes = prediction_changes(plan.saved_prediction, fresh)
-    export = exporters[fmt](dataclasses.replace(plan, saved_prediction=fresh.to_dict()))
+    plan = dataclasses.replace(plan, saved_prediction=fresh.to_dict())
+    notes = []
     if changes:
-        export.notes.insert(0, "the plan's saved prediction differs from a re-evaluation (" + "; ".join(changes)
-                            + "); the files use the re-evaluated figures")
-    return export
+        notes.append("the plan's saved prediction differs from a re-evaluation (" + "; ".join(changes)
+                     + "); the files use the re-evaluated figures")
+    if plan.strategy.idle:
+        plan, note = _used_nodes_only(plan)
+        notes.append(note)
+    export = exporters[fmt](plan)
+    return Export(export.files, [*notes, *export.notes])
+
+
+def _used_nodes_only(plan: Plan) -> tuple[Plan, str]:
+    """The plan on the nodes it uses (idle ones are in no hostfile, rank map or launch line), and a
+    note saying so and how node groups are numbered in the files."""
+    from dataclasses import replace
+
+    from amp_tui.core.pricing import used_nodes
+    from amp_tui.core.subclusters import part_scenario, to_part
+
+    counts = used_nodes(plan.scenario, plan.strategy)
+    scenario, kept = part_scenario(plan.scenario, counts)
+    groups = plan.scenario.cluster.nodes
+    idle = ", ".join(f"{n} x {groups[g].label} (group {g})" for g, n in plan.strategy.idle)
+    numbering = ", ".join(f"{i} = cluster group {g} ({groups[g].label})" for i, g in enumerate(kept))
+    note = (f"the plan leaves {idle} idle: these files cover only the {scenario.cluster.num_nodes} nodes it uses, "
+            f"with node groups numbered among them: {numbering}")
+    return replace(plan, scenario=scenario, strategy=to_part(plan.strategy, kept)), note

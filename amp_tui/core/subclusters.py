@@ -1,0 +1,380 @@
+"""Leave nodes idle: search the parts of the cluster (how many nodes of each group are used) that can
+hold the best strategy, and map what they find back onto the whole cluster.
+
+More hardware can only help when the planner may leave some of it idle: a slow node can drag a stage
+down, and one node more can make the GPU count divide badly. A part is a count of used nodes per node
+group; nodes of a group are identical, so which of them sit idle does not matter (a group's used
+nodes are its first ones), and parts that only swap the counts of identical groups are searched once.
+
+Every part gets a lower bound on the iteration time of any strategy on it (`part_bounds`). With v_lg
+layer l's time per micro-batch on GPU type g at tensor-parallel degree tp (compute, plus its
+tensor-parallel bytes over the fastest link such a ring can have), V_g = sum_l v_lg, and
+a_l = min_g v_lg / V_g over the part's types, A = sum_l a_l: a stage holding layers S and GPUs of
+type g runs at least sum_S v_lg >= V_g sum_S a_l per micro-batch (the slowest type sets its pace).
+With the types sorted fastest first, at most floor(GPUs of the k fastest types / (tp x dp)) stages
+hold no slower type, so the stages' total speed is at most sum_k (new stages at type k) / V_k and
+the bottleneck stage takes M >= A / that speed. Then, with B micro-batches,
+    iteration >= max((B - 1) M + fill, B M),   fill >= max(sum_l min_g v_lg, A x V of the fastest stage),
+minimised over every (tp, dp, micro-batch size) the part's GPU count admits. Counting the GPUs
+fractionally instead gives a quick bound, B M >= global batch / micro-batch x tp x A / sum_g (GPUs
+of type g / V_g), whatever dp: it rules most parts out before the full bound is computed. A part
+whose GPUs cannot hold one copy of the weights, gradients and optimizer state is dropped.
+
+The whole cluster is searched first, then the cluster without each one node group (so that adding a
+node group never makes the best plan found slower), then the other parts in increasing order of
+bound (the objective's weight x bound for --objective cost), each with `search(..., cutoff=)` so
+that nothing slower than the N-th best found so far is solved. The enumeration stops when the next
+bound cannot beat the N-th best: then the result is exact.
+
+Three limits keep it fast, and the result says when one was reached (then it is a heuristic with a
+stated gap): beyond MAX_PARTS node-count vectors only counts near 0 and near each group's size are
+tried; and after MAX_SEARCHES parts searched, or TIME_LIMIT_S seconds (the first searches above
+always complete), the best found is returned with the bound of the best part not searched: the best
+found is at most best / that bound - 1 above the optimum (`IdleSearch.gap`). The time limit makes a
+large search's result depend on the machine's speed, never silently.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from amp_tui.core.cost import CostModel, Prediction
+from amp_tui.core.errors import Cancelled
+from amp_tui.core.objective import Objective
+from amp_tui.core.placement import placement_label
+from amp_tui.core.pricing import priced, used_nodes
+from amp_tui.core.scenario import Scenario
+from amp_tui.core.search import SearchResult, SearchStats, divisors, search
+from amp_tui.core.strategy import Strategy
+
+MAX_PARTS = 200_000     # node-count vectors bounded in full
+MAX_SEARCHES = 32       # parts searched before settling for the best found and a stated gap
+TIME_LIMIT_S = 3.0      # ... or once this long has passed (the whole cluster's search always completes)
+
+
+@dataclass(frozen=True)
+class IdleSearch:
+    """How the parts of the cluster were searched."""
+    parts: int                  # distinct parts with a strategy that might fit (and within budget)
+    searched: int               # parts whose strategies were searched
+    exact: bool                 # False: a limit was reached; see note and gap
+    gap: float | None = None    # not exact: the best found is at most this fraction above the optimum
+    note: str | None = None
+
+    def to_dict(self) -> dict:
+        return {"parts": self.parts, "searched": self.searched, "exact": self.exact, "gap": self.gap,
+                "note": self.note}
+
+
+# -- parts of a cluster -----------------------------------------------------------------------------
+
+def part_scenario(scenario: Scenario, counts) -> tuple[Scenario, tuple[int, ...]]:
+    """The scenario on `counts` nodes per group (groups with none dropped), and the kept groups'
+    indices in the whole cluster."""
+    kept = tuple(g for g, n in enumerate(counts) if n)
+    nodes = tuple(replace(scenario.cluster.nodes[g], count=int(counts[g])) for g in kept)
+    return replace(scenario, cluster=replace(scenario.cluster, nodes=nodes)), kept
+
+
+def to_whole(scenario: Scenario, counts, kept: tuple[int, ...], prediction: Prediction) -> Prediction:
+    """A prediction made on a part, with placement and idle nodes named on the whole cluster. Wholly
+    idle groups go last in the placement (they take no ranks)."""
+    s = prediction.strategy
+    groups = scenario.cluster.nodes
+    placement = None
+    if s.placement is not None:
+        placement = tuple(kept[i] for i in s.placement) + tuple(g for g in range(len(groups)) if g not in kept)
+    idle = tuple((g, group.count - int(counts[g])) for g, group in enumerate(groups) if counts[g] < group.count)
+    return priced(scenario, replace(prediction, strategy=replace(s, placement=placement, idle=idle or None)))
+
+
+def to_part(strategy: Strategy, kept: tuple[int, ...]) -> Strategy:
+    placement = None
+    if strategy.placement is not None:
+        placement = tuple(kept.index(g) for g in strategy.placement if g in kept)
+    return replace(strategy, placement=placement, idle=None)
+
+
+def evaluate_with_idle(scenario: Scenario, strategy: Strategy, field: str = "strategy") -> Prediction:
+    """`evaluate` for a strategy that leaves nodes idle: predicted on the nodes it uses."""
+    from amp_tui.core.evaluate import evaluate
+    from amp_tui.core.strategy import validate_strategy
+
+    validate_strategy(scenario, strategy, field)
+    counts = used_nodes(scenario, strategy)
+    part, kept = part_scenario(scenario, counts)
+    return to_whole(scenario, counts, kept, evaluate(part, to_part(strategy, kept), field=field))
+
+
+def placement_text(scenario: Scenario, strategy: Strategy) -> str:
+    """The placement label on the nodes the strategy uses."""
+    if not strategy.idle:
+        return placement_label(scenario.cluster, strategy.placement)
+    part, kept = part_scenario(scenario, used_nodes(scenario, strategy))
+    return placement_label(part.cluster, to_part(strategy, kept).placement)
+
+
+# -- bounds -----------------------------------------------------------------------------------------
+
+def _vectors(scenario: Scenario) -> tuple[np.ndarray, bool]:
+    """Node-count vectors (rows) to consider, and whether they are all of them. Groups with equal
+    hardware, price and size are interchangeable: their counts are listed non-increasing, once."""
+    groups = scenario.cluster.nodes
+    classes: dict[tuple, list[int]] = {}
+    for g, group in enumerate(groups):
+        classes.setdefault((group.hardware_key(), group.price_per_hour, group.count), []).append(g)
+    members = list(classes.values())
+    sizes = [groups[m[0]].count for m in members]
+
+    def how_many(options: list[list[int]]) -> int:
+        return math.prod(math.comb(len(o) + len(m) - 1, len(m)) for o, m in zip(options, members))
+
+    options = [list(range(c + 1)) for c in sizes]
+    complete = how_many(options) <= MAX_PARTS
+    if not complete:
+        options = [sorted({0, c}) for c in sizes]
+        for k in itertools.count(1):      # counts within k of 0 or of the group's size
+            wider = [sorted({*range(min(k, c) + 1), *range(max(c - k, 0), c + 1)}) for c in sizes]
+            if wider == options or how_many(wider) > MAX_PARTS:
+                break
+            options = wider
+    per_class = [np.array(list(itertools.combinations_with_replacement(sorted(o, reverse=True), len(m))),
+                          dtype=np.int64) for o, m in zip(options, members)]
+    pick = np.indices([len(p) for p in per_class]).reshape(len(per_class), -1).T     # (rows, classes)
+    rows = np.zeros((len(pick), len(groups)), dtype=np.int64)
+    for c, (m, p) in enumerate(zip(members, per_class)):
+        rows[:, m] = p[pick[:, c]]
+    return rows[rows.sum(axis=1) > 0], complete
+
+
+def _tp_options(scenario: Scenario, totals: np.ndarray) -> list[int]:
+    """Tensor-parallel degrees some part may use (`totals`: the parts' GPU counts)."""
+    heads = scenario.model.shape.get("num_heads")
+    if scenario.search.allow_cross_node_tp:
+        options = sorted({d for n in totals.tolist() for d in divisors(n)})
+    else:
+        options = sorted({d for group in scenario.cluster.nodes for d in divisors(group.gpus_per_node)})
+    return [tp for tp in options if not heads or heads % tp == 0]
+
+
+def part_bounds(scenario: Scenario, rows: np.ndarray, cost: CostModel | None = None, *,
+                quick: bool = False, should_cancel: Callable[[], bool] | None = None) -> np.ndarray:
+    """Per row of node counts, a lower bound on the iteration time of every strategy on those nodes
+    (inf where no strategy can fit or none exists). See the module docstring. `quick`: a weaker
+    bound, cheap enough for every part: B M with the stages' GPUs counted fractionally (M >= A x
+    tp x dp / R, so B M >= global batch / micro-batch x tp x A / R, whatever dp), or the fill.
+    `should_cancel` is polled between passes; Cancelled is raised when it turns true."""
+    cancel = should_cancel or (lambda: False)
+    groups = scenario.cluster.nodes
+    training = scenario.training
+    cost = cost or CostModel(scenario)
+    gbs, layers = training.global_batch_size, scenario.model.num_layers
+    gpn = np.array([g.gpus_per_node for g in groups], dtype=np.int64)
+    gpus = rows * gpn                                   # (parts, groups)
+    totals, total_index = np.unique(gpus.sum(axis=1), return_inverse=True)
+    subsets, subset_index = np.unique((rows > 0) @ (1 << np.arange(len(groups))), return_inverse=True)
+    in_subset = (subsets[:, None] >> np.arange(len(groups))) & 1 == 1          # (subsets, groups)
+    per_node = [math.gcd(*gpn[row].tolist()) for row in in_subset]
+    # Memory: the part's GPUs must hold every parameter's state once (ZeRO-3 across all of them).
+    room = np.array([g.gpu.usable_memory_bytes - training.runtime_reserve_bytes for g in groups])
+    fits = gpus @ np.maximum(room, 0.0) >= scenario.model.total_params * training.state_bytes_per_param
+
+    # The fastest link a tensor-parallel ring on a group's GPUs can have: inside one of its nodes
+    # (any link at all when tensor parallelism may cross nodes).
+    if scenario.search.allow_cross_node_tp:
+        spb = np.full(len(groups), 1.0 / max(max(g.intra_node_bandwidth, g.inter_node_bandwidth) for g in groups))
+    else:
+        spb = np.array([1.0 / g.intra_node_bandwidth for g in groups])
+    best = np.full(len(rows), np.inf)
+    for tp in _tp_options(scenario, totals):
+        allowed_tp = np.array([scenario.search.allow_cross_node_tp or n % tp == 0 for n in per_node])[subset_index]
+        for mbs in (m for m in divisors(gbs) if m <= scenario.search.max_micro_batch_size):
+            if cancel():
+                raise Cancelled
+            v = np.array([compute + tp_bytes * spb[g] for g, (compute, tp_bytes) in
+                          enumerate(cost.layer_times(g, tp, mbs) for g in range(len(groups)))])   # (groups, L)
+            V = v.sum(axis=1)
+            if cancel():
+                raise Cancelled
+            fastest_first = np.argsort(V, kind="stable")
+            if (V > 0).all():
+                a = _subset_min(v / V[:, None], in_subset).sum(axis=1)[subset_index]
+            else:       # a GPU type with nothing to compute: no steady-state floor (the fill stays)
+                a, V = np.zeros(len(rows)), np.ones(len(groups))
+            f = _subset_min(v, in_subset).sum(axis=1)[subset_index]
+            if quick:
+                throughput = gbs / mbs * tp * a / (gpus @ (1.0 / V))
+                best = np.where(allowed_tp, np.minimum(best, np.maximum(throughput, f)), best)
+                continue
+            cumulative = np.cumsum(gpus[:, fastest_first], axis=1)          # GPUs of the k fastest types
+            for dp in divisors(gbs // mbs):
+                if cancel():
+                    raise Cancelled
+                ok_total = (totals % (tp * dp) == 0) & (totals // (tp * dp) <= layers)
+                rows_ok = np.flatnonzero(ok_total[total_index] & allowed_tp)
+                if not len(rows_ok):
+                    continue
+                # stages whose GPUs are all among the k fastest types, at most; the j-th fastest
+                # stage runs at the pace of the slowest type it holds
+                stages = cumulative[rows_ok] // (tp * dp)
+                new = np.diff(stages, axis=1, prepend=0)
+                speed = (new / V[fastest_first]).sum(axis=1)
+                m = a[rows_ok] / speed                                       # bottleneck floor
+                first = np.argmax(stages > 0, axis=1)
+                fill = np.maximum(f[rows_ok], a[rows_ok] * V[fastest_first][first])
+                B = gbs // (mbs * dp)
+                bound = np.maximum((B - 1) * m + fill, B * m)
+                best[rows_ok] = np.minimum(best[rows_ok], bound)
+    return np.where(fits, best, np.inf)
+
+
+def _subset_min(per_group: np.ndarray, in_subset: np.ndarray) -> np.ndarray:
+    """Per subset of groups (rows of `in_subset`), the element-wise minimum of its groups' rows."""
+    return np.where(in_subset[:, :, None], per_group[None, :, :], np.inf).min(axis=1)
+
+
+def _prices(scenario: Scenario, rows: np.ndarray) -> np.ndarray:
+    """Dollars per hour of each part's nodes; nan where a used group has no price."""
+    price = np.array([np.nan if g.price_per_hour is None else g.price_per_hour for g in scenario.cluster.nodes])
+    unknown = np.isnan(price)
+    return np.where((rows[:, unknown] > 0).any(axis=1), np.nan, rows @ np.where(unknown, 0.0, price))
+
+
+# -- the search -------------------------------------------------------------------------------------
+
+def search_parts(scenario: Scenario, objective: Objective | None = None, *, top: int | None = None,
+                 should_cancel: Callable[[], bool] | None = None,
+                 progress: Callable[[float], None] | None = None) -> tuple[SearchResult, IdleSearch]:
+    """The best `top` strategies by `objective` over every part of the cluster (only the whole
+    cluster with search.use_all_gpus). Infeasible candidates and the baseline are the whole
+    cluster's."""
+    started = time.perf_counter()
+    objective = objective or Objective()
+    objective.check(scenario)
+    top = top or scenario.search.top
+    report = progress or (lambda fraction: None)
+    user_cancel = should_cancel or (lambda: False)
+    out_of_time = False
+    seeding = True      # the whole cluster, and without each one group: searched whatever the time
+
+    def cancel() -> bool:
+        nonlocal out_of_time
+        if user_cancel():
+            return True
+        out_of_time = not seeding and time.perf_counter() - started > TIME_LIMIT_S
+        return out_of_time
+
+    groups = scenario.cluster.nodes
+    whole = tuple(g.count for g in groups)
+    if scenario.search.use_all_gpus:
+        rows, complete = np.array([whole], dtype=np.int64), True
+    else:
+        rows, complete = _vectors(scenario)
+    if user_cancel():
+        raise Cancelled
+    cost = CostModel(scenario)
+    quick = part_bounds(scenario, rows, cost, quick=True, should_cancel=user_cancel)
+    if user_cancel():
+        raise Cancelled
+    prices = _prices(scenario, rows)
+    keep = np.isfinite(quick) & objective.within_budget(prices)
+    rows, quick, prices = rows[keep], quick[keep], prices[keep]
+    weights = objective.weights(prices)
+    weighted = weights * quick            # per part: the objective's weight x its bound, so far
+    where = {tuple(row): i for i, row in enumerate(rows.tolist())} if len(rows) <= 4096 else None
+
+    def find(counts: tuple[int, ...]) -> int | None:
+        if where is not None:
+            return where.get(counts)
+        hits = np.flatnonzero((rows == np.array(counts)).all(axis=1))
+        return int(hits[0]) if len(hits) else None
+
+    seeds = [whole] + [tuple(0 if h == g else c for h, c in enumerate(whole)) for g in range(len(groups))]
+    seeds = [i for i in dict.fromkeys(find(s) for s in seeds) if i is not None]
+    if user_cancel():
+        raise Cancelled
+
+    ranked: list[tuple[float, Prediction]] = []      # (objective weight x time, prediction), best first
+    whole_result: SearchResult | None = None
+    searched = candidates = pruned = evaluated = solves = 0
+    all_orders = True
+
+    def cutoff() -> float:
+        return ranked[top - 1][0] if len(ranked) >= top else math.inf
+
+    def search_part(i: int) -> None:
+        nonlocal whole_result, searched, candidates, pruned, evaluated, solves, all_orders
+        counts = tuple(rows[i].tolist())
+        part, kept = part_scenario(scenario, counts)
+        result = search(part, top=top, should_cancel=cancel, cutoff=cutoff() / weights[i], details=counts == whole)
+        searched += 1
+        stats = result.stats
+        candidates, pruned, evaluated, solves = (candidates + stats.candidates, pruned + stats.pruned,
+                                                 evaluated + stats.evaluated, solves + stats.solves)
+        all_orders &= stats.all_node_orders
+        if counts == whole:
+            whole_result = result
+        for prediction in result.strategies:
+            ranked.append((weights[i] * prediction.iteration_time_s, to_whole(scenario, counts, kept, prediction)))
+        ranked.sort(key=lambda item: (item[0], objective.key(item[1])))
+        del ranked[top:]
+
+    # The whole cluster first: its search always completes, and its N-th best strategy tells which
+    # parts need the full bound at all (the quick bound rules out the rest).
+    if seeds and tuple(rows[seeds[0]].tolist()) == whole:
+        search_part(seeds.pop(0))
+    survivors = np.flatnonzero(weighted < cutoff())
+    if len(survivors):
+        tight = part_bounds(scenario, rows[survivors], cost, should_cancel=user_cancel)
+        weighted[survivors] = np.maximum(weighted[survivors], weights[survivors] * tight)
+    rest = survivors[np.argsort(weighted[survivors], kind="stable")]
+    order = seeds + [i for i in rest.tolist() if i not in seeds and tuple(rows[i].tolist()) != whole]
+    stopped_at = None        # no part left unsearched can beat this (objective weight x time)
+    for index, i in enumerate(order):
+        seeding = index < len(seeds)
+        if weighted[i] >= cutoff():
+            if not seeding:     # past the seeds, parts come in order of bound
+                break
+            continue
+        report(index / len(order))
+        if not seeding and (searched >= MAX_SEARCHES or cancel()):
+            stopped_at = index
+            break
+        try:
+            search_part(i)
+        except Cancelled:
+            if not out_of_time or seeding:
+                raise
+            stopped_at = index
+            break
+    if stopped_at is not None:
+        if user_cancel():
+            raise Cancelled
+        stopped_at = float(weighted[order[stopped_at:]].min())
+    report(1.0)
+
+    best = ranked[0][0] if ranked else None
+    exact = stopped_at is None and complete
+    gap, notes = None, []
+    if not complete:
+        notes.append("too many ways to leave nodes idle: only counts near 0 and near each group's size were tried")
+    if stopped_at is not None and best is not None:
+        gap = float(max(best / stopped_at - 1.0, 0.0))
+        notes.append(f"searched the {searched} most promising parts of the cluster"
+                     f"{' in the time allowed' if out_of_time else ''}; another part"
+                     f"{' of those tried' if not complete else ''} could be at most {gap:.1%} better")
+    note = "; ".join(notes) or None
+    strategies = tuple(objective.rank(p for _, p in ranked))
+    base = whole_result
+    stats = SearchStats(candidates=candidates, pruned=pruned, evaluated=evaluated,
+                        infeasible=base.stats.infeasible if base else 0, solves=solves,
+                        node_orders=base.stats.node_orders if base else 0, all_node_orders=all_orders,
+                        search_time_s=time.perf_counter() - started)
+    result = SearchResult(scenario, strategies, base.infeasible if base else (), base.baseline if base else None, stats)
+    return result, IdleSearch(parts=len(rows), searched=searched, exact=exact, gap=gap, note=note)

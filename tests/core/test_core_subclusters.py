@@ -1,0 +1,239 @@
+"""subclusters.py and objective.py: leaving nodes idle equals brute force over every part of the
+cluster, never makes the best plan slower when hardware is added, reports the idle nodes, and the
+objectives rank consistently."""
+
+import itertools
+import math
+
+import numpy as np
+import pytest
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
+
+from amp_tui.core.cost import CostModel
+from amp_tui.core.errors import SpecError
+from amp_tui.core.evaluate import evaluate
+from amp_tui.core.exports import export_plan
+from amp_tui.core.objective import Objective
+from amp_tui.core.planfile import Plan
+from amp_tui.core.presets import load_preset, preset_names
+from amp_tui.core.scenario import load_scenario, parse_scenario
+from amp_tui.core.search import enumerate_candidates, search
+from amp_tui.core.strategy import Strategy
+from amp_tui.core.subclusters import part_bounds, part_scenario, search_parts
+from core_builders import brute_force, close, examples, layer, node, node_groups, scenario_dicts, scenario_dict
+
+
+def _canonical(scn, counts) -> tuple:
+    """Parts that only swap the counts of interchangeable groups are one part."""
+    return tuple(sorted((repr(g.hardware_key()), g.price_per_hour, g.count, n)
+                        for g, n in zip(scn.cluster.nodes, counts) if n))
+
+
+def _price(scn, counts):
+    prices = [g.price_per_hour for g, n in zip(scn.cluster.nodes, counts) if n]
+    return None if None in prices else sum(p * n for p, n in zip((g.price_per_hour for g in scn.cluster.nodes), counts) if n)
+
+
+def _brute_force_parts(scn, objective=Objective()):
+    """Objective weight x best time of every candidate on every part of the cluster, ascending, and
+    per part (by _canonical) its best time."""
+    values, best_of_part, seen = [], {}, set()
+    for counts in itertools.product(*(range(g.count + 1) for g in scn.cluster.nodes)):
+        key = _canonical(scn, counts)
+        if not any(counts) or key in seen:
+            continue
+        seen.add(key)
+        price = _price(scn, counts)
+        if not objective.admits(price):
+            continue
+        part, _ = part_scenario(scn, counts)
+        cost = CostModel(part)
+        for candidate_key in enumerate_candidates(part):
+            time, _ = brute_force(cost.candidate(*candidate_key))
+            if time is not None:
+                values.append(objective.scale(price) * time)
+                best_of_part[key] = min(best_of_part.get(key, math.inf), time)
+    return sorted(values), best_of_part
+
+
+def _check_against_brute_force(scn, top, objective=Objective()):
+    result, info = search_parts(scn, objective, top=top)
+    expected, best_of_part = _brute_force_parts(scn, objective)
+    got = [objective.scale(p.cost_per_hour_usd) * p.iteration_time_s for p in result.strategies]
+    assert info.exact
+    assert len(got) == min(top, len(expected))
+    assert all(close(a, b) for a, b in zip(got, expected[:top])), (got, expected[:top])
+    for p in result.strategies:
+        # each strategy re-evaluates exactly on the whole cluster, idle nodes and all
+        assert evaluate(scn, p.strategy).iteration_time_s == p.iteration_time_s
+        counts = tuple(g.count - dict(p.strategy.idle or ()).get(i, 0) for i, g in enumerate(scn.cluster.nodes))
+        assert p.strategy.num_gpus == p.to_dict()["gpus_used"] == sum(
+            n * g.gpus_per_node for n, g in zip(counts, scn.cluster.nodes))
+        assert p.iteration_time_s >= best_of_part[_canonical(scn, counts)] * (1 - 1e-9)
+    return result
+
+
+def _priced(spec, prices):
+    for group, price in zip(spec["cluster"]["nodes"], prices):
+        group["price_per_hour"] = price
+    return spec
+
+
+@settings(max_examples=examples(30), deadline=None)
+@given(spec=scenario_dicts(max_layers=5, max_gpus=6), top=st.integers(1, 4))
+def test_idle_search_equals_brute_force_over_every_part(spec, top):
+    _check_against_brute_force(parse_scenario(spec), top)
+
+
+@settings(max_examples=examples(20), deadline=None)
+@given(spec=scenario_dicts(max_layers=5, max_gpus=6), top=st.integers(1, 3),
+       prices=st.lists(st.sampled_from([0.5, 1.0, 3.0, 12.0]), min_size=3, max_size=3),
+       kind=st.sampled_from(["time", "cost"]), budget=st.sampled_from([None, 2.0, 6.0, 40.0]))
+def test_objectives_equal_brute_force(spec, top, prices, kind, budget):
+    scn = parse_scenario(_priced(spec, prices))
+    objective = Objective(kind, budget)
+    result = _check_against_brute_force(scn, top, objective)
+    for p in result.strategies:
+        assert budget is None or p.cost_per_hour_usd <= budget + 1e-9
+    # cost ranking never returns a strategy costing more per token than the time-optimal one
+    if kind == "cost" and result.strategies:
+        fastest = search_parts(scn, Objective("time", budget), top=1)[0].strategies[0]
+        assert result.strategies[0].cost_per_million_tokens_usd <= fastest.cost_per_million_tokens_usd * (1 + 1e-9)
+
+
+@settings(max_examples=examples(30), deadline=None)
+@given(spec=scenario_dicts(max_layers=5, max_gpus=6, max_groups=2), extra=node_groups(max_gpus=3, max_groups=1))
+def test_adding_a_node_group_never_makes_the_best_plan_slower(spec, extra):
+    base = parse_scenario(spec)
+    spec["cluster"]["nodes"] += extra
+    try:
+        bigger = parse_scenario(spec)
+    except SpecError:           # the added GPU does not support the training precision
+        assume(False)
+    before = search_parts(base, top=1)[0].strategies
+    after = search_parts(bigger, top=1)[0].strategies
+    if before:
+        assert after and after[0].iteration_time_s <= before[0].iteration_time_s * (1 + 1e-12)
+
+
+def test_use_all_gpus_is_the_whole_cluster_search():
+    scn = load_scenario("bench-128-gpus")
+    whole = parse_scenario({**scn.to_dict(), "search": {**scn.search.to_dict(), "use_all_gpus": True}})
+    result, info = search_parts(whole, top=3)
+    plain = search(scn, top=3)
+    assert [p.iteration_time_s for p in result.strategies] == [p.iteration_time_s for p in plain.strategies]
+    assert all(not p.strategy.idle for p in result.strategies) and info.searched == 1
+
+
+def test_a_best_plan_with_idle_nodes_reports_them_and_equals_the_search_without_them():
+    """bench-128-gpus: the 64 A10G slow the 64 A100 down; leaving them idle is faster."""
+    scn = load_scenario("bench-128-gpus")
+    result, info = search_parts(scn, top=3)
+    best = result.strategies[0]
+    assert best.strategy.idle == ((1, 8),)
+    assert best.to_dict()["idle"] == [{"group": 1, "nodes": 8}] and best.to_dict()["gpus_used"] == 64
+    without, _ = part_scenario(scn, (8, 0))
+    assert best.iteration_time_s == search(without, top=1).strategies[0].iteration_time_s
+    assert best.iteration_time_s < search(scn, top=1).strategies[0].iteration_time_s
+    assert evaluate(scn, best.strategy).iteration_time_s == best.iteration_time_s
+    # only the used nodes are charged
+    assert math.isclose(best.cost_per_hour_usd, 8 * 32.7726)
+
+
+def _with_added(name: str, group: dict):
+    data = load_preset("scenarios", name)
+    cluster = data["cluster"]
+    if isinstance(cluster, dict) and "preset" in cluster:
+        cluster = load_preset("clusters", cluster["preset"])
+    data["cluster"] = {"nodes": [*cluster["nodes"], group]}
+    return parse_scenario(data)
+
+
+SLOW_NODE = {"fp16": {"instance": "p3.2xlarge", "count": 1},          # one V100
+             "bf16": {"gpu": "A10G", "gpus_per_node": 1, "count": 1, "intra_node_bandwidth": "100 Gbps",
+                      "inter_node_bandwidth": "25 Gbps"},
+             "fp8": {"gpu": "L4", "gpus_per_node": 1, "count": 1, "intra_node_bandwidth": "100 Gbps",
+                     "inter_node_bandwidth": "25 Gbps"}}     # the slowest GPU with fp8
+
+
+# The 1024- and 2048-GPU benchmarks take seconds each (see `amp-tui bench`); the README reports them.
+@pytest.mark.parametrize("name", [n for n in preset_names("scenarios") if not n.startswith(("bench-1024", "bench-2048"))])
+def test_presets_with_a_single_slow_node_added_are_never_slower(name):
+    """One GPU more breaks the divisibility of the GPU count; a slow one could drag a stage down."""
+    scn = load_scenario(name)
+    bigger = _with_added(name, SLOW_NODE[scn.training.precision])
+    before = search_parts(scn, top=1)[0].strategies[0]
+    after = search_parts(bigger, top=1)[0].strategies[0]
+    assert after.iteration_time_s <= before.iteration_time_s
+
+
+@pytest.mark.parametrize("name, group", [
+    ("mixed-a100-a10g-llama2-13b", {"instance": "p3.8xlarge", "count": 1}),
+    ("dgx-a100-gpt3-13b", {"instance": "g4dn.12xlarge", "count": 1}),
+])
+def test_the_issues_examples_are_no_longer_slower(name, group):
+    scn = load_scenario(name)
+    scn = parse_scenario({**scn.to_dict(), "training": {**scn.to_dict()["training"], "precision": "fp16"}})
+    data = scn.to_dict()
+    data["cluster"]["nodes"].append(group)
+    bigger = parse_scenario(data)
+    assert (search_parts(bigger, top=1)[0].strategies[0].iteration_time_s
+            <= search_parts(scn, top=1)[0].strategies[0].iteration_time_s)
+
+
+def test_bounds_are_below_every_part_best():
+    scn = load_scenario("bench-128-gpus")
+    rows = np.array([[8, 8], [8, 0], [4, 4], [1, 7], [8, 3], [2, 0]])
+    bounds = part_bounds(scn, rows)
+    for counts, bound in zip(rows.tolist(), bounds):
+        part, _ = part_scenario(scn, counts)
+        found = search(part, top=1).strategies
+        assert found and bound <= found[0].iteration_time_s
+
+
+def test_evaluate_refuses_impossible_idle_nodes():
+    scn = load_scenario("bench-128-gpus")
+    with pytest.raises(SpecError, match=r"strategy.idle.*node group 1 has 8 nodes"):
+        evaluate(scn, Strategy(1, 1, 64, 8, idle=((1, 9),)))
+    with pytest.raises(SpecError, match=r"strategy.idle.*no such node group"):
+        evaluate(scn, Strategy(1, 1, 64, 8, idle=((2, 1),)))
+    with pytest.raises(SpecError, match=r"tp\*pp\*dp.*64 of 128, the rest idle"):
+        evaluate(scn, Strategy(1, 1, 128, 1, idle=((1, 8),)))
+
+
+def test_objective_needs_prices_and_a_positive_budget():
+    scn = load_scenario("dgx-a100-gpt3-13b")     # DGX nodes have no price
+    with pytest.raises(SpecError, match=r"cluster.nodes\[0\].price_per_hour"):
+        search_parts(scn, Objective("cost"))
+    with pytest.raises(SpecError, match="budget"):
+        Objective("time", 0.0)
+    with pytest.raises(SpecError, match="objective"):
+        Objective("speed")
+
+
+def test_a_budget_below_every_node_leaves_nothing():
+    scn = load_scenario("paper-homogeneous")
+    result, _ = search_parts(scn, Objective("time", 1.0))
+    assert result.strategies == ()
+
+
+def test_exports_cover_only_the_used_nodes():
+    scn = load_scenario("bench-128-gpus")
+    best = search_parts(scn, top=1)[0].strategies[0]
+    plan = Plan(scn, best.strategy, best.to_dict(), "test", "now")
+    export = export_plan(plan, "rankmap")
+    csv = export.files["rankmap.csv"].splitlines()
+    assert len(csv) == 1 + 64 and "A10G" not in export.files["rankmap.csv"]
+    assert "leaves 8 x g5.48xlarge (group 1) idle" in export.notes[0]
+    hostfile = export_plan(plan, "deepspeed").files
+    assert not any("node-8" in text for text in hostfile.values())
+
+
+def test_a_model_without_flops_still_finds_its_strategies():
+    """Layers with parameters but no compute: the bound falls back to 0 and the parts are searched."""
+    scn = parse_scenario(scenario_dict([node(count=2, gpu="V100", gpus_per_node=2)],
+                                       [layer(params=1e6, output_bytes=1e3)] * 4, 8))
+    result, info = search_parts(scn, top=3)
+    assert result.strategies and info.exact
+    assert result.strategies[0].iteration_time_s <= search(scn, top=1).strategies[0].iteration_time_s
