@@ -13,7 +13,8 @@ from amp_tui.core.placement import placement_label
 from amp_tui.core.scenario import Cluster
 from amp_tui.core.search import Infeasible
 from amp_tui.core.strategy import Strategy
-from amp_tui.core.units import format_seconds
+from amp_tui.tui.format import format_seconds
+from amp_tui.tui.widgets.compare_view import CompareView
 from amp_tui.tui.widgets.stage_bars import StageBars
 from amp_tui.tui.widgets.time_chart import TimeChart
 
@@ -53,6 +54,7 @@ class SelectedPane(VerticalScroll):
     """
 
     def compose(self) -> ComposeResult:
+        yield CompareView(id="compare")
         yield Static(Text("No strategy selected yet.", style="dim"), id="selected-summary")
         yield StageBars(id="stage-bars")
         yield TimeChart(id="time-chart")
@@ -64,7 +66,12 @@ class SelectedPane(VerticalScroll):
 
     def show(self, entry: Prediction | Infeasible | None, baseline: Prediction | None) -> None:
         bars, chart, text = self.query_one(StageBars), self.query_one(TimeChart), self.query_one("#selected-summary", Static)
-        if isinstance(entry, Prediction):
+        comparison = self.app.comparison() if hasattr(self.app, "comparison") else None
+        self.query_one(CompareView).show(comparison)
+        text.display = comparison is None
+        if comparison is not None:
+            bars.display = chart.display = False
+        elif isinstance(entry, Prediction):
             text.update(summary(entry, baseline, self.app.result.scenario.cluster))
             bars.show(entry)
             chart.show(entry)

@@ -6,7 +6,8 @@ from rich.text import Text
 from textual.widget import Widget
 
 from amp_tui.core.cost import Prediction
-from amp_tui.core.units import format_bytes, format_seconds
+from amp_tui.core.units import format_bytes
+from amp_tui.tui.format import format_seconds
 from amp_tui.tui.format import format_memory_pair
 
 COMPUTE = "color(33)"

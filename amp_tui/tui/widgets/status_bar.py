@@ -6,7 +6,7 @@ from rich.text import Text
 from textual.widget import Widget
 
 from amp_tui.core.search import SearchResult
-from amp_tui.core.units import format_seconds
+from amp_tui.tui.format import format_seconds
 
 
 class StatusBar(Widget):
