@@ -32,7 +32,7 @@ class ScenarioPane(Vertical):
         if scenario is not None and self.scenario is None:
             self.show(scenario)
 
-    def propose(self, scenario: Scenario, what: str) -> None:
+    def propose(self, scenario: Scenario | Callable[[Scenario], Scenario], what: str) -> None:
         self.post_message(ScenarioEdited(scenario, what))
 
     def attempt(self, build: Callable[[], Scenario], what: str) -> None:

@@ -43,7 +43,9 @@ def stage_lines(prediction: Prediction, width: int) -> Text:
     bar_w = max(4, (width - fixed) // 2)
     out = Text()
     head = f"{'st':>3} {'layers':<{layer_w}} {'GPU':<{gpu_w}} "
-    out.append(head + f"{'time vs bottleneck':<{bar_w + 12}}memory vs capacity\n", style="bold")
+    # The memory bar starts bar_w + 11 cells after the time bar; a narrow pane still keeps a space.
+    time_head = f"{'time vs bottleneck':<{bar_w + 11}}"
+    out.append(head + time_head + ("" if time_head.endswith(" ") else " ") + "memory vs capacity\n", style="bold")
     for stage in stages:
         layers = f"{stage.first_layer}-{stage.last_layer}"
         out.append(f"{stage.index:>3} {layers:<{layer_w}} {'/'.join(stage.gpu_types):<{gpu_w}} ")
