@@ -206,6 +206,7 @@ class AmpApp(App):
     def _show_selected(self) -> None:
         baseline = self.result.baseline if self.result else None
         for pane in self.query(SelectedPane):
+            pane.set_stale(self.results_stale)
             pane.show(self.selected_entry(), baseline)
         sentence = self.comparison_sentence()
         for table in self.query(StrategyTable):
@@ -339,7 +340,9 @@ class AmpApp(App):
         self.results_stale = self.result is not None
         self.status.searching(0.0)
         for table in self.query(StrategyTable):
-            table.set_class(self.results_stale, "-stale")
+            table.set_stale(self.results_stale)
+        for pane in self.query(SelectedPane):
+            pane.set_stale(self.results_stale)
         self._search(self.scenario, self._generation, delay)
 
     @work(thread=True, exclusive=True, group="search", exit_on_error=False)

@@ -16,6 +16,7 @@ from amp_tui.core.strategy import Strategy
 from amp_tui.tui.format import format_seconds
 from amp_tui.tui.widgets.compare_view import CompareView
 from amp_tui.tui.widgets.stage_bars import StageBars
+from amp_tui.tui.widgets.strategy_table import no_strategy_note
 from amp_tui.tui.widgets.time_chart import TimeChart
 
 
@@ -51,9 +52,17 @@ class SelectedPane(VerticalScroll):
     DEFAULT_CSS = """
     SelectedPane { height: 1fr; }
     SelectedPane #selected-summary { height: auto; }
+    SelectedPane #selected-stale { height: auto; display: none; color: $warning; text-style: bold; }
+    SelectedPane.-stale #selected-stale { display: block; }
+    SelectedPane.-stale #selected-summary, SelectedPane.-stale StageBars, SelectedPane.-stale TimeChart,
+    SelectedPane.-stale CompareView { text-opacity: 50%; }
     """
 
+    def set_stale(self, stale: bool) -> None:
+        self.set_class(stale, "-stale")
+
     def compose(self) -> ComposeResult:
+        yield Static(Text("stale: this is from before the latest edit; searching…"), id="selected-stale")
         yield CompareView(id="compare")
         yield Static(Text("No strategy selected yet.", style="dim"), id="selected-summary")
         yield StageBars(id="stage-bars")
@@ -61,6 +70,7 @@ class SelectedPane(VerticalScroll):
 
     def on_mount(self) -> None:
         app = self.app
+        self.set_stale(bool(getattr(app, "results_stale", False)))
         if getattr(app, "result", None) is not None:
             self.show(app.selected_entry(), app.result.baseline)
 
@@ -88,7 +98,8 @@ class SelectedPane(VerticalScroll):
             chart.show(None)
             bars.display, chart.display = True, False
         else:
-            text.update(Text("No feasible strategy: nothing fits in memory (press f to see why).", style="dim"))
+            result = getattr(self.app, "result", None)
+            text.update(Text(no_strategy_note(result) if result is not None else "No strategy yet.", style="dim"))
             bars.show(None)
             chart.show(None)
             bars.display = chart.display = False

@@ -71,6 +71,8 @@ class StatusBar(Widget):
                 text.append(" · best ")
                 text.append(f"{best.strategy.label} mbs {best.strategy.micro_batch_size}", style="bold")
                 text.append(f" {format_seconds(best.iteration_time_s)}")
+            elif stats.candidates == 0:
+                text.append(" · no candidates: see the Strategies pane", style="bold red")
             else:
                 text.append(" · nothing fits in memory", style="bold red")
             text.append(f" · {stats.evaluated} of {stats.candidates} candidates evaluated, {stats.pruned} pruned, "

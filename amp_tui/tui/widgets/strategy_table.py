@@ -156,6 +156,33 @@ def has_prices(result: SearchResult | None, attribute: str) -> bool:
     return any(getattr(p, attribute, None) is not None for p in entries)
 
 
+def _has_candidates(scenario, gpus: int, batch: int) -> bool:
+    from amp_tui.core.search import divisors, tp_degrees
+
+    layers = scenario.model.num_layers
+    return any(gpus % tp == 0 and pp <= layers and batch % (gpus // tp // pp) == 0
+               for tp in tp_degrees(scenario) for pp in divisors(gpus // tp) if (gpus // tp) % pp == 0)
+
+
+def no_strategy_note(result: SearchResult) -> str:
+    """Why the table is empty, and what to change: no candidate at all, or none fits in memory."""
+    if result.stats.candidates > 0:
+        return "No strategy fits in memory: press f to see why each fails."
+    scenario = result.scenario
+    gpus, batch = scenario.cluster.num_gpus, scenario.training.global_batch_size
+    layers = scenario.model.num_layers
+    batches = [b for b in range(batch + 1, 4 * batch + 1) if _has_candidates(scenario, gpus, b)][:1]
+    counts = [n for n in range(gpus - 1, 0, -1) if _has_candidates(scenario, n, batch)][:1]
+    advice = []
+    if batches:
+        advice.append(f"a global batch of {batches[0]}")
+    if counts:
+        advice.append(f"{counts[0]} GPUs")
+    return (f"No candidates at all: {gpus} GPUs cannot be split as tp x pp x dp with dp dividing the global batch "
+            f"({batch}), pp at most the {layers} layers and tp dividing the GPUs per node. "
+            + (f"Try {' or '.join(advice)}." if advice else "Change the GPU count or the global batch."))
+
+
 def row_matches(texts: list[str], query: str) -> bool:
     """Every word of the filter appears in some cell (case-insensitive)."""
     haystack = " ".join(texts).lower()
@@ -242,6 +269,12 @@ class StrategyTable(Vertical):
         self.set_class(stale, "-stale")
         self.refill()
 
+    def set_stale(self, stale: bool) -> None:
+        """Results for an older scenario: dimmed, and the note says so until the new ones arrive."""
+        self.set_class(stale, "-stale")
+        if self.result is not None:
+            self.query_one("#strategies-note", Static).update(self._note(self.result))
+
     def refill(self) -> None:
         result = self.result
         table = self.table
@@ -297,9 +330,10 @@ class StrategyTable(Vertical):
 
     def _note(self, result: SearchResult) -> Text:
         parts = []
+        stale = Text("stale: these are the results before the latest edit; searching… ", style="bold yellow") \
+            if self.has_class("-stale") else Text("")
         if not result.strategies:
-            parts.append(getattr(self.app, "no_strategy_reason", lambda r: "No strategy fits in memory: "
-                                 "press f to see why each fails.")(result))
+            parts.append(no_strategy_note(result))
         if result.baseline is not None:
             parts.append("unif: the best even split in rank order.")
         parts.append("memory: fullest stage.")
@@ -310,7 +344,7 @@ class StrategyTable(Vertical):
         hidden = len(self.available_columns()) - len(self._shown_columns)
         if hidden:
             parts.append(f"{hidden} columns hidden: c to choose.")
-        return Text(" ".join(parts))
+        return stale + Text(" ".join(parts))
 
     def show_comparison(self, sentence: str | None) -> None:
         self.set_class(bool(sentence), "-comparing")
