@@ -9,6 +9,7 @@ pushes the old one on the undo stack, swaps, and reruns the search in a backgrou
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -278,7 +279,7 @@ class AmpApp(App):
             except SpecError as error:
                 self.refuse(str(error))
                 return
-        self.apply_scenario(proposed, message.what)
+        self.apply_scenario(edits.follow_names(self.scenario, proposed), message.what)
 
     def on_edit_refused(self, message: EditRefused) -> None:
         self.status.set_error(message.reason)
@@ -475,6 +476,8 @@ class AmpApp(App):
                 scenario = edits.use_cluster_preset(self.scenario, name)
             else:
                 scenario = edits.use_model_preset(self.scenario, name)
+            if kind != "scenarios":   # the scenario's own name described the old cluster or model
+                scenario = replace(scenario, name=f"{scenario.cluster.name}-{scenario.model.name}", description="")
         except SpecError as error:
             self.refuse(str(error))
             return

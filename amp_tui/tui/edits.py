@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable
+from dataclasses import replace
 
 from amp_tui.core.errors import SpecError
 from amp_tui.core.hardware import instance_catalog
@@ -178,3 +179,59 @@ def set_node_group(scenario: Scenario, index: int, fields: dict) -> Scenario:
     def change(data: dict) -> None:
         data["cluster"]["nodes"][index] = dict(fields)
     return apply(scenario, change)
+
+
+# -- names --------------------------------------------------------------------------------------
+
+def cluster_name(nodes) -> str:
+    """'3x-p3.8xlarge+1x-g4dn.12xlarge': what the cluster is, as the cluster presets name themselves."""
+    return "+".join(f"{group.count}x-{group.label}" for group in nodes)
+
+
+def follow_names(old: Scenario, new: Scenario) -> Scenario:
+    """After an edit of the cluster or the model, names and descriptions that described the old one
+    (a preset's) would mislabel plan files, export headers and saved scenarios: derive new ones.
+    A name the edit itself changed is kept."""
+    cluster, model = new.cluster, new.model
+    if cluster.nodes != old.cluster.nodes and cluster.name == old.cluster.name:
+        cluster = replace(cluster, name=cluster_name(cluster.nodes), description="")
+    if model != old.model and model.name == old.model.name:
+        name = model.name if model.name.endswith("-edited") else f"{model.name}-edited"
+        model = replace(model, name=name, description="")
+    if cluster is new.cluster and model is new.model:
+        return new
+    name = new.name if new.name != old.name else f"{cluster.name}-{model.name}"
+    return replace(new, name=name, description="", cluster=cluster, model=model)
+
+
+# -- plausibility -------------------------------------------------------------------------------
+
+# Beyond these a bandwidth is almost surely a typo (NVLink 5 is 14.4 Tbps per GPU; 100 Mbps is a slow office link).
+MAX_PLAUSIBLE_BANDWIDTH = 20e12 / 8
+MIN_PLAUSIBLE_BANDWIDTH = 100e6 / 8
+
+
+def plausibility_warning(scenario: Scenario, before: Scenario | None = None) -> str:
+    """Valid but probably not meant: a warning the edit dialog shows once before applying, or ''.
+    With `before`, only what the edit brought in (an old oddity is not repeated at every edit)."""
+    old = set(_implausible(before)) if before is not None else set()
+    return next((warning for warning in _implausible(scenario) if warning not in old), "")
+
+
+def _implausible(scenario: Scenario) -> list[str]:
+    from amp_tui.core.search import divisors
+    from amp_tui.core.units import format_bandwidth
+
+    out = []
+    for index, group in enumerate(scenario.cluster.nodes):
+        for what, value in (("intra-node", group.intra_node_bandwidth), ("network", group.inter_node_bandwidth)):
+            if not MIN_PLAUSIBLE_BANDWIDTH <= value <= MAX_PLAUSIBLE_BANDWIDTH:
+                out.append(f"Implausible {what} bandwidth for node group {index}: {format_bandwidth(value)} "
+                               f"(real links run from {format_bandwidth(MIN_PLAUSIBLE_BANDWIDTH)} to "
+                               f"{format_bandwidth(MAX_PLAUSIBLE_BANDWIDTH)}).")
+    gpus, batch = scenario.cluster.num_gpus, scenario.training.global_batch_size
+    dp = max(d for d in divisors(gpus) if batch % d == 0)
+    if gpus > 1 and dp == 1:
+        out.append(f"Implausible global batch {batch} for {gpus} GPUs: dp must divide it, so only dp = 1 "
+                   f"(no data parallelism) is possible; a multiple of 2, 4 or 8 lets dp grow.")
+    return out

@@ -227,7 +227,8 @@ async def test_13_implausible_values_warn_inline(make_app):
         await pilot.pause()
         assert not isinstance(app.screen, EditValueScreen)
         assert app.scenario.cluster.nodes[0].inter_node_bandwidth == pytest.approx(1e18 / 8)
-        batch_warning = edits.plausibility_warning(edits.set_training_field(app.scenario, "global_batch_size", 33))
+        before = load_scenario("paper-homogeneous")
+        batch_warning = edits.plausibility_warning(edits.set_training_field(before, "global_batch_size", 33), before)
         assert "33" in batch_warning and "dp" in batch_warning
 
 
