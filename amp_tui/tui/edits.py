@@ -6,7 +6,7 @@ raises SpecError with the message the user sees. The app keeps the old scenario 
 
 from __future__ import annotations
 
-import copy
+import copy as copy_module
 from collections.abc import Callable
 from dataclasses import replace
 
@@ -23,7 +23,7 @@ EXPLICIT_SHAPE_KEYS = ("hidden_size", "num_layers", "num_heads", "vocab_size", "
 
 def apply(scenario: Scenario, change: Callable[[dict], None]) -> Scenario:
     """Run `change` on a deep copy of the scenario's dict and parse the result."""
-    data = copy.deepcopy(scenario.to_dict())
+    data = copy_module.deepcopy(scenario.to_dict())
     change(data)
     return parse_scenario(data)
 
@@ -113,19 +113,44 @@ def _edit_layers(scenario: Scenario, change_layers: Callable[[list], None]) -> S
     return apply(scenario, change)
 
 
-def set_layer_field(scenario: Scenario, group: int, key: str, value: object) -> Scenario:
-    """One field of layer group `group`. A new repeat count also resizes per-copy measured times
-    (dropping the extra copies' times, or giving new copies the mean of the measured ones)."""
+def set_layer_field(scenario: Scenario, group: int, key: str, value: object, copy: int | None = None) -> Scenario:
+    """One field of layer group `group`, or of one copy of it alone (the group is split around that
+    copy: 'block x 24', copy 4 becomes 4 + 1 + 19). A new repeat count also resizes per-copy
+    measured times (dropping the extra copies' times, or giving new copies the mean of the measured ones)."""
     if key == "repeat":
         repeat = parse_int(value, f"model.layers[{group}].repeat")
 
         def change(layers: list) -> None:
-            layers[group]["repeat"] = repeat
-            _resize_profile(layers[group], repeat)
+            at = split_copy(layers, group, copy)
+            layers[at]["repeat"] = repeat
+            _resize_profile(layers[at], repeat)
     else:
         def change(layers: list) -> None:
-            layers[group][key] = value
+            layers[split_copy(layers, group, copy)][key] = value
     return _edit_layers(scenario, change)
+
+
+def split_copy(layers: list, group: int, copy: int | None) -> int:
+    """Split layer dict `group` (repeated) so that copy `copy` stands alone; its index in `layers`.
+    With copy None the group stays whole and `group` is returned."""
+    layer = layers[group]
+    repeat = layer.get("repeat", 1)
+    if copy is None or repeat == 1:
+        return group
+    if not 0 <= copy < repeat:
+        raise SpecError(f"model.layers[{group}] copy", copy, f"must be 0..{repeat - 1}")
+    parts = []
+    for start, count in ((0, copy), (copy, 1), (copy + 1, repeat - copy - 1)):
+        if count:
+            part = copy_module.deepcopy(layer)
+            part["repeat"] = count
+            for by_tp in part.get("profile", {}).values():
+                for tp, times in by_tp.items():
+                    if isinstance(times, list):
+                        by_tp[tp] = times[start:start + count]
+            parts.append(part)
+    layers[group:group + 1] = parts
+    return group + (1 if copy > 0 else 0)
 
 
 def _resize_profile(layer: dict, repeat: int) -> None:
@@ -136,9 +161,14 @@ def _resize_profile(layer: dict, repeat: int) -> None:
                 by_tp[tp] = (times + [mean] * repeat)[:repeat]
 
 
-def duplicate_layer(scenario: Scenario, group: int) -> Scenario:
+def duplicate_layer(scenario: Scenario, group: int, copy: int | None = None) -> Scenario:
+    """A copy of layer group `group` after it, or of one copy of it (one layer more in total)."""
     def change(layers: list) -> None:
-        layers.insert(group + 1, copy.deepcopy(layers[group]))
+        at = split_copy(layers, group, copy)
+        single = copy_module.deepcopy(layers[at])
+        if copy is not None:
+            single["repeat"] = 1
+        layers.insert(at + 1, single)
     return _edit_layers(scenario, change)
 
 

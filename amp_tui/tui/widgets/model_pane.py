@@ -139,7 +139,7 @@ class ModelPane(ScenarioPane):
                 rows.append((index, None))
                 if index in self._expanded:
                     for copy in range(layer.repeat):
-                        self._add_layer_row(layer, cell(f"    #{copy}", style="dim"), copy)
+                        self._add_layer_row(layer, cell(f"    #{copy + 1}", style="dim"), copy)
                         rows.append((index, copy))
         self._rows = rows
         self.keep_cursor(self.layers_table, fill)
@@ -163,9 +163,14 @@ class ModelPane(ScenarioPane):
 
     # -- actions -----------------------------------------------------------------------------
     def _layer_group(self) -> int | None:
+        row = self._layer_row()
+        return row[0] if row is not None else None
+
+    def _layer_row(self) -> tuple[int, int | None] | None:
+        """(group, copy or None) under the cursor: a copy row of an expanded group edits that copy alone."""
         if not self._rows or not self.layers_table.has_focus:
             return None
-        return self._rows[min(self.layers_table.cursor_row, len(self._rows) - 1)][0]
+        return self._rows[min(self.layers_table.cursor_row, len(self._rows) - 1)]
 
     def on_data_table_cell_selected(self, event: DataTable.CellSelected) -> None:
         event.stop()
@@ -198,17 +203,22 @@ class ModelPane(ScenarioPane):
                         f"model: {header} changed", hint=hint)
 
     def _edit_layer(self) -> None:
-        group = self._layer_group()
-        if group is None:
+        row = self._layer_row()
+        if row is None:
             return
+        group, copy = row
         layer = self.scenario.model.groups[group]
         header, key, hint = LAYER_COLUMNS[self.layers_table.cursor_column]
         where = f"layer {group} ({layer.name})"
+        if copy is not None:
+            where = f"copy #{copy + 1} of {layer.name} x {layer.repeat} (layer {group})"
+            hint = (f"Edits this copy alone: '{layer.name} x {layer.repeat}' becomes "
+                    f"{' + '.join(str(n) for n in (copy, 1, layer.repeat - copy - 1) if n)}. " + hint)
         if key is None:
             self.app.notify("Measured times come from the model file; they cannot be edited here", markup=False)
         elif key == "kind":
             self.pick(f"Kind of {where}", [PickItem(kind, kind) for kind in LAYER_KINDS],
-                      lambda kind: edits.set_layer_field(self.scenario, group, "kind", kind),
+                      lambda kind: edits.set_layer_field(self.scenario, group, "kind", kind, copy),
                       f"{where}: kind", current=layer.kind, filterable=False)
         else:
             current = {"name": layer.name, "repeat": str(layer.repeat)}.get(key)
@@ -217,7 +227,7 @@ class ModelPane(ScenarioPane):
                 current = str(int(number)) if number.is_integer() else repr(number)
             self.edit_value(f"{header} of {where}", current,
                             lambda text: edits.set_layer_field(self.scenario, group, key,
-                                                               text if key == "name" else text.strip()),
+                                                               text if key == "name" else text.strip(), copy),
                             f"{where}: {header} changed", hint=hint)
 
     def action_expand(self) -> None:
@@ -229,10 +239,12 @@ class ModelPane(ScenarioPane):
         self.layers_table.move_cursor(row=self._rows.index((group, None)))
 
     def action_duplicate(self) -> None:
-        group = self._layer_group()
-        if group is not None:
+        row = self._layer_row()
+        if row is not None:
+            group, copy = row
             name = self.scenario.model.groups[group].name
-            self.attempt(lambda: edits.duplicate_layer(self.scenario, group), f"layer {group} ({name}) duplicated")
+            what = f"layer {group} ({name})" if copy is None else f"copy #{copy + 1} of layer {group} ({name})"
+            self.attempt(lambda: edits.duplicate_layer(self.scenario, group, copy), f"{what} duplicated")
 
     def action_insert(self) -> None:
         group = self._layer_group()
