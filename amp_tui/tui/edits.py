@@ -85,11 +85,42 @@ def use_model_preset(scenario: Scenario, name: str) -> Scenario:
 
 
 def set_model_field(scenario: Scenario, key: str, value: object) -> Scenario:
-    """A family hyperparameter (hidden_size, num_layers, ..., flash_attention) or the model's name."""
-    if not scenario.model.family and key not in ("name",):
-        raise SpecError(f"model.{key}", value,
-                        "this model is given by explicit layers: edit its layers, or pick a family preset (ctrl+o)")
+    """A family hyperparameter (hidden_size, num_layers, ..., flash_attention) or the model's name.
 
+    An explicit layer list takes them too: num_layers resizes its repeated block (keeping the
+    measured times, the new copies get their mean); any other size makes it the gpt family model
+    with the list's shape and the new value, since measured times do not carry over to other sizes."""
+    model = scenario.model
+    if not model.family and key != "name":
+        blocks = [i for i, group in enumerate(model.groups) if group.kind == "block"]
+        if key == "num_layers" and len(blocks) == 1:
+            count = parse_int(value, "model.num_layers")
+
+            def resize(layers: list) -> None:
+                layers[blocks[0]]["repeat"] = count
+                _resize_profile(layers[blocks[0]], count)
+            changed = _edit_layers(scenario, resize)
+            return set_model_shape(changed, "num_layers", count)
+        missing = [k for k in FAMILY_SHAPE_KEYS if k not in model.shape and k != key]
+        if missing:
+            raise SpecError(f"model.{key}", value, f"this explicit layer list does not give its "
+                            f"{', '.join(missing)}: edit its layers, or pick a family preset (ctrl+o)")
+
+        def to_family(data: dict) -> None:
+            data["model"] = {"name": model.name, "family": "gpt", "sequence_length": model.sequence_length,
+                             **{k: model.shape[k] for k in FAMILY_SHAPE_KEYS if k in model.shape}, key: value}
+        return apply(scenario, to_family)
+
+    def change(data: dict) -> None:
+        data["model"][key] = value
+    return apply(scenario, change)
+
+
+FAMILY_SHAPE_KEYS = ("hidden_size", "num_layers", "num_heads", "vocab_size")
+
+
+def set_model_shape(scenario: Scenario, key: str, value: object) -> Scenario:
+    """A shape key written beside an explicit layer list (informational: the layers carry the sizes)."""
     def change(data: dict) -> None:
         data["model"][key] = value
     return apply(scenario, change)

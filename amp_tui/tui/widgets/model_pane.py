@@ -31,10 +31,17 @@ FAMILY_SHAPE = [
     ("flash", "flash_attention", ""),
     ("params", None, ""),
 ]
+_TO_FAMILY = (" This layer list was measured at its own size: a new value makes it the gpt family model with "
+              "these hyperparameters, without the measured times (ctrl+z undoes).")
 EXPLICIT_SHAPE = [
     ("name", "name", "The model's name (free text)."),
-    ("seq", None, ""), ("hidden", None, ""), ("blocks", None, ""), ("heads", None, ""),
-    ("vocab", None, ""), ("layers", None, ""), ("params", None, ""),
+    ("seq", "sequence_length", "Sequence length in tokens: a whole number >= 1." + _TO_FAMILY),
+    ("hidden", "hidden_size", "Hidden size: a whole number >= 1, divisible by the number of heads." + _TO_FAMILY),
+    ("blocks", "num_layers", "Number of transformer blocks: the repeated block is resized; measured times are "
+                             "kept (new copies get their mean)."),
+    ("heads", "num_heads", "Attention heads: a whole number >= 1 that divides the hidden size." + _TO_FAMILY),
+    ("vocab", "vocab_size", "Vocabulary size: a whole number >= 1." + _TO_FAMILY),
+    ("layers", None, ""), ("params", None, ""),
 ]
 # Layer columns: (header, layer dict key or None, hint)
 LAYER_COLUMNS = [
@@ -197,7 +204,8 @@ class ModelPane(ScenarioPane):
             self.attempt(lambda: edits.set_model_field(self.scenario, key, value),
                          f"model: flash attention {'on' if value else 'off'}")
             return
-        current = model.name if key == "name" else str(model.shape.get(key, ""))
+        current = (model.name if key == "name" else str(model.sequence_length) if key == "sequence_length"
+                   else str(model.shape.get(key, "")))
         self.edit_value(f"Model {header}", current,
                         lambda text: edits.set_model_field(self.scenario, key, text if key == "name" else text.strip()),
                         f"model: {header} changed", hint=hint)
