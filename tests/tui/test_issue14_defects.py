@@ -42,20 +42,25 @@ async def test_2_export_dialog_says_up_front_the_megatron_split_differs(make_app
     pytest.importorskip("amp_tui.core.exports")
     from amp_tui.tui.screens.export_picker import ExportScreen
 
-    scenario = parse_scenario({**load_scenario("paper-homogeneous").to_dict(), "model": {"preset": "llama2-7b"}})
+    data = load_scenario("paper-homogeneous").to_dict()
+    data["model"] = {"preset": "llama2-7b"}
+    data["cluster"]["nodes"][0]["count"] = 10      # 40 GPUs: 1 x 5 x 8
+    scenario = parse_scenario(data)
     app = make_app()
     async with app.run_test(size=(160, 48)) as pilot:
         await settle(app, pilot)
         from amp_tui.core.evaluate import evaluate
         from amp_tui.core.strategy import Strategy
 
-        prediction = evaluate(scenario, Strategy(1, 5, 8, 1, (17, 16, 2, 1, 12), None))
+        # Middle stages of unequal size: Megatron's first/last-stage flags cannot say this split.
+        prediction = evaluate(scenario, Strategy(1, 5, 8, 1, (12, 4, 8, 4, 6), None))
         screen = ExportScreen(scenario, prediction)
         app.push_screen(screen)
         await pilot.pause()
         warning = str(screen.query_one("#export-warning").content)
         assert screen.query_one("#export-warning").display
-        assert "Megatron" in warning and "slower" in warning and "%" in warning
+        assert "Megatron-LM runs another split" in warning and ("% slower" in warning or "% faster" in warning)
+        assert "11/4/8/4/5" in warning
 
 
 # 3 ------------------------------------------------------------------------------------------------
