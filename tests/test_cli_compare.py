@@ -65,4 +65,4 @@ def test_compare_needs_two(capsys, tmp_path):
 def test_plan_sensitivity(capsys):
     code, out, _ = run(capsys, "plan", "paper-homogeneous", "--top", "3", "--sensitivity")
     assert code == 0
-    assert "network bandwidth, group 0" in out and "global batch size" in out and "most robust:" in out
+    assert "network g4dn.12xlarge" in out and "global batch size" in out and "most robust:" in out

@@ -27,7 +27,7 @@ WATCHED = 3  # the base search's top strategies followed through every what-if
 
 @dataclass(frozen=True)
 class Knob:
-    name: str                     # 'network of group 0 (p3.8xlarge)'
+    name: str                     # 'network p3.8xlarge': that group's inter-node bandwidth
     factors: tuple[float, ...]
     scale: Callable[[Scenario, float], Scenario]
 
@@ -71,13 +71,14 @@ def _scale_batch(scenario: Scenario, factor: float) -> Scenario:
 
 def knobs(scenario: Scenario) -> list[Knob]:
     out = []
+    labels = [group.label for group in scenario.cluster.nodes]
     for index, group in enumerate(scenario.cluster.nodes):
-        where = f"group {index} ({group.label})"
+        where = group.label if labels.count(group.label) == 1 else f"{group.label} (group {index})"
         if group.gpus_per_node > 1:
-            out.append(Knob(f"intra-node bandwidth, {where}", SPEED_FACTORS,
+            out.append(Knob(f"intra-node {where}", SPEED_FACTORS,
                             lambda s, f, i=index: _scale_group(s, i, "intra_node_bandwidth", f)))
         if scenario.cluster.num_nodes > 1:
-            out.append(Knob(f"network bandwidth, {where}", SPEED_FACTORS,
+            out.append(Knob(f"network {where}", SPEED_FACTORS,
                             lambda s, f, i=index: _scale_group(s, i, "inter_node_bandwidth", f)))
     for name in dict.fromkeys(group.gpu.name for group in scenario.cluster.nodes):
         out.append(Knob(f"{name} speed", SPEED_FACTORS, lambda s, f, n=name: _scale_gpu(s, n, f)))

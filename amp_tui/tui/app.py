@@ -456,8 +456,8 @@ class AmpApp(App):
         self.push_screen(HelpScreen())
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        # While a dialog is open, keys belong to it (quit and the palette still work).
-        if isinstance(self.screen, ModalScreen) and action not in ("quit", "command_palette"):
+        # While a dialog or the what-if view is open, keys belong to it (quit and the palette still work).
+        if self.screen is not self.screen_stack[0] and action not in ("quit", "command_palette"):
             return False
         return True
 

@@ -96,7 +96,7 @@ class SensitivityScreen(Screen):
 
     def on_mount(self) -> None:
         table = self.query_one(DataTable)
-        for header in ("what-if", "factor", "top pick", "best", "changes"):
+        for header in ("what-if", "factor", "top pick", "best", "moved"):
             table.add_column(cell(header), key=header)
         table.focus()
         self.run_whatifs()
