@@ -376,8 +376,7 @@ class StrategyTable(Vertical):
             at = names.index(self.sort_column) if self.sort_column in names else -1
             self.sort_column = names[(at + 1) % len(names)]
             self.sort_reverse = False
-        self.refill()
-        self.app.notify(f"Sorted by {self.sort_column}" + (", reversed" if self.sort_reverse else ""), timeout=2)
+        self.refill()   # the header's ▲/▼ says which column and which way
 
     def action_filter(self) -> None:
         from amp_tui.tui.screens.edit_value import EditValueScreen
