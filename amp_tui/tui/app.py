@@ -246,6 +246,8 @@ class AmpApp(App):
             self.pinned = prediction
             self.notify(f"Pinned {prediction.strategy.label} mbs {prediction.strategy.micro_batch_size}: "
                         "move the cursor to compare", markup=False)
+        for table in self.query(StrategyTable):
+            table.refill()
         self._show_selected()
 
     def _repin(self) -> None:

@@ -304,8 +304,11 @@ class StrategyTable(Vertical):
             feasible.sort(key=lambda r: key(r, context), reverse=self.sort_reverse)
             ordered = feasible + [r for r in everything if r.kind == "infeasible"]
             self.rows = []
+            pinned = getattr(self.app, "pinned", None)
             for row in ordered:
                 texts = [column.text(row, context) for column in columns]
+                if pinned is not None and columns[0].header == "#" and row.entry.strategy == pinned.strategy:
+                    texts[0] = "◆" + texts[0]   # the pinned strategy the Selected pane compares against
                 reason = row.entry.reason if row.kind == "infeasible" else ""
                 if self.filter_text and not row_matches([*texts, reason], self.filter_text):
                     continue
@@ -337,6 +340,8 @@ class StrategyTable(Vertical):
         if result.baseline is not None:
             parts.append("unif: the best even split in rank order.")
         parts.append("memory: fullest stage.")
+        if getattr(self.app, "pinned", None) is not None:
+            parts.append("◆ pinned: move to compare, p unpins.")
         if result.infeasible:
             parts.append(f"{len(result.infeasible)} infeasible: f to {'hide' if self.show_infeasible else 'show'}.")
         if self.filter_text:
