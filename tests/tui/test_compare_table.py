@@ -203,19 +203,20 @@ async def test_what_if_screen_runs_and_charts(make_app):
 
 
 async def test_escape_cancels_a_running_what_if(make_app):
-    app = make_app("paper-het-cluster")
+    app = make_app("bench-128-gpus")
     async with app.run_test(size=(80, 24)) as pilot:
         await settle(app, pilot)
-        await pilot.press("w")
-        await pilot.pause()
-        screen = app.screen
-        await pilot.press("escape")
+        screen = SensitivityScreen(app.scenario)
+        await app.push_screen(screen)          # mounted: its what-ifs run in a worker
+        assert any(w.group == "sensitivity" and w.is_running for w in app.workers)
+        screen.action_close()                  # what Escape does, before the what-ifs can finish
         await pilot.pause()
         assert not isinstance(app.screen, SensitivityScreen)
-        for _ in range(200):
-            if not any(w.group == "sensitivity" and w.is_running for w in screen.workers):
+        for _ in range(20):        # stops at its next poll; the what-ifs alone take over 2 s here
+            if not any(w.group == "sensitivity" and w.is_running for w in app.workers):
                 break
             await pilot.pause(0.05)
+        assert not any(w.group == "sensitivity" and w.is_running for w in app.workers)
         assert screen.result is None
 
 

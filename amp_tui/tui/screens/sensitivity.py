@@ -84,6 +84,7 @@ class SensitivityScreen(Screen):
         self.scenario = scenario
         self.result: Sensitivity | None = None
         self.knobs: list[str] = []      # per table row
+        self.closed = False             # Escape: the worker stops at its next poll, its result is dropped
 
     def compose(self) -> ComposeResult:
         yield Static(Text(f"What if the figures are off? {self.scenario.name}: each link, GPU speed and the batch "
@@ -113,13 +114,14 @@ class SensitivityScreen(Screen):
                 last[0] = time.monotonic()
                 self.app.call_from_thread(self._progress, fraction)
         try:
-            result = sensitivity(self.scenario, should_cancel=lambda: worker.is_cancelled, progress=progress)
+            result = sensitivity(self.scenario, should_cancel=lambda: worker.is_cancelled or self.closed,
+                                 progress=progress)
         except Cancelled:
             return
         self.app.call_from_thread(self.show_result, result)
 
     def _progress(self, fraction: float) -> None:
-        if self.result is None and self.is_attached:
+        if self.result is None and not self.closed and self.is_attached:
             self.query_one("#whatif-verdict", Static).update(
                 Text(f"searching the what-ifs… {fraction * 100:.0f}% (Escape cancels)", style="yellow"))
 
@@ -130,7 +132,7 @@ class SensitivityScreen(Screen):
                 Text(f"What-ifs failed: {type(error).__name__}: {error}", style="bold red"))
 
     def show_result(self, result: Sensitivity) -> None:
-        if not self.is_attached:
+        if self.closed or not self.is_attached:
             return
         self.result = result
         self.query_one("#whatif-verdict", Static).update(Text(result.verdict()[0].upper() + result.verdict()[1:] + "."))
@@ -163,5 +165,6 @@ class SensitivityScreen(Screen):
         table.action_cursor_down() if step > 0 else table.action_cursor_up()
 
     def action_close(self) -> None:
+        self.closed = True
         self.workers.cancel_group(self, "sensitivity")
         self.app.pop_screen()
