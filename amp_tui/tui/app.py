@@ -9,8 +9,8 @@ pushes the old one on the undo stack, swaps, and reruns the search in a backgrou
 from __future__ import annotations
 
 import time
-from dataclasses import replace
 from collections.abc import Iterable
+from dataclasses import replace
 from pathlib import Path
 
 from textual import events, work
@@ -138,6 +138,7 @@ class AmpApp(App):
         self._redo: list[tuple[Scenario, str]] = []
         self.saved_scenario = scenario   # the scenario as last opened or saved: ctrl+q asks if it changed
         self.pinned: Prediction | None = None
+        self._comparison: tuple | None = None
         self._preferred = preferred
 
     # -- layout ---------------------------------------------------------------------------------
@@ -227,7 +228,11 @@ class AmpApp(App):
         other = self.selected_prediction()
         if self.pinned is None or other is None or self.result is None or other.strategy == self.pinned.strategy:
             return None
-        return compare(self.pinned, other, self.result.scenario, self.entry_name(self.pinned), self.entry_name(other))
+        key = (self.pinned, other, self.result)   # asked twice per cursor move: compute once
+        if self._comparison is None or any(a is not b for a, b in zip(self._comparison[0], key)):
+            self._comparison = (key, compare(self.pinned, other, self.result.scenario, self.entry_name(self.pinned),
+                                             self.entry_name(other)))
+        return self._comparison[1]
 
     def comparison_sentence(self) -> str | None:
         comparison = self.comparison()
