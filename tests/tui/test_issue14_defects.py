@@ -278,3 +278,32 @@ async def test_16_results_get_the_larger_share_at_160x48(make_app):
         headers = [str(c.label).strip() for c in app.query_one(StrategyTable).table.columns.values()]
         assert "partition" in headers and "tok/s" in headers
         assert "no partitio" not in str(app.query_one("#strategies-note").content)
+
+
+async def test_3_in_the_model_pane_a_copy_row_edits_that_copy_alone(make_app):
+    from amp_tui.tui.widgets.model_pane import LAYER_COLUMNS
+
+    app = make_app()
+    async with app.run_test(size=(160, 48)) as pilot:
+        await settle(app, pilot)
+        await pilot.press("2")
+        await pilot.pause()
+        pane = app.query_one(ModelPane)
+        table = pane.layers_table
+        table.focus()
+        group = next(i for i, g in enumerate(app.scenario.model.groups) if g.repeat == 24)
+        row = pane._rows.index((group, None))
+        table.move_cursor(row=row)
+        await pilot.press("space")                     # expand: copies #1..#24 follow
+        await pilot.pause()
+        flops = [c[0] for c in LAYER_COLUMNS].index("FLOPs")
+        table.move_cursor(row=row + 5, column=flops)   # copy #5
+        await pilot.press("e")
+        await pilot.pause()
+        assert isinstance(app.screen, EditValueScreen)
+        assert "copy #5" in app.screen._title and "4 + 1 + 19" in app.screen._hint
+        app.screen.query_one(Input).value = "1e9"
+        await pilot.press("enter")
+        await pilot.pause()
+        repeats = [g.repeat for g in app.scenario.model.groups[group:group + 3]]
+        assert repeats == [4, 1, 19] and app.scenario.model.groups[group + 1].flops == 1e9
