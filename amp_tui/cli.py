@@ -28,6 +28,10 @@ examples:
   amp-tui plan my.yaml --save plan.yaml     save the best strategy as a plan file
   amp-tui evaluate paper-homogeneous s.yaml predict the strategies listed in s.yaml
   amp-tui evaluate plan.yaml                re-predict a saved plan
+  amp-tui evaluate plan.yaml s.yaml         predict other strategies on a plan's scenario
+  amp-tui compare paper-het-cluster s.yaml  two strategies side by side, term by term
+  amp-tui plan paper-homogeneous --sensitivity   does the best pick survive slower links, GPUs?
+  amp-tui web --port 8000                   the dashboard in a browser on localhost
   amp-tui export plan.yaml --format megatron -o out/
   amp-tui presets                           list scenario, cluster and model presets
   amp-tui bench                             time the search on the benchmark scenarios
@@ -104,6 +108,17 @@ def build_parser() -> argparse.ArgumentParser:
                     help="only strategies whose nodes cost at most this many dollars per hour")
     pl.add_argument("--use-all-gpus", action="store_true",
                     help="never leave nodes idle (as search.use_all_gpus: true)")
+    pl.add_argument("--sensitivity", action="store_true",
+                    help="also rerun the search with each link, GPU speed and the batch size scaled")
+
+    co = sub.add_parser("compare", help="compare strategies term by term (the first against each other)")
+    co.add_argument("scenario", metavar="SCENARIO_OR_PLAN", help="scenario preset or file, or a plan file")
+    co.add_argument("strategies", metavar="STRATEGIES",
+                    help="YAML list of two or more strategies; with a plan file, one or more (the plan's comes first)")
+
+    we = sub.add_parser("web", help="serve the dashboard to a browser on localhost (needs amp-tui[web])")
+    we.add_argument("target", nargs="?", default=None, metavar="SCENARIO_OR_PLAN")
+    we.add_argument("--port", type=int, default=8000, help="port on 127.0.0.1 (default 8000)")
 
     ex = sub.add_parser("export", help="turn a plan into Megatron-LM, DeepSpeed, torchrun, rank-map or torchtitan files")
     ex.add_argument("plan", metavar="PLAN.yaml")
@@ -141,7 +156,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         handler = {"ui": cmd_ui, "evaluate": cmd_evaluate, "plan": cmd_plan, "export": cmd_export,
                    "presets": cmd_presets, "bench": cmd_bench, "validate": cmd_validate,
-                   "calibrate": cmd_calibrate}[command]
+                   "calibrate": cmd_calibrate,
+                   "compare": cmd_compare, "web": cmd_web}[command]
         with warnings.catch_warnings():
             # Infinite figures (a stage that does not fit) are meant; numpy's notes about them are not.
             warnings.simplefilter("ignore", RuntimeWarning)
@@ -194,9 +210,7 @@ def cmd_evaluate(args) -> int:
     from amp_tui.core.yamlio import load_yaml_file
 
     scenario, plan = open_scenario(args.scenario)
-    if plan is not None:
-        if args.strategies:
-            raise SpecError("STRATEGIES", args.strategies, "not used with a plan file (the plan holds its strategy)")
+    if plan is not None and not args.strategies:
         prediction = evaluate(plan.scenario, plan.strategy)
         changes = prediction_changes(plan.saved_prediction, prediction)
         if args.json:
@@ -256,6 +270,11 @@ def cmd_plan(args) -> int:
                      "idle_search": idle_search.to_dict()}))
     else:
         print(render_search(result, shown, objective, idle_search))
+    if args.sensitivity:
+        from amp_tui.core.sensitivity import render, sensitivity
+
+        print("\nwhat if the figures are off (each what-if reruns the search):", file=sys.stderr if args.json else sys.stdout)
+        print(render(sensitivity(scenario, result)), file=sys.stderr if args.json else sys.stdout)
     if saved:
         print(f"saved strategy {args.rank} to {saved}", file=sys.stderr if args.json else sys.stdout)
     return 0
@@ -274,6 +293,34 @@ def _check_save_target(save: str, force: bool) -> None:
         raise SpecError("--save", path, "already exists (use --force to overwrite)")
     if not path.parent.is_dir():
         raise SpecError("--save", path, f"folder {str(path.parent)!r} does not exist")
+
+
+def cmd_compare(args) -> int:
+    from amp_tui.core.compare import compare
+    from amp_tui.core.cost import CostModel
+    from amp_tui.core.evaluate import evaluate, parse_strategy_list
+    from amp_tui.core.planfile import open_scenario
+    from amp_tui.core.yamlio import load_yaml_file
+
+    scenario, plan = open_scenario(args.scenario)
+    strategies = ([plan.strategy] if plan is not None else []) + parse_strategy_list(
+        load_yaml_file(args.strategies), args.strategies)
+    if len(strategies) < 2:
+        raise SpecError("STRATEGIES", args.strategies, "list at least two strategies to compare (or pass a plan)")
+    cost = CostModel(scenario)
+    predictions = [evaluate(scenario, s, cost, field=f"strategies[{i}]") for i, s in enumerate(strategies)]
+    blocks = [_summary(scenario)]
+    for other in predictions[1:]:
+        blocks += ["", *compare(predictions[0], other, scenario).lines()]
+    print("\n".join(blocks))
+    return 0
+
+
+def cmd_web(args) -> int:
+    from amp_tui.tui.web import serve
+
+    serve(args.target, args.port)
+    return 0
 
 
 def cmd_export(args) -> int:

@@ -12,6 +12,7 @@ import os
 import sys
 import time
 from collections.abc import Iterable
+from dataclasses import replace
 from pathlib import Path
 
 from textual import events, work
@@ -36,7 +37,7 @@ from amp_tui.tui.messages import EditRefused, ScenarioEdited, SearchDone, Search
 from amp_tui.tui.screens.confirm import ConfirmScreen
 from amp_tui.tui.screens.help import HelpScreen
 from amp_tui.tui.screens.preset_picker import PresetPickerScreen
-from amp_tui.tui.screens.save_dialog import SaveDialog, default_plan_name
+from amp_tui.tui.screens.save_dialog import SaveDialog, default_plan_name, safe_file_stem
 from amp_tui.tui.widgets.cluster_pane import ClusterPane
 from amp_tui.tui.widgets.key_footer import KeyFooter
 from amp_tui.tui.widgets.model_pane import ModelPane
@@ -106,8 +107,11 @@ class AmpApp(App):
     TITLE = "amp-tui"
     BINDINGS = [
         Binding("ctrl+z", "undo", "Undo"),
+        Binding("ctrl+y", "redo", "Redo"),
         Binding("ctrl+o", "open_preset", "Presets"),
         Binding("ctrl+s", "save_plan", "Save plan"),
+        Binding("ctrl+e", "save_scenario", "Save scenario"),
+        Binding("w", "what_if", "What-if"),
         Binding("x", "export", "Export"),
         Binding("f", "toggle_infeasible", "Infeasible"),
         Binding("C", "calibrate", "Calibrate", show=False),
@@ -134,6 +138,10 @@ class AmpApp(App):
         self.applied_generations: list[int] = []  # generations whose results were shown, oldest first
         self._generation = 0
         self._undo: list[tuple[Scenario, str]] = []
+        self._redo: list[tuple[Scenario, str]] = []
+        self.saved_scenario = scenario   # the scenario as last opened or saved: ctrl+q asks if it changed
+        self.pinned: Prediction | None = None
+        self._comparison: tuple | None = None
         self._preferred = preferred
 
     # -- layout ---------------------------------------------------------------------------------
@@ -170,12 +178,20 @@ class AmpApp(App):
         return self.query_one(Dashboard).compact
 
     # -- state flowing down -----------------------------------------------------------------------
-    def selected_entry(self) -> Prediction | Infeasible | None:
+    def entries(self) -> list[Prediction | Infeasible]:
+        """What the strategies table can show, in this order: the ranked strategies, the uniform
+        baseline, the infeasible ones (when shown). `selected_index` indexes this list."""
         if self.result is None:
-            return None
+            return []
         entries: list = list(self.result.strategies)
+        if self.result.baseline is not None:
+            entries.append(self.result.baseline)
         if self.show_infeasible:
             entries += list(self.result.infeasible)
+        return entries
+
+    def selected_entry(self) -> Prediction | Infeasible | None:
+        entries = self.entries()
         return entries[self.selected_index] if 0 <= self.selected_index < len(entries) else None
 
     def selected_prediction(self) -> Prediction | None:
@@ -195,19 +211,85 @@ class AmpApp(App):
     def _show_selected(self) -> None:
         baseline = self.result.baseline if self.result else None
         for pane in self.query(SelectedPane):
+            pane.set_stale(self.results_stale)
             pane.show(self.selected_entry(), baseline)
+        sentence = self.comparison_sentence()
+        for table in self.query(StrategyTable):
+            table.show_comparison(sentence)
+
+    # -- compare ---------------------------------------------------------------------------------
+    def entry_name(self, prediction: Prediction) -> str | None:
+        """'uniform 1x8x2' for the baseline row (so the sentence says which is which), else None."""
+        if self.result is not None and prediction is self.result.baseline:
+            return f"uniform {prediction.strategy.label}"
+        return None
+
+    def comparison(self):
+        """The pinned strategy against the cursor's, or None (nothing pinned, or the same one)."""
+        from amp_tui.core.compare import compare
+
+        other = self.selected_prediction()
+        if self.pinned is None or other is None or self.result is None or other.strategy == self.pinned.strategy:
+            return None
+        key = (self.pinned, other, self.result)   # asked twice per cursor move: compute once
+        if self._comparison is None or any(a is not b for a, b in zip(self._comparison[0], key)):
+            self._comparison = (key, compare(self.pinned, other, self.result.scenario, self.entry_name(self.pinned),
+                                             self.entry_name(other)))
+        return self._comparison[1]
+
+    def comparison_sentence(self) -> str | None:
+        comparison = self.comparison()
+        return comparison.sentence if comparison is not None else None
+
+    def action_pin(self) -> None:
+        """p: pin the selected strategy (again: unpin); the Selected pane then compares."""
+        prediction = self.selected_prediction()
+        if self.pinned is not None and (prediction is None or prediction.strategy == self.pinned.strategy):
+            self.pinned = None
+            self.notify("Unpinned")
+        elif prediction is None:
+            self.notify("Select a feasible strategy to pin", severity="warning")
+            return
+        else:
+            self.pinned = prediction
+            self.notify(f"Pinned {prediction.strategy.label} mbs {prediction.strategy.micro_batch_size}: "
+                        "move the cursor to compare", markup=False)
+        for table in self.query(StrategyTable):
+            table.refill()
+        self._show_selected()
+
+    def _repin(self) -> None:
+        """A new search: the pinned strategy is predicted again on the new scenario (dropped with a
+        note if it no longer runs there)."""
+        if self.pinned is None or self.result is None:
+            return
+        from amp_tui.core.evaluate import evaluate
+
+        try:
+            self.pinned = evaluate(self.result.scenario, self.pinned.strategy)
+        except SpecError as error:
+            self.pinned = None
+            self.notify(f"Unpinned: the pinned strategy no longer runs ({error})", severity="warning", markup=False)
 
     # -- edits flowing up ------------------------------------------------------------------------
     def on_scenario_edited(self, message: ScenarioEdited) -> None:
         message.stop()
         proposed = message.scenario
+        if callable(proposed):
+            # An edit relative to the current scenario (e.g. one node more): applied to the newest
+            # scenario, so a burst of key presses adds up instead of each reading a stale one.
+            try:
+                proposed = proposed(self.scenario)
+            except SpecError as error:
+                self.refuse(str(error))
+                return
         if isinstance(proposed, dict):
             try:
                 proposed = parse_scenario(proposed)
             except SpecError as error:
                 self.refuse(str(error))
                 return
-        self.apply_scenario(proposed, message.what)
+        self.apply_scenario(edits.follow_names(self.scenario, proposed), message.what)
 
     def on_edit_refused(self, message: EditRefused) -> None:
         self.status.set_error(message.reason)
@@ -224,6 +306,7 @@ class AmpApp(App):
         if undoable:
             self._undo.append((self.scenario, what))
             del self._undo[:-UNDO_LIMIT]
+            self._redo.clear()
         self.scenario = scenario
         self._show_scenario()
         self.start_search(delay=self.debounce_s)
@@ -233,8 +316,22 @@ class AmpApp(App):
             self.notify("Nothing to undo")
             return
         previous, what = self._undo.pop()
+        self._redo.append((self.scenario, what))
         self.apply_scenario(previous, what, undoable=False)
         self.notify(f"Undone: {what}", markup=False)
+
+    def action_redo(self) -> None:
+        if not self._redo:
+            self.notify("Nothing to redo")
+            return
+        following, what = self._redo.pop()
+        self._undo.append((self.scenario, what))
+        self.apply_scenario(following, what, undoable=False)
+        self.notify(f"Redone: {what}", markup=False)
+
+    @property
+    def unsaved(self) -> bool:
+        return self.scenario != self.saved_scenario
 
     # -- search ----------------------------------------------------------------------------------
     def start_search(self, delay: float) -> None:
@@ -242,7 +339,9 @@ class AmpApp(App):
         self.results_stale = self.result is not None
         self.status.searching(0.0)
         for table in self.query(StrategyTable):
-            table.set_class(self.results_stale, "-stale")
+            table.set_stale(self.results_stale)
+        for pane in self.query(SelectedPane):
+            pane.set_stale(self.results_stale)
         self._search(self.scenario, self._generation, delay)
 
     @work(thread=True, exclusive=True, group="search", exit_on_error=False)
@@ -287,11 +386,17 @@ class AmpApp(App):
     def on_search_done(self, message: SearchDone) -> None:
         if message.generation != self._generation:
             return  # a newer edit came meanwhile: its search will report
+        if self.applied_generations and self.applied_generations[-1] == message.generation and not self.results_stale:
+            return  # a second search of the same scenario (a restart raced the first): already shown
         previous = self.selected_entry()
+        was_baseline = self.result is not None and previous is not None and previous is self.result.baseline
         self.result = message.result
         self.results_stale = False
         self.applied_generations.append(message.generation)
         self.selected_index = self._index_after_search(previous)
+        if was_baseline and self.result.baseline is not None:
+            self.selected_index = len(self.result.strategies)   # the baseline row stays selected
+        self._repin()
         self._show_result()
         self.status.done(message.result, message.elapsed_s)
 
@@ -327,7 +432,7 @@ class AmpApp(App):
 
     def action_toggle_infeasible(self) -> None:
         self.show_infeasible = not self.show_infeasible
-        if self.result is not None and self.selected_index >= len(self.result.strategies):
+        if self.selected_index >= len(self.entries()):
             self.selected_index = 0
         self._show_result()
         if self.result is not None and not self.result.infeasible:
@@ -348,17 +453,29 @@ class AmpApp(App):
             self.call_after_refresh(target.focus)
 
     async def action_quit(self) -> None:
+        """ctrl+q quits at once, whatever is running; edits not saved are kept in a recovery file
+        (tui/recovery.py) whose path is printed, rather than asked about: quitting never hangs on
+        a question and never loses work."""
         # Stop the search first: it shares the GIL with the shutdown, which it would slow down.
         self._generation += 1
         self.workers.cancel_group(self, "search")
-        self.exit()
+        message = None
+        if self.unsaved:
+            from amp_tui.tui.recovery import keep_unsaved
+
+            try:
+                path = keep_unsaved(self.scenario)
+                message = f"amp-tui: unsaved edits kept in {path} (amp-tui ui {path} reopens them)"
+            except (SpecError, OSError) as err:
+                message = f"amp-tui: the unsaved edits could not be kept: {err}"
+        self.exit(message=message)
 
     def action_help(self) -> None:
         self.push_screen(HelpScreen())
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        # While a dialog is open, keys belong to it (quit and the palette still work).
-        if isinstance(self.screen, ModalScreen) and action not in ("quit", "command_palette"):
+        # While a dialog or the what-if view is open, keys belong to it (quit and the palette still work).
+        if self.screen is not self.screen_stack[0] and action not in ("quit", "command_palette"):
             return False
         return True
 
@@ -377,6 +494,8 @@ class AmpApp(App):
                 scenario = edits.use_cluster_preset(self.scenario, name)
             else:
                 scenario = edits.use_model_preset(self.scenario, name)
+            if kind != "scenarios":   # the scenario's own name described the old cluster or model
+                scenario = replace(scenario, name=f"{scenario.cluster.name}-{scenario.model.name}", description="")
         except SpecError as error:
             self.refuse(str(error))
             return
@@ -440,7 +559,47 @@ class AmpApp(App):
             self.notify(f"{type(error).__name__}: {error}", title="Not saved", severity="error", markup=False)
             return None
         self.notify(f"Saved plan to {Path(written).resolve()}", title="Plan saved", markup=False)
+        if scenario == self.scenario:
+            self.saved_scenario = scenario   # a plan holds the whole scenario: nothing is lost
         return Path(written)
+
+    def action_save_scenario(self) -> None:
+        """ctrl+e: save the edited scenario itself as YAML (open it again with `amp-tui ui FILE`)."""
+        scenario = self.scenario
+        default = safe_file_stem(scenario.name, "scenario") + ".yaml"
+
+        def chosen(path: Path | None) -> None:
+            if path is None:
+                return
+            if path.exists():
+                def answered(yes: bool | None) -> None:
+                    if yes:
+                        self.write_scenario(path, scenario, overwrite=True)
+                    else:
+                        self.notify("Not saved: the file was kept", markup=False)
+                self.push_screen(ConfirmScreen(f"{path} already exists. Overwrite it?", "File exists"), answered)
+            else:
+                self.write_scenario(path, scenario, overwrite=False)
+        self.push_screen(SaveDialog(default, scenario.name, kind="scenario"), chosen)
+
+    def write_scenario(self, path: Path, scenario: Scenario, *, overwrite: bool) -> Path | None:
+        try:
+            written = atomic_write(path, dump_yaml(scenario.to_dict()), overwrite=overwrite)
+        except SpecError as error:
+            self.notify(str(error), title="Not saved", severity="error", markup=False)
+            return None
+        except OSError as error:
+            self.notify(f"{path}: {error.strerror or error}", title="Not saved", severity="error", markup=False)
+            return None
+        self.saved_scenario = scenario
+        self.notify(f"Saved the scenario to {Path(written).resolve()}", title="Scenario saved", markup=False)
+        return Path(written)
+
+    def action_what_if(self) -> None:
+        """w: the sensitivity view: does the top pick survive slower links or GPUs, another batch?"""
+        from amp_tui.tui.screens.sensitivity import SensitivityScreen
+
+        self.push_screen(SensitivityScreen(self.scenario))
 
     def action_export(self) -> None:
         try:

@@ -6,8 +6,9 @@ raises SpecError with the message the user sees. The app keeps the old scenario 
 
 from __future__ import annotations
 
-import copy
+import copy as copy_module
 from collections.abc import Callable
+from dataclasses import replace
 
 from amp_tui.core.errors import SpecError
 from amp_tui.core.limits import MAX_LAYERS
@@ -23,7 +24,7 @@ EXPLICIT_SHAPE_KEYS = ("hidden_size", "num_layers", "num_heads", "vocab_size", "
 
 def apply(scenario: Scenario, change: Callable[[dict], None]) -> Scenario:
     """Run `change` on a deep copy of the scenario's dict and parse the result."""
-    data = copy.deepcopy(scenario.to_dict())
+    data = copy_module.deepcopy(scenario.to_dict())
     change(data)
     return parse_scenario(data)
 
@@ -85,11 +86,42 @@ def use_model_preset(scenario: Scenario, name: str) -> Scenario:
 
 
 def set_model_field(scenario: Scenario, key: str, value: object) -> Scenario:
-    """A family hyperparameter (hidden_size, num_layers, ..., flash_attention) or the model's name."""
-    if not scenario.model.family and key not in ("name",):
-        raise SpecError(f"model.{key}", value,
-                        "this model is given by explicit layers: edit its layers, or pick a family preset (ctrl+o)")
+    """A family hyperparameter (hidden_size, num_layers, ..., flash_attention) or the model's name.
 
+    An explicit layer list takes them too: num_layers resizes its repeated block (keeping the
+    measured times, the new copies get their mean); any other size makes it the gpt family model
+    with the list's shape and the new value, since measured times do not carry over to other sizes."""
+    model = scenario.model
+    if not model.family and key != "name":
+        blocks = [i for i, group in enumerate(model.groups) if group.kind == "block"]
+        if key == "num_layers" and len(blocks) == 1:
+            count = parse_int(value, "model.num_layers")
+
+            def resize(layers: list) -> None:
+                layers[blocks[0]]["repeat"] = count
+                _resize_profile(layers[blocks[0]], count)
+            changed = _edit_layers(scenario, resize)
+            return set_model_shape(changed, "num_layers", count)
+        missing = [k for k in FAMILY_SHAPE_KEYS if k not in model.shape and k != key]
+        if missing:
+            raise SpecError(f"model.{key}", value, f"this explicit layer list does not give its "
+                            f"{', '.join(missing)}: edit its layers, or pick a family preset (ctrl+o)")
+
+        def to_family(data: dict) -> None:
+            data["model"] = {"name": model.name, "family": "gpt", "sequence_length": model.sequence_length,
+                             **{k: model.shape[k] for k in FAMILY_SHAPE_KEYS if k in model.shape}, key: value}
+        return apply(scenario, to_family)
+
+    def change(data: dict) -> None:
+        data["model"][key] = value
+    return apply(scenario, change)
+
+
+FAMILY_SHAPE_KEYS = ("hidden_size", "num_layers", "num_heads", "vocab_size")
+
+
+def set_model_shape(scenario: Scenario, key: str, value: object) -> Scenario:
+    """A shape key written beside an explicit layer list (informational: the layers carry the sizes)."""
     def change(data: dict) -> None:
         data["model"][key] = value
     return apply(scenario, change)
@@ -113,19 +145,44 @@ def _edit_layers(scenario: Scenario, change_layers: Callable[[list], None]) -> S
     return apply(scenario, change)
 
 
-def set_layer_field(scenario: Scenario, group: int, key: str, value: object) -> Scenario:
-    """One field of layer group `group`. A new repeat count also resizes per-copy measured times
-    (dropping the extra copies' times, or giving new copies the mean of the measured ones)."""
+def set_layer_field(scenario: Scenario, group: int, key: str, value: object, copy: int | None = None) -> Scenario:
+    """One field of layer group `group`, or of one copy of it alone (the group is split around that
+    copy: 'block x 24', copy 4 becomes 4 + 1 + 19). A new repeat count also resizes per-copy
+    measured times (dropping the extra copies' times, or giving new copies the mean of the measured ones)."""
     if key == "repeat":
         repeat = parse_int(value, f"model.layers[{group}].repeat", maximum=MAX_LAYERS)  # before lists that long
 
         def change(layers: list) -> None:
-            layers[group]["repeat"] = repeat
-            _resize_profile(layers[group], repeat)
+            at = split_copy(layers, group, copy)
+            layers[at]["repeat"] = repeat
+            _resize_profile(layers[at], repeat)
     else:
         def change(layers: list) -> None:
-            layers[group][key] = value
+            layers[split_copy(layers, group, copy)][key] = value
     return _edit_layers(scenario, change)
+
+
+def split_copy(layers: list, group: int, copy: int | None) -> int:
+    """Split layer dict `group` (repeated) so that copy `copy` stands alone; its index in `layers`.
+    With copy None the group stays whole and `group` is returned."""
+    layer = layers[group]
+    repeat = layer.get("repeat", 1)
+    if copy is None or repeat == 1:
+        return group
+    if not 0 <= copy < repeat:
+        raise SpecError(f"model.layers[{group}] copy", copy, f"must be 0..{repeat - 1}")
+    parts = []
+    for start, count in ((0, copy), (copy, 1), (copy + 1, repeat - copy - 1)):
+        if count:
+            part = copy_module.deepcopy(layer)
+            part["repeat"] = count
+            for by_tp in part.get("profile", {}).values():
+                for tp, times in by_tp.items():
+                    if isinstance(times, list):
+                        by_tp[tp] = times[start:start + count]
+            parts.append(part)
+    layers[group:group + 1] = parts
+    return group + (1 if copy > 0 else 0)
 
 
 def _resize_profile(layer: dict, repeat: int) -> None:
@@ -136,9 +193,14 @@ def _resize_profile(layer: dict, repeat: int) -> None:
                 by_tp[tp] = (times + [mean] * repeat)[:repeat]
 
 
-def duplicate_layer(scenario: Scenario, group: int) -> Scenario:
+def duplicate_layer(scenario: Scenario, group: int, copy: int | None = None) -> Scenario:
+    """A copy of layer group `group` after it, or of one copy of it (one layer more in total)."""
     def change(layers: list) -> None:
-        layers.insert(group + 1, copy.deepcopy(layers[group]))
+        at = split_copy(layers, group, copy)
+        single = copy_module.deepcopy(layers[at])
+        if copy is not None:
+            single["repeat"] = 1
+        layers.insert(at + 1, single)
     return _edit_layers(scenario, change)
 
 
@@ -179,3 +241,59 @@ def set_node_group(scenario: Scenario, index: int, fields: dict) -> Scenario:
     def change(data: dict) -> None:
         data["cluster"]["nodes"][index] = dict(fields)
     return apply(scenario, change)
+
+
+# -- names --------------------------------------------------------------------------------------
+
+def cluster_name(nodes) -> str:
+    """'3x-p3.8xlarge+1x-g4dn.12xlarge': what the cluster is, as the cluster presets name themselves."""
+    return "+".join(f"{group.count}x-{group.label}" for group in nodes)
+
+
+def follow_names(old: Scenario, new: Scenario) -> Scenario:
+    """After an edit of the cluster or the model, names and descriptions that described the old one
+    (a preset's) would mislabel plan files, export headers and saved scenarios: derive new ones.
+    A name the edit itself changed is kept."""
+    cluster, model = new.cluster, new.model
+    if cluster.nodes != old.cluster.nodes and cluster.name == old.cluster.name:
+        cluster = replace(cluster, name=cluster_name(cluster.nodes), description="")
+    if model != old.model and model.name == old.model.name:
+        name = model.name if model.name.endswith("-edited") else f"{model.name}-edited"
+        model = replace(model, name=name, description="")
+    if cluster is new.cluster and model is new.model:
+        return new
+    name = new.name if new.name != old.name else f"{cluster.name}-{model.name}"
+    return replace(new, name=name, description="", cluster=cluster, model=model)
+
+
+# -- plausibility -------------------------------------------------------------------------------
+
+# Beyond these a bandwidth is almost surely a typo (NVLink 5 is 14.4 Tbps per GPU; 100 Mbps is a slow office link).
+MAX_PLAUSIBLE_BANDWIDTH = 20e12 / 8
+MIN_PLAUSIBLE_BANDWIDTH = 100e6 / 8
+
+
+def plausibility_warning(scenario: Scenario, before: Scenario | None = None) -> str:
+    """Valid but probably not meant: a warning the edit dialog shows once before applying, or ''.
+    With `before`, only what the edit brought in (an old oddity is not repeated at every edit)."""
+    old = set(_implausible(before)) if before is not None else set()
+    return next((warning for warning in _implausible(scenario) if warning not in old), "")
+
+
+def _implausible(scenario: Scenario) -> list[str]:
+    from amp_tui.core.search import divisors
+    from amp_tui.core.units import format_bandwidth
+
+    out = []
+    for index, group in enumerate(scenario.cluster.nodes):
+        for what, value in (("intra-node", group.intra_node_bandwidth), ("network", group.inter_node_bandwidth)):
+            if not MIN_PLAUSIBLE_BANDWIDTH <= value <= MAX_PLAUSIBLE_BANDWIDTH:
+                out.append(f"Implausible {what} bandwidth for node group {index}: {format_bandwidth(value)} "
+                               f"(real links run from {format_bandwidth(MIN_PLAUSIBLE_BANDWIDTH)} to "
+                               f"{format_bandwidth(MAX_PLAUSIBLE_BANDWIDTH)}).")
+    gpus, batch = scenario.cluster.num_gpus, scenario.training.global_batch_size
+    dp = max(d for d in divisors(gpus) if batch % d == 0)
+    if gpus > 1 and dp == 1:
+        out.append(f"Implausible global batch {batch} for {gpus} GPUs: dp must divide it, so only dp = 1 "
+                   f"(no data parallelism) is possible; a multiple of 2, 4 or 8 lets dp grow.")
+    return out

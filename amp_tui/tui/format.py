@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from amp_tui.core.units import format_bandwidth, format_bytes, format_seconds
+from amp_tui.core.units import format_bandwidth, format_bytes
 
 __all__ = ["format_bandwidth", "format_bytes", "format_seconds", "format_count", "format_flops",
            "format_ratio"]
@@ -23,6 +23,18 @@ def _scaled(value: float, units: tuple[tuple[str, float], ...]) -> str:
         if abs(value) >= scale:
             return f"{value / scale:.3g} {unit}"
     return f"{value:.0f}"
+
+
+def format_seconds(seconds: float) -> str:
+    """Three significant figures, trailing zeros kept so figures side by side read alike ('1.10 s'
+    beside '1.17 s'); zero is '0 s' whatever the scale."""
+    if seconds == 0:
+        return "0 s"
+    for unit, scale in (("s", 1.0), ("ms", 1e-3), ("µs", 1e-6)):
+        if abs(seconds) >= scale or unit == "µs":
+            value = seconds / scale
+            return f"{value:.0f} {unit}" if abs(value) >= 100 else f"{value:#.3g}".rstrip(".") + f" {unit}"
+    raise AssertionError("unreachable")
 
 
 def format_ratio(value: float | None) -> str:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from textual.message import Message
 
 from amp_tui.core.scenario import Scenario
@@ -9,12 +11,13 @@ from amp_tui.core.search import SearchResult
 
 
 class ScenarioEdited(Message):
-    """A pane proposes a new scenario: either a validated Scenario or a plain dict for the app to parse.
+    """A pane proposes a new scenario: a validated Scenario, a plain dict for the app to parse, or a
+    function the app applies to its current scenario (for edits relative to it, like one node more).
 
     `what` is a short description of the edit for the status bar and the undo notification.
     """
 
-    def __init__(self, scenario: Scenario | dict, what: str) -> None:
+    def __init__(self, scenario: Scenario | dict | Callable[[Scenario], Scenario], what: str) -> None:
         super().__init__()
         self.scenario = scenario
         self.what = what

@@ -31,14 +31,14 @@ async def settle(app, pilot) -> None:
     then shows truncated cells: 'bes' for 'best'). And a worker reads as finished before the
     message with its result has refilled the tables: the newest search's result must have been
     applied. So poll until several checks in a row, each after a pause, find no search running,
-    the newest generation's result applied and no table with pending updates.
+    the newest generation's result applied (or its search failed) and no table with pending updates.
     """
     from textual.widgets import DataTable
     from textual.worker import WorkerState
 
     def busy() -> bool:
         return (any(worker.state in (WorkerState.PENDING, WorkerState.RUNNING) for worker in app.workers)
-                or app._generation not in app.applied_generations[-1:]
+                or (app._generation not in app.applied_generations[-1:] and app.status.state != "failed")
                 or any(table._updated_cells or table._require_update_dimensions for table in app.query(DataTable)))
 
     quiet = 0

@@ -149,13 +149,14 @@ async def test_infeasible_strategies_on_request(make_app):
         result = app.result
         assert result.infeasible
         table = app.query_one(StrategyTable).table
-        assert table.row_count == len(result.strategies)
+        ranked = len(result.strategies) + 1   # and the uniform baseline's row
+        assert table.row_count == ranked
         await pilot.press("f")
         await pilot.pause()
-        assert table.row_count == len(result.strategies) + len(result.infeasible)
-        assert result.infeasible[0].reason in str(table.get_row_at(len(result.strategies))[-1])
+        assert table.row_count == ranked + len(result.infeasible)
+        assert result.infeasible[0].reason in str(table.get_row_at(ranked)[-1])
         table.focus()
-        table.move_cursor(row=len(result.strategies))
+        table.move_cursor(row=ranked)
         await pilot.pause()
         summary = str(app.query_one(SelectedPane).query_one("#selected-summary").content)
         assert "infeasible" in summary and result.infeasible[0].reason in summary
@@ -167,7 +168,7 @@ async def test_infeasible_strategies_on_request(make_app):
         assert not isinstance(app.screen, SaveDialog)
         await pilot.press("f")
         await pilot.pause()
-        assert table.row_count == len(result.strategies)
+        assert table.row_count == ranked
         assert app.selected_index == 0
 
 

@@ -19,7 +19,7 @@ async def test_first_results_are_shown(make_app):
         assert app.result.scenario is app.scenario
         assert not app.results_stale
         table = app.query_one(StrategyTable).table
-        assert table.row_count == len(app.result.strategies) == 10
+        assert table.row_count == len(app.result.strategies) + 1 == 11   # the uniform baseline too
         status = app.query_one(StatusBar)
         assert status.state == "done"
         assert "done in" not in str(status.render())  # search timings hidden for tests
@@ -39,7 +39,7 @@ async def test_compact_layout_uses_tabs_and_switches_on_resize(make_app):
         await pilot.pause()
         assert not app.compact
         # the recomposed panes show the current state again
-        assert app.query_one(StrategyTable).table.row_count == 10
+        assert app.query_one(StrategyTable).table.row_count == 11
 
 
 def test_load_target_defaults_to_paper_homogeneous():

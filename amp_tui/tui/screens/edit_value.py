@@ -31,12 +31,15 @@ class EditValueScreen(ModalScreen):
     """
     BINDINGS = [Binding("escape", "cancel", "Cancel")]
 
-    def __init__(self, title: str, value: str, validate: Callable[[str], object], hint: str = "") -> None:
+    def __init__(self, title: str, value: str, validate: Callable[[str], object], hint: str = "",
+                 warn: Callable[[object], str] | None = None) -> None:
         super().__init__()
         self._title = title
         self._value = value
         self._validate = validate
         self._hint = hint
+        self._warn = warn             # a valid but implausible result: say so once, Enter again applies
+        self._warned_for: str | None = None
 
     def compose(self) -> ComposeResult:
         with Vertical() as box:
@@ -56,6 +59,7 @@ class EditValueScreen(ModalScreen):
 
     def on_input_changed(self, event: Input.Changed) -> None:
         self.query_one("#error", Static).update("")
+        self._warned_for = None
 
     def on_input_submitted(self, event: Input.Submitted) -> None:
         event.stop()
@@ -68,6 +72,11 @@ class EditValueScreen(ModalScreen):
         except Exception as error:  # never let a bug in an edit crash the app
             self.query_one("#error", Static).update(Text(f"internal error (please report this): "
                                                          f"{type(error).__name__}: {error}"))
+            return
+        warning = self._warn(result) if self._warn is not None else ""
+        if warning and self._warned_for != event.value:
+            self._warned_for = event.value
+            self.query_one("#error", Static).update(Text(warning + " Enter again to apply anyway.", style="yellow"))
             return
         self.dismiss(result)
 

@@ -19,6 +19,7 @@ from amp_tui.core.planfile import Plan
 from amp_tui.core.scenario import Scenario
 from amp_tui.core.yamlio import atomic_write
 from amp_tui.tui.screens.confirm import ConfirmScreen
+from amp_tui.tui.format import format_seconds
 from amp_tui.tui.screens.edit_value import EditValueScreen
 
 FORMAT_HELP = {
@@ -55,6 +56,42 @@ def write_export(export: Export, folder: Path, *, overwrite: bool) -> list[Path]
     return [atomic_write(folder / name, content, overwrite=overwrite) for name, content in export.files.items()]
 
 
+def megatron_split_warning(plan: Plan, prediction: Prediction) -> str | None:
+    """When Megatron-LM's split flags cannot say the plan's split: which split the export runs
+    instead and how much slower it is predicted to be; None when it runs the plan's own."""
+    try:
+        from amp_tui.core.cost import CostModel
+        from amp_tui.core.exports.megatron import (blocks_per_stage, has_megatron_shape, layer_partition,
+                                                   megatron_split, nearest_split)
+    except ImportError:  # pragma: no cover - the megatron export ships with amp-tui
+        return None
+    scenario, s = plan.scenario, plan.strategy
+    if s.partition is None or not has_megatron_shape(scenario.model):
+        return None
+    blocks = blocks_per_stage(scenario.model, s.partition)
+    split = megatron_split(blocks)
+    if split is not None:
+        runs = layer_partition(scenario.model, split.blocks)
+        if runs == s.partition:
+            return None
+        cost = CostModel(scenario)
+        actual = cost.candidate(s.tp, s.pp, s.dp, s.micro_batch_size, s.placement).predict(runs)
+        written = split.blocks
+    else:
+        nearest = nearest_split(plan)
+        if nearest is None:
+            return (f"Megatron-LM cannot express this plan's split (blocks {'/'.join(map(str, blocks))}): "
+                    "no split flags are written; see the notes for the exact layout flag.")
+        split, actual = nearest
+        written = split.blocks
+    slower = actual.iteration_time_s / prediction.iteration_time_s - 1.0
+    return (f"Megatron-LM runs another split: blocks {'/'.join(map(str, written))} instead of the plan's "
+            f"{'/'.join(map(str, blocks))}, predicted {format_seconds(actual.iteration_time_s)} per iteration, "
+            f"{abs(slower) * 100:.0f}% {'slower' if slower >= 0 else 'faster'} than the plan's "
+            f"{format_seconds(prediction.iteration_time_s)}. The notes "
+            "at the end give a flag that runs the plan's split exactly on newer Megatron-Core.")
+
+
 class ExportScreen(ModalScreen):
     DEFAULT_CSS = """
     ExportScreen { align: center middle; }
@@ -64,11 +101,18 @@ class ExportScreen(ModalScreen):
     ExportScreen #formats { width: 28; height: 1fr; }
     ExportScreen TextArea { width: 1fr; height: 1fr; }
     ExportScreen #export-hint { height: auto; color: $text-muted; padding: 0 1; }
+    ExportScreen #export-warning { height: auto; color: $warning; text-style: bold; padding: 0 1; }
     """
+    # Up/down choose the format; the page and end keys always scroll the preview (they used to move
+    # through the formats); tab moves the focus between the list and the preview.
     BINDINGS = [
         Binding("escape", "close", "Close"),
         Binding("w", "write", "Write files"),
         Binding("c", "copy", "Copy text"),
+        Binding("pagedown", "scroll('page_down')", "Scroll", priority=True, show=False),
+        Binding("pageup", "scroll('page_up')", "Scroll", priority=True, show=False),
+        Binding("end", "scroll('end')", "End", priority=True, show=False),
+        Binding("home", "scroll('home')", "Home", priority=True, show=False),
     ]
 
     def __init__(self, scenario: Scenario, prediction: Prediction) -> None:
@@ -78,18 +122,31 @@ class ExportScreen(ModalScreen):
         self.scenario_name = scenario.name
         self.fmt = EXPORT_FORMATS[0]
         self.export: Export | None = None
+        self.megatron_warning = megatron_split_warning(self.plan, prediction)
 
     def compose(self) -> ComposeResult:
         with Vertical() as box:
-            box.border_title = f"Export {self.label} · ↑↓ format · w write files · c copy · Escape close"
+            box.border_title = f"Export {self.label} · ↑↓ format · PgUp/PgDn scroll · w write · c copy · Esc close"
+            yield Static(Text(self.megatron_warning or ""), id="export-warning")
             with Horizontal():
-                yield OptionList(*[Option(Text(f"{fmt}\n", style="bold").append(FORMAT_HELP.get(fmt, ""), style="dim"),
-                                          id=fmt) for fmt in EXPORT_FORMATS], id="formats")
+                yield OptionList(*[Option(self._format_label(fmt), id=fmt) for fmt in EXPORT_FORMATS], id="formats")
                 yield TextArea("", read_only=True, id="export-text", show_line_numbers=False)
             yield Static("", id="export-hint")
         yield Footer()
 
+    def _format_label(self, fmt: str) -> Text:
+        label = Text(f"{fmt}\n", style="bold").append(FORMAT_HELP.get(fmt, ""), style="dim")
+        if fmt == "megatron" and self.megatron_warning:
+            label.append("\n⚠ runs another split", style="bold yellow")
+        return label
+
+    def action_scroll(self, where: str) -> None:
+        area = self.query_one(TextArea)
+        {"page_down": area.scroll_page_down, "page_up": area.scroll_page_up,
+         "end": area.scroll_end, "home": area.scroll_home}[where](animate=False)
+
     def on_mount(self) -> None:
+        self.query_one("#export-warning", Static).display = False
         self.query_one(OptionList).highlighted = 0
         self.query_one(OptionList).focus()
         self.show_format(self.fmt)
@@ -105,6 +162,8 @@ class ExportScreen(ModalScreen):
 
     def show_format(self, fmt: str) -> None:
         self.fmt = fmt
+        # Said where the user decides: before the preview, not in the notes at its end.
+        self.query_one("#export-warning", Static).display = fmt == "megatron" and bool(self.megatron_warning)
         area = self.query_one(TextArea)
         try:
             self.export = export_plan(self.plan, fmt)

@@ -16,13 +16,15 @@ SECTIONS: list[tuple[str, list[tuple[str, str]]]] = [
         ("4 5", "go to the Strategies table, the selected strategy"),
         ("tab / shift+tab", "move between panes"),
         ("ctrl+o", "open a preset: a scenario, or a cluster / model to swap in"),
-        ("ctrl+z", "undo the last edit"),
+        ("ctrl+z / ctrl+y", "undo the last edit / redo it"),
         ("ctrl+s", "save the selected strategy as a plan file"),
+        ("ctrl+e", "save the edited scenario as a YAML file"),
+        ("w", "what-if: rerun the search with links, GPU speeds and the batch scaled; the most robust pick"),
         ("x", "export the selected strategy (megatron, deepspeed, torchrun, rankmap, torchtitan)"),
         ("f", "show or hide infeasible strategies with their reason"),
         ("ctrl+p", "command palette: every action by name"),
         ("?", "this help"),
-        ("ctrl+q", "quit"),
+        ("ctrl+q", "quit (asks first when the scenario has unsaved edits: y or ctrl+q again quits)"),
     ]),
     ("Cluster", [
         ("enter / e", "edit the value under the cursor (count, GPU type, GPUs per node, bandwidths)"),
@@ -33,20 +35,28 @@ SECTIONS: list[tuple[str, list[tuple[str, str]]]] = [
     ("Model", [
         ("enter / e", "edit a hyperparameter (family model) or a layer's value"),
         ("space", "expand or collapse a repeated layer (block x 24)"),
-        ("c", "duplicate the layer"),
+        ("c", "duplicate the layer (on an expanded copy: that copy alone)"),
         ("i", "insert an empty layer after it"),
         ("d / delete", "delete the layer"),
-        ("", "editing the layers of a family model turns it into an explicit layer list"),
+        ("", "editing the layers of a family model turns it into an explicit layer list; editing one "
+             "copy of an expanded repeated layer splits the group around it (24 becomes 4 + 1 + 19)"),
     ]),
     ("Training", [
         ("enter / e / space", "edit the setting (choices open a list, switches toggle)"),
     ]),
     ("Strategies", [
-        ("↑ ↓", "select a strategy: its stages, memory and time breakdown show below"),
+        ("↑ ↓ / j k", "select a strategy: its stages, memory and time breakdown show below"),
+        ("p", "pin the selected strategy (◆); moving the cursor then compares it term by term with the "
+              "cursor's, with a sentence naming the biggest differences; p again unpins"),
+        ("s / S", "sort by the next column / reverse the order"),
+        ("/", "filter: rows whose cells contain every word"),
+        ("c", "choose the columns (below 90 columns a narrower set shows)"),
         ("columns", "tp×pp×dp parallel degrees · mbs micro-batch size · µbs micro-batches per iteration · "
-                    "iter predicted iteration time · smp/s samples per second · memory peak against capacity "
-                    "of the fullest stage · gap to the best · vs unif speedup over the uniform baseline "
-                    "(the best strategy with layers split evenly)"),
+                    "iter predicted iteration time · tok/s tokens per second · MFU model FLOPs utilisation · "
+                    "memory peak against capacity of the fullest stage · gap to the best · vs unif speedup "
+                    "over the uniform baseline · partition layers per stage · placement node groups in rank "
+                    "order · $/hour and $/1M tok once prices are known; the unif row is the best even split "
+                    "in rank order"),
     ]),
 ]
 

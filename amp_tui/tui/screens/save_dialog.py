@@ -8,10 +8,14 @@ from amp_tui.core.errors import SpecError
 from amp_tui.tui.screens.edit_value import EditValueScreen
 
 
+def safe_file_stem(name: str, fallback: str = "plan") -> str:
+    """`name` with characters unsafe in a file name replaced."""
+    return "".join(c if c.isalnum() or c in "-_.+" else "-" for c in name).strip("-.") or fallback
+
+
 def default_plan_name(scenario_name: str, label: str) -> str:
-    """`<scenario-name>-<tp>x<pp>x<dp>.plan.yaml`, with characters unsafe in a file name replaced."""
-    safe = "".join(c if c.isalnum() or c in "-_.+" else "-" for c in scenario_name).strip("-.") or "plan"
-    return f"{safe}-{label}.plan.yaml"
+    """`<scenario-name>-<tp>x<pp>x<dp>.plan.yaml`."""
+    return f"{safe_file_stem(scenario_name)}-{label}.plan.yaml"
 
 
 def check_plan_path(text: str) -> Path:
@@ -30,7 +34,9 @@ def check_plan_path(text: str) -> Path:
 class SaveDialog(EditValueScreen):
     """Returns the Path to write (its folder exists); the app asks before overwriting."""
 
-    def __init__(self, default: str, what: str) -> None:
-        super().__init__(f"Save plan: {what}", default, check_plan_path,
-                         hint="File to write (relative to the current folder). It holds the whole scenario, "
-                              "the strategy and its predictions; open it again with `amp-tui ui FILE`.")
+    def __init__(self, default: str, what: str, kind: str = "plan") -> None:
+        hint = ("File to write (relative to the current folder). It holds the whole scenario, "
+                "the strategy and its predictions; open it again with `amp-tui ui FILE`." if kind == "plan" else
+                "File to write (relative to the current folder): the scenario as edited, as YAML; "
+                "open it again with `amp-tui ui FILE`.")
+        super().__init__(f"Save {kind}: {what}", default, check_plan_path, hint=hint)

@@ -11,7 +11,7 @@ from textual.widgets import DataTable, Static
 
 from amp_tui.core.hardware import gpu_catalog, instance_catalog
 from amp_tui.core.scenario import NodeGroup, parse_node_group
-from amp_tui.core.units import format_bandwidth, format_bytes
+from amp_tui.core.units import format_bandwidth, format_bytes, parse_bandwidth
 from amp_tui.tui import edits
 from amp_tui.tui.format import cell
 from amp_tui.tui.screens.picker import PickItem
@@ -39,12 +39,20 @@ def _catalog_group(instance: str) -> NodeGroup | None:
         return None
 
 
+def _bandwidth(text: object) -> str:
+    """A catalog bandwidth in the unit the cluster table uses (the catalog mixes GB/s and Gbps)."""
+    try:
+        return format_bandwidth(parse_bandwidth(text, "bandwidth"))
+    except Exception:  # a broken catalog entry is shown as written
+        return str(text)
+
+
 def instance_items() -> list[PickItem]:
     items = [PickItem(("custom", None), "custom node",
                       "a node group with no instance name: starts as a copy of the selected group; edit its fields")]
     for name, entry in instance_catalog().items():
         detail = (f"{entry.get('provider', '')}: {entry['gpus_per_node']} x {entry['gpu']}, "
-                  f"intra {entry['intra_node_bandwidth']}, network {entry['inter_node_bandwidth']}")
+                  f"intra {_bandwidth(entry['intra_node_bandwidth'])}, network {_bandwidth(entry['inter_node_bandwidth'])}")
         if entry.get("description"):
             detail += f" ({entry['description']})"
         items.append(PickItem(("instance", name), name, detail))
@@ -181,6 +189,11 @@ class ClusterPane(ScenarioPane):
         if self.scenario is None:
             return
         index = self._group_index()
-        group = self.scenario.cluster.nodes[index]
-        self.attempt(lambda: edits.set_node_field(self.scenario, index, "count", group.count + step),
-                     f"node group {index} ({group.label}): {group.count + step} nodes")
+
+        # Relative to the scenario the app holds when it applies the edit, not the one shown now:
+        # a burst of presses arrives before the first edit comes back to this pane.
+        def build(scenario):
+            group = scenario.cluster.nodes[index]
+            return edits.set_node_field(scenario, index, "count", group.count + step)
+        label = self.scenario.cluster.nodes[index].label
+        self.propose(build, f"node group {index} ({label}): {'+' if step > 0 else ''}{step} node")

@@ -9,7 +9,8 @@ from textual.binding import Binding
 from textual.widgets import DataTable, Static
 
 from amp_tui.core.model import LAYER_KINDS, Layer
-from amp_tui.core.units import format_bytes, format_seconds
+from amp_tui.core.units import format_bytes
+from amp_tui.tui.format import format_seconds
 from amp_tui.tui import edits
 from amp_tui.tui.format import cell, format_count, format_flops
 from amp_tui.tui.screens.picker import PickItem
@@ -30,10 +31,17 @@ FAMILY_SHAPE = [
     ("flash", "flash_attention", ""),
     ("params", None, ""),
 ]
+_TO_FAMILY = (" This layer list was measured at its own size: a new value makes it the gpt family model with "
+              "these hyperparameters, without the measured times (ctrl+z undoes).")
 EXPLICIT_SHAPE = [
     ("name", "name", "The model's name (free text)."),
-    ("seq", None, ""), ("hidden", None, ""), ("blocks", None, ""), ("heads", None, ""),
-    ("vocab", None, ""), ("layers", None, ""), ("params", None, ""),
+    ("seq", "sequence_length", "Sequence length in tokens: a whole number >= 1." + _TO_FAMILY),
+    ("hidden", "hidden_size", "Hidden size: a whole number >= 1, divisible by the number of heads." + _TO_FAMILY),
+    ("blocks", "num_layers", "Number of transformer blocks: the repeated block is resized; measured times are "
+                             "kept (new copies get their mean)."),
+    ("heads", "num_heads", "Attention heads: a whole number >= 1 that divides the hidden size." + _TO_FAMILY),
+    ("vocab", "vocab_size", "Vocabulary size: a whole number >= 1." + _TO_FAMILY),
+    ("layers", None, ""), ("params", None, ""),
 ]
 # Layer columns: (header, layer dict key or None, hint)
 LAYER_COLUMNS = [
@@ -138,7 +146,7 @@ class ModelPane(ScenarioPane):
                 rows.append((index, None))
                 if index in self._expanded:
                     for copy in range(layer.repeat):
-                        self._add_layer_row(layer, cell(f"    #{copy}", style="dim"), copy)
+                        self._add_layer_row(layer, cell(f"    #{copy + 1}", style="dim"), copy)
                         rows.append((index, copy))
         self._rows = rows
         self.keep_cursor(self.layers_table, fill)
@@ -162,9 +170,14 @@ class ModelPane(ScenarioPane):
 
     # -- actions -----------------------------------------------------------------------------
     def _layer_group(self) -> int | None:
+        row = self._layer_row()
+        return row[0] if row is not None else None
+
+    def _layer_row(self) -> tuple[int, int | None] | None:
+        """(group, copy or None) under the cursor: a copy row of an expanded group edits that copy alone."""
         if not self._rows or not self.layers_table.has_focus:
             return None
-        return self._rows[min(self.layers_table.cursor_row, len(self._rows) - 1)][0]
+        return self._rows[min(self.layers_table.cursor_row, len(self._rows) - 1)]
 
     def on_data_table_cell_selected(self, event: DataTable.CellSelected) -> None:
         event.stop()
@@ -191,23 +204,29 @@ class ModelPane(ScenarioPane):
             self.attempt(lambda: edits.set_model_field(self.scenario, key, value),
                          f"model: flash attention {'on' if value else 'off'}")
             return
-        current = model.name if key == "name" else str(model.shape.get(key, ""))
+        current = (model.name if key == "name" else str(model.sequence_length) if key == "sequence_length"
+                   else str(model.shape.get(key, "")))
         self.edit_value(f"Model {header}", current,
                         lambda text: edits.set_model_field(self.scenario, key, text if key == "name" else text.strip()),
                         f"model: {header} changed", hint=hint)
 
     def _edit_layer(self) -> None:
-        group = self._layer_group()
-        if group is None:
+        row = self._layer_row()
+        if row is None:
             return
+        group, copy = row
         layer = self.scenario.model.groups[group]
         header, key, hint = LAYER_COLUMNS[self.layers_table.cursor_column]
         where = f"layer {group} ({layer.name})"
+        if copy is not None:
+            where = f"copy #{copy + 1} of {layer.name} x {layer.repeat} (layer {group})"
+            hint = (f"Edits this copy alone: '{layer.name} x {layer.repeat}' becomes "
+                    f"{' + '.join(str(n) for n in (copy, 1, layer.repeat - copy - 1) if n)}. " + hint)
         if key is None:
             self.app.notify("Measured times come from the model file; they cannot be edited here", markup=False)
         elif key == "kind":
             self.pick(f"Kind of {where}", [PickItem(kind, kind) for kind in LAYER_KINDS],
-                      lambda kind: edits.set_layer_field(self.scenario, group, "kind", kind),
+                      lambda kind: edits.set_layer_field(self.scenario, group, "kind", kind, copy),
                       f"{where}: kind", current=layer.kind, filterable=False)
         else:
             current = {"name": layer.name, "repeat": str(layer.repeat)}.get(key)
@@ -216,7 +235,7 @@ class ModelPane(ScenarioPane):
                 current = str(int(number)) if number.is_integer() else repr(number)
             self.edit_value(f"{header} of {where}", current,
                             lambda text: edits.set_layer_field(self.scenario, group, key,
-                                                               text if key == "name" else text.strip()),
+                                                               text if key == "name" else text.strip(), copy),
                             f"{where}: {header} changed", hint=hint)
 
     def action_expand(self) -> None:
@@ -228,10 +247,12 @@ class ModelPane(ScenarioPane):
         self.layers_table.move_cursor(row=self._rows.index((group, None)))
 
     def action_duplicate(self) -> None:
-        group = self._layer_group()
-        if group is not None:
+        row = self._layer_row()
+        if row is not None:
+            group, copy = row
             name = self.scenario.model.groups[group].name
-            self.attempt(lambda: edits.duplicate_layer(self.scenario, group), f"layer {group} ({name}) duplicated")
+            what = f"layer {group} ({name})" if copy is None else f"copy #{copy + 1} of layer {group} ({name})"
+            self.attempt(lambda: edits.duplicate_layer(self.scenario, group, copy), f"{what} duplicated")
 
     def action_insert(self) -> None:
         group = self._layer_group()

@@ -9,6 +9,7 @@ from textual.widgets import DataTable
 
 from amp_tui.core.errors import SpecError
 from amp_tui.core.scenario import Scenario
+from amp_tui.tui.edits import plausibility_warning
 from amp_tui.tui.messages import ScenarioEdited
 from amp_tui.tui.screens.edit_value import EditValueScreen
 from amp_tui.tui.screens.picker import PickerScreen, PickItem
@@ -32,7 +33,7 @@ class ScenarioPane(Vertical):
         if scenario is not None and self.scenario is None:
             self.show(scenario)
 
-    def propose(self, scenario: Scenario, what: str) -> None:
+    def propose(self, scenario: Scenario | Callable[[Scenario], Scenario], what: str) -> None:
         self.post_message(ScenarioEdited(scenario, what))
 
     def attempt(self, build: Callable[[], Scenario], what: str) -> None:
@@ -54,7 +55,8 @@ class ScenarioPane(Vertical):
         def done(result: Scenario | None) -> None:
             if result is not None:
                 self.propose(result, what)
-        self.app.push_screen(EditValueScreen(title, current, build, hint), done)
+        self.app.push_screen(EditValueScreen(title, current, build, hint,
+                                             warn=lambda new: plausibility_warning(new, self.scenario)), done)
 
     def pick(self, title: str, items: list[PickItem], build: Callable[[object], Scenario], what: str,
              current: object = None, filterable: bool = True) -> None:

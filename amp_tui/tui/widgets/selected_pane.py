@@ -13,8 +13,10 @@ from amp_tui.core.placement import placement_label
 from amp_tui.core.scenario import Cluster
 from amp_tui.core.search import Infeasible
 from amp_tui.core.strategy import Strategy
-from amp_tui.core.units import format_seconds
+from amp_tui.tui.format import format_seconds
+from amp_tui.tui.widgets.compare_view import CompareView
 from amp_tui.tui.widgets.stage_bars import StageBars
+from amp_tui.tui.widgets.strategy_table import no_strategy_note
 from amp_tui.tui.widgets.time_chart import TimeChart
 
 
@@ -50,21 +52,36 @@ class SelectedPane(VerticalScroll):
     DEFAULT_CSS = """
     SelectedPane { height: 1fr; }
     SelectedPane #selected-summary { height: auto; }
+    SelectedPane #selected-stale { height: auto; display: none; color: $warning; text-style: bold; }
+    SelectedPane.-stale #selected-stale { display: block; }
+    SelectedPane.-stale #selected-summary, SelectedPane.-stale StageBars, SelectedPane.-stale TimeChart,
+    SelectedPane.-stale CompareView { text-opacity: 50%; }
     """
 
+    def set_stale(self, stale: bool) -> None:
+        self.set_class(stale, "-stale")
+
     def compose(self) -> ComposeResult:
+        yield Static(Text("stale: this is from before the latest edit; searching…"), id="selected-stale")
+        yield CompareView(id="compare")
         yield Static(Text("No strategy selected yet.", style="dim"), id="selected-summary")
         yield StageBars(id="stage-bars")
         yield TimeChart(id="time-chart")
 
     def on_mount(self) -> None:
         app = self.app
+        self.set_stale(bool(getattr(app, "results_stale", False)))
         if getattr(app, "result", None) is not None:
             self.show(app.selected_entry(), app.result.baseline)
 
     def show(self, entry: Prediction | Infeasible | None, baseline: Prediction | None) -> None:
         bars, chart, text = self.query_one(StageBars), self.query_one(TimeChart), self.query_one("#selected-summary", Static)
-        if isinstance(entry, Prediction):
+        comparison = self.app.comparison() if hasattr(self.app, "comparison") else None
+        self.query_one(CompareView).show(comparison)
+        text.display = comparison is None
+        if comparison is not None:
+            bars.display = chart.display = False
+        elif isinstance(entry, Prediction):
             text.update(summary(entry, baseline, self.app.result.scenario.cluster))
             bars.show(entry)
             chart.show(entry)
@@ -81,7 +98,8 @@ class SelectedPane(VerticalScroll):
             chart.show(None)
             bars.display, chart.display = True, False
         else:
-            text.update(Text("No feasible strategy: nothing fits in memory (press f to see why).", style="dim"))
+            result = getattr(self.app, "result", None)
+            text.update(Text(no_strategy_note(result) if result is not None else "No strategy yet.", style="dim"))
             bars.show(None)
             chart.show(None)
             bars.display = chart.display = False

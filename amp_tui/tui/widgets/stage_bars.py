@@ -6,7 +6,8 @@ from rich.text import Text
 from textual.widget import Widget
 
 from amp_tui.core.cost import Prediction
-from amp_tui.core.units import format_bytes, format_seconds
+from amp_tui.core.units import format_bytes
+from amp_tui.tui.format import format_seconds
 from amp_tui.tui.format import format_memory_pair
 
 COMPUTE = "color(33)"
@@ -42,7 +43,9 @@ def stage_lines(prediction: Prediction, width: int) -> Text:
     bar_w = max(4, (width - fixed) // 2)
     out = Text()
     head = f"{'st':>3} {'layers':<{layer_w}} {'GPU':<{gpu_w}} "
-    out.append(head + f"{'time vs bottleneck':<{bar_w + 12}}memory vs capacity\n", style="bold")
+    # The memory bar starts bar_w + 11 cells after the time bar; a narrow pane still keeps a space.
+    time_head = f"{'time vs bottleneck':<{bar_w + 11}}"
+    out.append(head + time_head + ("" if time_head.endswith(" ") else " ") + "memory vs capacity\n", style="bold")
     for stage in stages:
         layers = f"{stage.first_layer}-{stage.last_layer}"
         out.append(f"{stage.index:>3} {layers:<{layer_w}} {'/'.join(stage.gpu_types):<{gpu_w}} ")

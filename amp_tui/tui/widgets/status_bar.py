@@ -6,12 +6,12 @@ from rich.text import Text
 from textual.widget import Widget
 
 from amp_tui.core.search import SearchResult
-from amp_tui.core.units import format_seconds
+from amp_tui.tui.format import format_seconds
 
 
 class StatusBar(Widget):
     DEFAULT_CSS = """
-    StatusBar { height: 1; background: $panel; padding: 0 1; }
+    StatusBar { height: auto; max-height: 3; background: $panel; padding: 0 1; }
     """
 
     def __init__(self, **kwargs) -> None:
@@ -33,13 +33,26 @@ class StatusBar(Widget):
 
     def failed(self, message: str) -> None:
         self.state, self.error = "failed", message
-        self.refresh()
+        self.refresh(layout=True)
 
     def set_error(self, message: str) -> None:
         self.error = message
-        self.refresh()
+        self.refresh(layout=True)
 
     def render(self) -> Text:
+        """The state on one line (cut to the width); an error whole on the lines below it."""
+        line = self._state_line()
+        width = self.content_size.width
+        if width:
+            line.truncate(width, overflow="ellipsis")
+        text = Text()
+        text.append_text(line)
+        if self.error:
+            text.append("\n")
+            text.append(self.error, style="bold red")
+        return text
+
+    def _state_line(self) -> Text:
         text = Text(no_wrap=True, overflow="ellipsis")
         if self.state == "searching":
             filled = int(self.fraction * 10)
@@ -58,6 +71,8 @@ class StatusBar(Widget):
                 text.append(" · best ")
                 text.append(f"{best.strategy.label} mbs {best.strategy.micro_batch_size}", style="bold")
                 text.append(f" {format_seconds(best.iteration_time_s)}")
+            elif stats.candidates == 0:
+                text.append(" · no candidates: see the Strategies pane", style="bold red")
             else:
                 text.append(" · nothing fits in memory", style="bold red")
             text.append(f" · {stats.evaluated} of {stats.candidates} candidates evaluated, {stats.pruned} pruned, "
@@ -66,7 +81,4 @@ class StatusBar(Widget):
                 text.append(f" · only {stats.node_orders} node orders tried (too many to try all)", style="yellow")
         elif self.state == "failed":
             text.append("search failed", style="bold red")
-        if self.error:
-            text.append(" · ")
-            text.append(self.error, style="bold red")
         return text

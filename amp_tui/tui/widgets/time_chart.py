@@ -51,6 +51,20 @@ def build_chart(prediction: Prediction, width: int, height: int) -> str:
     return plt.build()
 
 
+def legend(width: int) -> Text:
+    """Every part's colour and name, wrapped to `width` between entries (never cut)."""
+    text, line = Text(), 0
+    for name, _, colour in PARTS:
+        entry = len(name) + 4
+        if line and line + entry > width:
+            text.append("\n")
+            line = 0
+        text.append("█", style=colour)
+        text.append(f" {name}  ")
+        line += entry
+    return text
+
+
 class TimeChart(Widget):
     DEFAULT_CSS = """
     TimeChart { height: 8; }
@@ -66,7 +80,7 @@ class TimeChart(Widget):
         if prediction is not None:
             # title, frame and axis rows, the legend, and one or two rows per stage
             stages = len(prediction.stages)
-            self.styles.height = 6 + (2 * stages if stages <= 6 else min(stages, 40))
+            self.styles.height = 7 + (2 * stages if stages <= 6 else min(stages, 40))
         self.refresh(layout=True)
 
     def render(self) -> Text:
@@ -76,6 +90,7 @@ class TimeChart(Widget):
         if width < 20 or height < 6:
             return Text("(too small for the chart)", style="dim")
         key = (id(self.prediction), width, height)
+        height -= legend(width).plain.count("\n")   # the legend's extra lines come out of the chart
         if self._cache is None or self._cache[0] != key:
             try:
                 drawn = build_chart(self.prediction, width, height - 1)
@@ -83,11 +98,7 @@ class TimeChart(Widget):
                 return Text(f"(chart unavailable: {type(error).__name__})", style="dim")
             chart = Text.from_ansi(drawn, no_wrap=True)
             chart.rstrip()
-            legend = Text()
-            for name, _, colour in PARTS:
-                legend.append("█", style=colour)
-                legend.append(f" {name}  ")
             chart.append("\n")
-            chart.append_text(legend)
+            chart.append_text(legend(width))
             self._cache = (key, chart)
         return self._cache[1]

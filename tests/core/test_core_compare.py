@@ -1,0 +1,90 @@
+"""Compare: the named time terms add up to the iteration time, and the sentence names who wins and why."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from amp_tui.core.compare import compare, explain, mfu, time_terms, tokens_per_s, Row
+from amp_tui.core.scenario import load_scenario
+from amp_tui.core.search import search
+
+
+@pytest.fixture(scope="module")
+def het():
+    scenario = load_scenario("paper-het-cluster")
+    return scenario, search(scenario)
+
+
+def test_terms_sum_to_the_iteration_time(het):
+    scenario, result = het
+    for prediction in (*result.strategies, result.baseline):
+        terms = time_terms(prediction)
+        assert set(terms) >= {"compute", "tp comm", "pipeline sends", "bubble", "dp all-reduce", "optimizer"}
+        assert sum(terms.values()) == pytest.approx(prediction.iteration_time_s, rel=1e-9)
+        assert all(value >= 0 for value in terms.values())
+
+
+def test_comparison_rows_and_sentence(het):
+    scenario, result = het
+    a, b = result.strategies[0], result.strategies[-1]
+    comparison = compare(a, b, scenario)
+    iteration = comparison.terms[-1]
+    assert iteration.name == "iteration"
+    assert iteration.difference == pytest.approx(b.iteration_time_s - a.iteration_time_s)
+    # The per-term differences add up to the difference in iteration time.
+    assert sum(row.difference for row in comparison.terms[:-1]) == pytest.approx(iteration.difference)
+    assert comparison.sentence.startswith(f"{comparison.a_name} is faster by ")
+    memory_rows = [row for row in comparison.stages if row.name.endswith("memory")]
+    assert len(memory_rows) == max(len(a.stages), len(b.stages))
+    assert "difference" in comparison.lines()[2]
+
+
+def test_baseline_comparison_names_the_winner_either_way(het):
+    scenario, result = het
+    forward = compare(result.baseline, result.strategies[0], scenario, a_name="uniform")
+    backward = compare(result.strategies[0], result.baseline, scenario, b_name="uniform")
+    assert forward.sentence.startswith(forward.b_name + " is faster by")
+    assert backward.sentence.startswith(backward.a_name + " is faster by")
+
+
+def test_sentence_names_the_biggest_contributors_with_their_link():
+    terms = [Row("compute", 1.0, 1.0, "s"), Row("bubble", 0.30, 0.18, "s"), Row("dp all-reduce", 0.40, 0.75, "s"),
+             Row("optimizer", 0.010, 0.011, "s")]
+    sentence = explain("1x8x2", "2x4x2", 1.71, 1.94, terms, {"dp all-reduce": "at 10 Gbps"})
+    assert sentence == "1x8x2 is faster by 230 ms: 350 ms less dp all-reduce at 10 Gbps, 120 ms more bubble"
+
+
+def test_equal_times_say_so():
+    assert "take the same time" in explain("a", "b", 1.0, 1.0, [])
+
+
+def test_a_cost_model_with_named_terms_is_picked_up(het):
+    """New terms added to the cost model later (as a `terms` mapping) flow through unchanged."""
+    scenario, result = het
+
+    class WithTerms:
+        def __init__(self, prediction, terms):
+            self._p, self.terms = prediction, terms
+
+        def __getattr__(self, name):
+            return getattr(self._p, name)
+
+    a = WithTerms(result.strategies[0], {"compute": 1.0, "per-micro-batch overhead": 0.5})
+    b = WithTerms(result.strategies[1], {"compute": 1.0, "per-micro-batch overhead": 0.2})
+    comparison = compare(a, b)
+    assert [row.name for row in comparison.terms] == ["compute", "per-micro-batch overhead", "iteration"]
+    assert "per-micro-batch overhead" in comparison.sentence
+
+
+def test_tokens_per_s_and_mfu_by_hand(het):
+    scenario, result = het
+    p = result.strategies[0]
+    assert tokens_per_s(scenario, p) == pytest.approx(p.samples_per_s * scenario.model.sequence_length)
+    flops = 3 * scenario.model.columns["flops"].sum() * scenario.training.global_batch_size
+    peak = sum(g.num_gpus * g.gpu.peak_flops_16 for g in scenario.cluster.nodes)
+    assert mfu(scenario, p) == pytest.approx(flops / (p.iteration_time_s * peak))
+    assert 0 < mfu(scenario, p) < 1
+    slower = replace(p, iteration_time_s=2 * p.iteration_time_s)
+    assert mfu(scenario, slower) == pytest.approx(mfu(scenario, p) / 2)

@@ -1,0 +1,86 @@
+"""Sensitivity: scaled scenarios change exactly what they say, and the verdict follows the numbers."""
+
+from __future__ import annotations
+
+import pytest
+
+from amp_tui.core.errors import Cancelled, SpecError
+from amp_tui.core.scenario import load_scenario
+from amp_tui.core.search import search
+from amp_tui.core.sensitivity import (Case, Sensitivity, _scale_batch, _scale_gpu, _scale_group, knobs, render,
+                                      sensitivity)
+
+
+@pytest.fixture(scope="module")
+def homogeneous():
+    scenario = load_scenario("paper-homogeneous")
+    return scenario, sensitivity(scenario)
+
+
+def test_scaling_changes_only_the_named_quantity():
+    scenario = load_scenario("paper-het-cluster")
+    slower = _scale_group(scenario, 1, "inter_node_bandwidth", 0.5)
+    assert slower.cluster.nodes[1].inter_node_bandwidth == scenario.cluster.nodes[1].inter_node_bandwidth / 2
+    assert slower.cluster.nodes[0] == scenario.cluster.nodes[0]
+    assert slower.model == scenario.model and scenario.cluster.nodes[1].inter_node_bandwidth > 0
+    fast = _scale_gpu(scenario, "V100", 2.0)
+    for old, new in zip(scenario.cluster.nodes, fast.cluster.nodes):
+        factor = 2.0 if old.gpu.name == "V100" else 1.0
+        assert new.gpu.peak_flops_16 == old.gpu.peak_flops_16 * factor
+    assert _scale_batch(scenario, 2.0).training.global_batch_size == 2 * scenario.training.global_batch_size
+    with pytest.raises(SpecError):
+        _scale_batch(scenario.with_training(global_batch_size=33), 0.5)
+
+
+def test_a_faster_gpu_makes_the_measured_model_faster():
+    """paper-het-model carries measured layer times: speed must scale those too, not only the peak."""
+    scenario = load_scenario("paper-het-model")
+    measured = [g for g in scenario.model.groups if g.profile]
+    assert measured, "the preset has measured times"
+    gpu = next(iter(measured[0].profile))
+    base = search(scenario, top=1).strategies[0].iteration_time_s
+    faster = search(_scale_gpu(scenario, gpu, 1.5), top=1).strategies[0].iteration_time_s
+    assert faster < base * 0.9
+
+
+def test_knobs_cover_links_gpus_and_batch():
+    names = [k.name for k in knobs(load_scenario("paper-het-cluster"))]
+    assert "network p3.8xlarge" in names and "intra-node g4dn.12xlarge" in names
+    assert "V100 speed" in names and "T4 speed" in names and "global batch size" in names
+
+
+def test_cases_verdict_and_series(homogeneous):
+    scenario, result = homogeneous
+    assert len(result.cases) == sum(len(k.factors) for k in knobs(scenario))
+    assert result.watched[0].strategy == result.base.strategies[0].strategy
+    for case in result.cases:
+        assert case.top is not None
+        # The watched strategies are candidates of the scaled search too: none beats its best.
+        assert all(t is None or t >= case.best_s * (1 - 1e-9) for t in case.watched_s)
+    slower = [c for c in result.cases if c.knob == "T4 speed" and c.factor < 1]
+    assert all(c.best_s > result.watched[0].iteration_time_s for c in slower)
+    factors, series = result.series("T4 speed")
+    assert factors == sorted(factors) and 1.0 in factors and len(series) == len(result.watched)
+    assert series[0][factors.index(1.0)] == result.watched[0].iteration_time_s
+    assert "most robust:" in result.verdict()
+    text = render(result)
+    assert "as given" in text and "global batch size" in text and result.verdict() in text
+
+
+def test_robust_choice_is_the_best_worst_case(homogeneous):
+    _, result = homogeneous
+    a, b = result.watched[0], result.watched[1]
+    top = result.base.strategies[0]
+    # Two made-up what-ifs: a is best in the first, b 10% slower; in the second a is 50% slower.
+    cases = (Case("x", 0.5, a, (a.iteration_time_s, a.iteration_time_s * 1.1)),
+             Case("x", 2.0, b, (b.iteration_time_s * 1.5, b.iteration_time_s)))
+    made_up = Sensitivity(result.base, (a, b), cases)
+    assert made_up.robust_index == 1
+    assert made_up.worst_slowdowns()[0] == pytest.approx(1.5)
+    assert "changes in 1 of 2" in made_up.verdict() and top is not None
+
+
+def test_cancel_stops_it():
+    scenario = load_scenario("paper-homogeneous")
+    with pytest.raises(Cancelled):
+        sensitivity(scenario, should_cancel=lambda: True)

@@ -1,0 +1,58 @@
+"""`amp-tui web` serves the dashboard's page on loopback (textual-serve, the optional web extra)."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+
+import pytest
+
+pytest.importorskip("textual_serve")
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def test_web_serves_the_page_on_loopback():
+    port = free_port()
+    server = subprocess.Popen([sys.executable, "-m", "amp_tui", "web", "paper-homogeneous", "--port", str(port)],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        page = None
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and server.poll() is None:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=2) as response:
+                    page = response.read().decode()
+                    break
+            except OSError:
+                time.sleep(0.2)
+        assert page is not None, server.stderr.read1().decode() if server.poll() is not None else "no answer"
+        assert "amp-tui" in page and "textual" in page.lower()
+        assert "ws://127.0.0.1" in page or "127.0.0.1" in page   # the websocket it will open
+    finally:
+        server.terminate()
+        try:
+            server.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            server.wait()
+
+
+def test_web_bad_target_is_one_line(capsys):
+    from amp_tui.cli import main
+
+    assert main(["web", "no-such-scenario", "--port", "1"]) == 2
+    assert capsys.readouterr().err.startswith("amp-tui: error:")
+
+
+def test_command_is_quoted():
+    from amp_tui.tui.web import serve_command
+
+    assert "'my plan.yaml'" in serve_command("my plan.yaml")
