@@ -21,6 +21,9 @@ OPTIMIZERS = ("adam", "sgd")
 SCHEDULES = ("1f1b", "gpipe")
 RECOMPUTE = ("none", "full")
 ZERO_STAGES = (0, 1, 2)
+# Cluster fields for serve mode (amp_tui.serving.spec checks them); training carries them unread.
+SERVING_NODE_FIELDS = {"region", "serving_throughput"}
+SERVING_CLUSTER_FIELDS = {"links", "coordinator"}
 
 
 @dataclass(frozen=True)
@@ -33,6 +36,9 @@ class NodeGroup:
     intra_node_bandwidth: float
     inter_node_bandwidth: float
     instance: str | None = None
+    # Fields only serve mode reads (region, serving_throughput), kept as written; amp_tui.serving
+    # validates them, training ignores them.
+    serving_fields: dict = field(default_factory=dict, hash=False)
 
     @property
     def label(self) -> str:
@@ -56,6 +62,7 @@ class NodeGroup:
         out["gpus_per_node"] = self.gpus_per_node
         out["intra_node_bandwidth"] = exact_bandwidth(self.intra_node_bandwidth)
         out["inter_node_bandwidth"] = exact_bandwidth(self.inter_node_bandwidth)
+        out.update(self.serving_fields)
         return out
 
 
@@ -64,6 +71,7 @@ class Cluster:
     nodes: tuple[NodeGroup, ...]
     name: str = "cluster"
     description: str = ""
+    serving_fields: dict = field(default_factory=dict, hash=False)  # links, coordinator: see NodeGroup
 
     @property
     def num_gpus(self) -> int:
@@ -78,6 +86,7 @@ class Cluster:
         if self.description:
             out["description"] = self.description
         out["nodes"] = [group.to_dict() for group in self.nodes]
+        out.update(self.serving_fields)
         return out
 
 
@@ -168,7 +177,7 @@ def parse_node_group(value: object, field_name: str) -> NodeGroup:
     if not isinstance(value, dict):
         raise SpecError(field_name, value, "expected a mapping (instance, count, gpu, gpus_per_node, bandwidths)")
     allowed = {"instance", "count", "gpu", "gpus_per_node", "intra_node_bandwidth", "inter_node_bandwidth"}
-    _check_keys(value, allowed, field_name, "node")
+    _check_keys(value, allowed | SERVING_NODE_FIELDS, field_name, "node")
     fields: dict = {}
     instance = value.get("instance")
     if instance is not None:
@@ -176,7 +185,7 @@ def parse_node_group(value: object, field_name: str) -> NodeGroup:
         if entry is None:
             raise SpecError(f"{field_name}.instance", instance, f"unknown instance; known: {', '.join(instance_catalog())}")
         fields.update({k: entry[k] for k in allowed if k in entry})
-    fields.update({k: v for k, v in value.items() if k != "instance"})
+    fields.update({k: v for k, v in value.items() if k != "instance" and k not in SERVING_NODE_FIELDS})
     for key in ("gpu", "gpus_per_node", "intra_node_bandwidth", "inter_node_bandwidth"):
         if key not in fields:
             raise SpecError(f"{field_name}.{key}", None, "required when no instance is given")
@@ -188,6 +197,7 @@ def parse_node_group(value: object, field_name: str) -> NodeGroup:
         intra_node_bandwidth=parse_bandwidth(fields["intra_node_bandwidth"], f"{field_name}.intra_node_bandwidth"),
         inter_node_bandwidth=parse_bandwidth(fields["inter_node_bandwidth"], f"{field_name}.inter_node_bandwidth"),
         instance=str(instance) if instance is not None else None,
+        serving_fields={k: value[k] for k in SERVING_NODE_FIELDS if k in value},
     )
 
 
@@ -202,12 +212,13 @@ def parse_cluster(value: object, field_name: str = "cluster") -> Cluster:
             raise SpecError(f"{field_name}.preset", name, "expected a cluster preset name")
         return parse_cluster({**load_preset("clusters", name), **{k: v for k, v in value.items() if k != "preset"}},
                              field_name)
-    _check_keys(value, {"name", "description", "nodes"}, field_name, "cluster")
+    _check_keys(value, {"name", "description", "nodes"} | SERVING_CLUSTER_FIELDS, field_name, "cluster")
     nodes = value.get("nodes")
     if not isinstance(nodes, list) or not nodes:
         raise SpecError(f"{field_name}.nodes", nodes, "expected a non-empty list of node groups")
     groups = tuple(parse_node_group(node, f"{field_name}.nodes[{i}]") for i, node in enumerate(nodes))
-    return Cluster(nodes=groups, name=str(value.get("name", "cluster")), description=str(value.get("description", "")))
+    return Cluster(nodes=groups, name=str(value.get("name", "cluster")), description=str(value.get("description", "")),
+                   serving_fields={k: value[k] for k in SERVING_CLUSTER_FIELDS if k in value})
 
 
 def parse_training(value: object, field_name: str = "training") -> Training:
@@ -259,7 +270,10 @@ def parse_search_options(value: object, field_name: str = "search") -> SearchOpt
 def parse_scenario(value: object) -> Scenario:
     if not isinstance(value, dict):
         raise SpecError("scenario", type(value).__name__, "expected a mapping with cluster, model and training")
-    _check_keys(value, {"name", "description", "cluster", "model", "training", "search", "format"}, "scenario", "scenario")
+    _check_keys(value, {"name", "description", "cluster", "model", "training", "search", "format", "serving"},
+                "scenario", "scenario")
+    if "training" not in value and "serving" in value:
+        raise SpecError("training", None, "required; this scenario has only a serving section (use `amp-tui serve`)")
     for key in ("cluster", "model", "training"):
         if key not in value:
             raise SpecError(key, None, "required")
