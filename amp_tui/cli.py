@@ -26,6 +26,7 @@ examples:
   amp-tui export plan.yaml --format megatron -o out/
   amp-tui presets                           list scenario, cluster and model presets
   amp-tui bench                             time the search on the benchmark scenarios
+  amp-tui serve helix-single24-llama2-70b   place a model for serving (max flow, Helix)
 """
 
 
@@ -60,6 +61,12 @@ def build_parser() -> argparse.ArgumentParser:
     ex.add_argument("-o", "--output", metavar="DIR", help="write the files into DIR (default: print them)")
     ex.add_argument("--force", action="store_true", help="overwrite existing files in DIR")
 
+    se = sub.add_parser("serve", help="place a model for serving by max flow (Helix) and print it")
+    se.add_argument("scenario", metavar="SCENARIO", help="serving scenario preset or file, or a saved placement")
+    se.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    se.add_argument("--time-limit", type=float, default=10.0, metavar="S", help="search time limit in seconds (default 10)")
+    se.add_argument("--save", metavar="FILE.yaml", help="save the placement (reopen with serve or ui)")
+
     sub.add_parser("presets", help="list the presets").add_argument("--json", action="store_true")
 
     be = sub.add_parser("bench", help="time the search on the benchmark scenarios")
@@ -74,7 +81,7 @@ def main(argv: list[str] | None = None) -> int:
     command = args.command or "ui"
     try:
         handler = {"ui": cmd_ui, "evaluate": cmd_evaluate, "plan": cmd_plan, "export": cmd_export,
-                   "presets": cmd_presets, "bench": cmd_bench}[command]
+                   "presets": cmd_presets, "bench": cmd_bench, "serve": cmd_serve}[command]
         return handler(args) or 0
     except SpecError as err:
         print(f"amp-tui: error: {err}", file=sys.stderr)
@@ -189,6 +196,12 @@ def cmd_export(args) -> int:
     for note in export.notes:
         print(f"note: {note}", file=sys.stderr)
     return 0
+
+
+def cmd_serve(args) -> int:
+    from amp_tui.serving.cli import cmd_serve as serve
+
+    return serve(args)
 
 
 def cmd_presets(args) -> int:
