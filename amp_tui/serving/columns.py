@@ -76,8 +76,10 @@ class ConfigLP:
 
 
 def solve_config_lp(tables: list[np.ndarray], counts: np.ndarray, flow: float, num_layers: int,
-                    max_rounds: int = 60, families: list[list[int]] | None = None, should_stop=None) -> ConfigLP:
-    """`families`: the sets of groups allowed to share a configuration (default: all together)."""
+                    max_rounds: int = 60, families: list[list[int]] | None = None, should_stop=None,
+                    converge: bool = False) -> ConfigLP:
+    """`families`: the sets of groups allowed to share a configuration (default: all together).
+    Stops once the bound is settled either way, or with `converge` (more columns for blocks) at the LP optimum."""
     items = _items(tables, flow)
     families = families or [list(range(len(tables)))]
     G = len(tables)
@@ -98,7 +100,7 @@ def solve_config_lp(tables: list[np.ndarray], counts: np.ndarray, flow: float, n
                            key=lambda priced: priced[0])
         if cost > 1e-12:
             upper = min(upper, float(duals @ counts) / cost)   # Farley: duals / cost is dual feasible
-        if cost >= 1 - 1e-9 or upper < num_layers or value >= num_layers:
+        if cost >= 1 - 1e-9 or upper < num_layers or (value >= num_layers and not converge):
             break
         columns.append(config)
     return ConfigLP(flow, columns, upper, value)

@@ -28,7 +28,8 @@ class ServeResult:
 
     def machine_label(self, m: int) -> str:
         group = self.scenario.groups[int(self.net.machine_group[m])]
-        return f"{group.label}#{int(self.net.machine_node[m])}"
+        where = f"@{group.region}" if len(self.scenario.regions) > 1 else ""
+        return f"{group.label}{where}#{int(self.net.machine_node[m])}"
 
     def utilisation(self) -> list[float]:
         """Per machine: the flow through it over its capacity (0 when idle)."""

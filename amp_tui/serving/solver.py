@@ -224,7 +224,7 @@ def solve(net: Network, *, time_limit_s: float = 10.0, starts: list[Placement] |
             stopped_by = "time limit"
             break
         flow = (low + high) / 2
-        lp = solve_config_lp(tables, counts, flow, L, families=families, should_stop=check)
+        lp = solve_config_lp(tables, counts, flow, L, families=families, should_stop=check, converge=True)
         blocks = blocks_at(tables, counts, L, flow, lp.columns,
                            time_limit_s=max(0.05, min(1.0, time_limit_s - elapsed)))
         found = 0.0

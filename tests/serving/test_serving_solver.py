@@ -1,0 +1,83 @@
+"""The placement search against brute force on small clusters, its bound, and monotonicity."""
+
+import itertools
+
+import numpy as np
+import pytest
+
+from amp_tui.serving.network import build_network, max_flow
+from amp_tui.serving.solver import solve, upper_bound
+from serving_builders import scenario
+
+
+def _brute_force(net) -> float:
+    """The best min-coverage over every placement (machines of a group taken as a multiset);
+    equal to the best max flow when links never bind."""
+    L = net.num_layers
+    per_group = []
+    for g in np.unique(net.machine_group):
+        n = int((net.machine_group == g).sum())
+        table = net.tables[g]
+        options = [np.zeros(L)]
+        for k in range(1, len(table)):
+            for s in range(L - k + 1):
+                v = np.zeros(L)
+                v[s:s + k] = table[k]
+                options.append(v)
+        options = np.array(options)
+        combos = np.array([options[list(c)].sum(axis=0)
+                           for c in itertools.combinations_with_replacement(range(len(options)), n)])
+        per_group.append(combos)
+    best = per_group[0]
+    for combos in per_group[1:]:
+        best = (best[:, None, :] + combos[None, :, :]).reshape(-1, L)
+        best = np.unique(best, axis=0)
+    return float(best.min(axis=1).max())
+
+
+CASES = [
+    ([(2, {1: 90.0, 2: 40.0, 3: 25.0, 4: 16.0}, None), (2, {1: 50.0, 2: 30.0, 3: 18.0}, None)], 12),
+    ([(3, {1: 60.0, 2: 31.0, 3: 20.0}, None), (3, {1: 20.0, 2: 15.0}, None)], 8),
+    ([(1, {k: 120.0 / k for k in range(1, 7)}, None), (3, {1: 35.0, 2: 17.0, 3: 12.0}, None)], 10),
+    # Known weakness: here the best placement staggers machines of unequal lengths across what
+    # would be block boundaries; blocks reach 67 of the best 74 (the bound, 74+, still holds).
+    pytest.param([(2, {1: 100.0, 2: 45.0, 3: 33.0, 4: 20.0}, None), (2, {1: 70.0, 2: 38.0}, None),
+                  (2, {1: 30.0, 2: 29.0, 3: 10.0}, None)], 6, marks=pytest.mark.xfail(strict=True)),
+]
+
+
+@pytest.mark.parametrize("groups, layers", CASES)
+def test_solver_matches_brute_force(groups, layers):
+    net = build_network(scenario(groups, layers))
+    assert net.links_never_bind
+    best = _brute_force(net)
+    solution = solve(net, time_limit_s=5)
+    assert solution.upper_bound >= best - 1e-6, "the bound must hold for every placement"
+    assert max_flow(net, *solution.placement.arrays()).value == pytest.approx(solution.throughput, rel=1e-6)
+    assert solution.throughput == pytest.approx(best, rel=1e-4)
+
+
+@pytest.mark.parametrize("groups, layers", CASES[:3])
+def test_adding_a_machine_never_lowers_the_best(groups, layers):
+    before = solve(build_network(scenario(groups, layers)), time_limit_s=5).throughput
+    count, table, region = groups[-1]
+    after = solve(build_network(scenario([*groups[:-1], (count + 1, table, region)], layers)), time_limit_s=5)
+    assert after.throughput >= before - 1e-6
+
+
+@pytest.mark.parametrize("name", ["helix-single24-llama2-70b", pytest.param(
+    "helix-hetero42-llama2-70b", marks=pytest.mark.xfail(reason="known: the block search is a heuristic; one more "
+                                                              "machine can land it on a slightly lower flow"))])
+def test_adding_a_machine_to_a_helix_cluster_never_lowers_the_flow(name):
+    from amp_tui.serving.spec import load_serving_scenario, with_group_count
+
+    sc = load_serving_scenario(name)
+    before = solve(build_network(sc)).throughput
+    for group in range(len(sc.groups)):
+        grown = with_group_count(sc, group, sc.groups[group].count + 1)
+        assert solve(build_network(grown)).throughput >= before - 1e-6, sc.groups[group].label
+
+
+def test_simple_bound_is_not_below_the_configuration_bound_answer():
+    net = build_network(scenario(*CASES[0]))
+    assert upper_bound(net) >= solve(net).upper_bound - 1e-9
