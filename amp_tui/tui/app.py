@@ -109,6 +109,7 @@ class AmpApp(App):
         Binding("x", "export", "Export"),
         Binding("f", "toggle_infeasible", "Infeasible"),
         Binding("question_mark", "help", "Help"),
+        Binding("v", "serve_view", "Serve"),
         Binding("1", "go(1)", "Cluster", show=False),
         Binding("2", "go(2)", "Model", show=False),
         Binding("3", "go(3)", "Training", show=False),
@@ -344,6 +345,13 @@ class AmpApp(App):
         if target is not None:
             self.call_after_refresh(target.focus)
 
+    def action_serve_view(self) -> None:
+        """The Serve view (serving is a sibling of training: it keeps its own scenario)."""
+        from amp_tui.serving.spec import load_serving_scenario
+        from amp_tui.tui.screens.serve import DEFAULT_SERVING_SCENARIO, ServeScreen
+
+        self.push_screen(ServeScreen(load_serving_scenario(DEFAULT_SERVING_SCENARIO)))
+
     def action_help(self) -> None:
         self.push_screen(HelpScreen())
 
@@ -499,5 +507,11 @@ def load_target(target: str | None) -> tuple[Scenario, Strategy | None]:
 
 def run_app(target: str | None) -> None:
     """Open the dashboard. A bad target raises SpecError before the terminal is taken over."""
+    from amp_tui.tui.screens.serve import ServeApp, serving_target
+
+    serving = serving_target(target)
+    if serving is not None:
+        ServeApp(*serving).run()
+        return
     scenario, preferred = load_target(target)
     AmpApp(scenario, preferred=preferred).run()
