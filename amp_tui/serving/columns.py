@@ -41,9 +41,12 @@ def _items(tables: list[np.ndarray], flow: float) -> list[Item]:
     return [Item(g, k, float(min(t[k], flow))) for g, t in enumerate(tables) for k in range(1, len(t)) if t[k] > 0]
 
 
-def _price(items: list[Item], duals: np.ndarray, flow: float) -> tuple[float, tuple[Item, ...]]:
-    """The configuration of least sum of duals[g] / k with capacity >= flow (unbounded multiplicity)."""
-    units = np.array([math.ceil(item.capacity / flow * UNITS - 1e-9) for item in items])
+def _price(items: list[Item], duals: np.ndarray, flow: float, exact: bool = False) -> tuple[float, tuple[Item, ...]]:
+    """The configuration of least sum of duals[g] / k with capacity >= flow (unbounded multiplicity).
+    Capacities are rounded up (a relaxation: for bounds) or, with `exact`, down (every configuration
+    found truly covers the flow: for building blocks)."""
+    scaled = [item.capacity / flow * UNITS for item in items]
+    units = np.array([math.floor(x + 1e-9) if exact else math.ceil(x - 1e-9) for x in scaled])
     costs = np.array([duals[item.group] / item.layers for item in items])
     best = np.zeros(UNITS + 1)
     pick = np.zeros(UNITS + 1, dtype=np.int64)
@@ -79,7 +82,8 @@ def solve_config_lp(tables: list[np.ndarray], counts: np.ndarray, flow: float, n
                     max_rounds: int = 60, families: list[list[int]] | None = None, should_stop=None,
                     converge: bool = False) -> ConfigLP:
     """`families`: the sets of groups allowed to share a configuration (default: all together).
-    Stops once the bound is settled either way, or with `converge` (more columns for blocks) at the LP optimum."""
+    Stops once the bound is settled either way, or with `converge` (columns for blocks, every one a
+    true cover) at the LP optimum."""
     items = _items(tables, flow)
     families = families or [list(range(len(tables)))]
     G = len(tables)
@@ -96,9 +100,10 @@ def solve_config_lp(tables: list[np.ndarray], counts: np.ndarray, flow: float, n
                          method="highs")
         value = -result.fun
         duals = np.maximum(-result.ineqlin.marginals, 0)
-        cost, config = min((_price([i for i in items if i.group in family], duals, flow) for family in families),
+        cost, config = min((_price([i for i in items if i.group in family], duals, flow, exact=converge)
+                            for family in families),
                            key=lambda priced: priced[0])
-        if cost > 1e-12:
+        if cost > 1e-12 and not converge:
             upper = min(upper, float(duals @ counts) / cost)   # Farley: duals / cost is dual feasible
         if cost >= 1 - 1e-9 or upper < num_layers or (value >= num_layers and not converge):
             break
@@ -127,6 +132,8 @@ def blocks_at(tables: list[np.ndarray], counts: np.ndarray, num_layers: int, flo
               columns: list, time_limit_s: float = 1.0) -> list[tuple[tuple[Item, ...], int]] | None:
     """Integer block lengths for the columns: [(configuration, layers), ...] covering the model with
     the machines at hand, or None if the MILP finds none in time."""
+    # Pricing rounds capacities up, so a column may fall just short of the flow: not for building.
+    columns = [c for c in columns if sum(item.capacity for item in c) >= flow * (1 - 1e-12)]
     # Variables: y_c (block length), then w_{c,i} (machines per track) for each distinct item of c.
     tracks = []
     for c, config in enumerate(columns):
