@@ -23,6 +23,7 @@ The search stops at the time limit, when cancelled, or when it meets the bound.
 from __future__ import annotations
 
 import itertools
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -65,10 +66,11 @@ def _bisect(feasible: Callable[[float], bool], high: float, steps: int = 50) -> 
     return low
 
 
-def upper_bound(net: Network) -> float:
-    """The layer-capacity bound (see the module docstring); valid for any links."""
+def upper_bound(net: Network, machines: np.ndarray | None = None) -> float:
+    """The layer-capacity bound (see the module docstring); valid for any links. `machines`: only these."""
     L = net.num_layers
-    groups, counts = np.unique(net.machine_group, return_counts=True)
+    groups, counts = np.unique(net.machine_group if machines is None else net.machine_group[machines],
+                               return_counts=True)
     layer_counts = [np.arange(len(net.tables[g])) for g in groups]
 
     def feasible(flow: float) -> bool:
@@ -77,7 +79,7 @@ def upper_bound(net: Network) -> float:
         return supply >= L * flow * (1 - 1e-12)
 
     most = float(sum(n * net.tables[g].max() for g, n in zip(groups, counts)))
-    coordinator = float(net.coordinator.sum())
+    coordinator = float(net.coordinator.sum() if machines is None else net.coordinator[machines].sum())
     return _bisect(feasible, min(most, coordinator))
 
 
@@ -147,29 +149,42 @@ def _stack(net: Network, groups: np.ndarray, blocks: list, order: list[int]) -> 
     return Placement.of(first, count)
 
 
-def _block_orders(net: Network, groups: np.ndarray, blocks: list) -> list[list[int]]:
-    """Orders worth trying: as given when links never bind; else the blocks of each region together,
-    regions in every order, and the widest blocks (most tracks: most links) where regions meet."""
-    if net.links_never_bind:
-        return [list(range(len(blocks)))]
+def _region_sequences(net: Network, groups: np.ndarray) -> list[tuple[str, ...]]:
+    """Orders in which a request may visit regions (each once), those that can hold the model first."""
     region = _group_regions(net, groups)
-    by_region: dict[str, list[int]] = {}
-    for b, (config, _) in enumerate(blocks):
-        by_region.setdefault(region[config[0].group], []).append(b)
-    orders = []
-    for sequence in itertools.permutations(by_region):
-        order: list[int] = []
-        for r, name in enumerate(sequence):
-            members = sorted(by_region[name], key=lambda b: len(blocks[b][0]), reverse=True)
-            if r == 0:
-                members.reverse()                      # widest last, facing the next region
-            elif r < len(sequence) - 1 and len(members) > 1:
-                members = [members[0], *members[2:], members[1]]
-            order += members
-        orders.append(order)
-        if len(orders) >= 24:
-            break
-    return orders
+    names = list(dict.fromkeys(region))
+    most = {r: sum(int((net.machine_group == g).sum()) * (len(net.tables[g]) - 1)
+                   for g, rg in zip(groups, region) if rg == r) for r in names}
+    sequences = [seq for size in range(1, min(len(names), 4) + 1) for seq in itertools.permutations(names, size)
+                 if sum(most[r] for r in seq) >= net.num_layers]
+    return sorted(sequences, key=len)
+
+
+def _pair_capacity(net: Network):
+    def capacity(a: str, b: str) -> float:
+        rows = [m for m in range(net.num_machines) if net.machine_region[m] == a]
+        cols = [m for m in range(net.num_machines) if net.machine_region[m] == b]
+        return float(net.link[np.ix_(rows, cols)].min())
+    return capacity
+
+
+def _one_pair_suffices_up_to(net: Network) -> float:
+    """The flow above which some layer must be held by two machines or more.
+
+    When no region alone can carry the flow F, some flow crosses between regions at a layer boundary.
+    If all of F crosses there and one pair of machines' link carries less than F, two senders or two
+    receivers hold the layer before or after the boundary. If only part crosses, the rest passes that
+    boundary through another machine holding the layer before or after it. Either way one layer is
+    held by two machines: F above max(fastest pair link, best single region) needs a wide layer.
+    """
+    regions = list(dict.fromkeys(net.machine_region))
+    if len(regions) < 2:
+        return math.inf
+    cross = [net.link[i, j] for i in range(net.num_machines) for j in range(net.num_machines)
+             if net.machine_region[i] != net.machine_region[j]]
+    alone = max(upper_bound(net, np.array([m for m in range(net.num_machines) if net.machine_region[m] == r]))
+                for r in regions)
+    return max(max(cross), alone)
 
 
 def _group_regions(net: Network, groups: np.ndarray) -> list[str]:
@@ -207,12 +222,15 @@ def solve(net: Network, *, time_limit_s: float = 10.0, starts: list[Placement] |
     best_value, best = max(((evaluate(p), p) for p in [staged_start(net), *(starts or [])]), key=lambda vp: vp[0])
     report(0.05)
     check()
-    bound = max(best_value, config_bound(tables, counts, L, best_value, bound, should_stop=check))
+    bound = max(best_value, config_bound(tables, counts, L, best_value, bound, should_stop=check,
+                                         wide_above=_one_pair_suffices_up_to(net)))
     report(0.3)
-    families = None
-    if not net.links_never_bind:     # a block must sit in one region: its tracks share its links
-        region = _group_regions(net, groups)
-        families = [[g for g in range(len(groups)) if region[g] == r] for r in dict.fromkeys(region)]
+    families, regions, sequences, pair_capacity = None, None, [()], None
+    if not net.links_never_bind:     # a block sits in one region; regions meet where blocks are wide
+        regions = _group_regions(net, groups)
+        families = [[g for g in range(len(groups)) if regions[g] == r] for r in dict.fromkeys(regions)]
+        sequences = _region_sequences(net, groups)
+        pair_capacity = _pair_capacity(net)
     low, high = best_value, bound
     stopped_by = "bound"
     for step in range(14):
@@ -225,16 +243,25 @@ def solve(net: Network, *, time_limit_s: float = 10.0, starts: list[Placement] |
             break
         flow = (low + high) / 2
         lp = solve_config_lp(tables, counts, flow, L, families=families, should_stop=check, converge=True)
-        blocks = blocks_at(tables, counts, L, flow, lp.columns,
-                           time_limit_s=max(0.05, min(1.0, time_limit_s - elapsed)))
         found = 0.0
-        for order in (_block_orders(net, groups, blocks) if blocks else []):
+        for sequence in sequences:
             check()
-            placement = _stack(net, groups, blocks, order)
+            remaining = time_limit_s - (time.perf_counter() - started)
+            if remaining <= 0:
+                break
+            blocks = blocks_at(tables, counts, L, flow, lp.columns, time_limit_s=max(0.05, min(1.0, remaining)),
+                               regions=regions, sequence=sequence, pair_capacity=pair_capacity)
+            if not blocks:
+                continue
+            placement = _stack(net, groups, blocks, list(range(len(blocks))))
             value = evaluate(placement)
             found = max(found, value)
             if value > best_value:
                 best_value, best = value, placement
+            if value >= flow * (1 - 1e-9):
+                sequences.remove(sequence)
+                sequences.insert(0, sequence)     # likely to work again at the next flow: try it first
+                break
         if found >= flow * (1 - 1e-9):
             low = max(low, found)
         else:
