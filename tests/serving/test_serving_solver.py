@@ -80,3 +80,30 @@ def test_adding_a_machine_to_a_helix_cluster_never_lowers_the_flow(name):
 def test_simple_bound_is_not_below_the_configuration_bound_answer():
     net = build_network(scenario(*CASES[0]))
     assert upper_bound(net) >= solve(net).upper_bound - 1e-9
+
+
+def test_solver_matches_brute_force_when_slow_links_bind():
+    # Two regions joined by 20 kB/s: 19.5 tokens/s per pair of machines (1024 bytes per token), and
+    # neither region holds the model alone, so requests must cross and the links bind.
+    groups = [(2, {1: 60.0, 2: 35.0}, "a"), (1, {1: 50.0, 2: 30.0, 3: 22.0}, "b")]
+    layers = 6
+    net = build_network(scenario(groups, layers, links=[{"between": ["a", "b"], "bandwidth": "20 kB/s"}],
+                                 coordinator={"region": "a"}))
+    assert not net.links_never_bind
+    per_machine = [[(0, 0)] + [(s, k) for k in range(1, net.max_layers(m) + 1) for s in range(layers - k + 1)]
+                   for m in range(net.num_machines)]
+    best = 0.0
+    for combo in itertools.product(*per_machine):
+        first, count = zip(*combo)
+        best = max(best, max_flow(net, first, count).value)
+    solution = solve(net, time_limit_s=5)
+    assert solution.upper_bound >= best - 1e-6
+    assert solution.throughput == pytest.approx(best, rel=1e-4)
+
+
+def test_helix_clusters_are_solved_within_five_percent_of_the_bound():
+    from amp_tui.serving.spec import load_serving_scenario
+
+    for name in ("helix-single24-llama2-70b", "helix-geo3x24-llama2-70b", "helix-hetero42-llama2-70b"):
+        solution = solve(build_network(load_serving_scenario(name)))
+        assert solution.gap <= 0.05, name
