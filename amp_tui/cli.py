@@ -230,16 +230,23 @@ def _describe_instance(name: str, fields: dict) -> str:
 
 def cmd_bench(args) -> int:
     from amp_tui.core.bench import BENCHMARKS, render_bench, run_bench
+    from amp_tui.serving.bench import SERVING_BENCHMARKS, render_serving_bench, run_serving_bench
 
     if args.runs < 1:
         raise SpecError("--runs", args.runs, "must be at least 1")
-    names = args.only or [b.scenario for b in BENCHMARKS]
-    known = {b.scenario for b in BENCHMARKS}
+    names = args.only or [b.scenario for b in BENCHMARKS] + list(SERVING_BENCHMARKS)
+    known = {b.scenario for b in BENCHMARKS} | set(SERVING_BENCHMARKS)
     for name in names:
         if name not in known:
             raise SpecError("--only", name, f"not a benchmark; known: {', '.join(sorted(known))}")
-    rows = run_bench(names, runs=args.runs, progress=None if args.json else lambda line: print(line, file=sys.stderr))
-    print(json.dumps(rows, indent=2) if args.json else render_bench(rows))
+    progress = None if args.json else lambda line: print(line, file=sys.stderr)
+    rows = run_bench(names, runs=args.runs, progress=progress)
+    serving = run_serving_bench(names, runs=min(args.runs, 3), progress=progress)
+    if args.json:
+        print(json.dumps(rows + serving, indent=2))
+    else:
+        print("\n\n".join(text for text in (render_bench(rows) if rows else "",
+                                              render_serving_bench(serving) if serving else "") if text))
     return 0
 
 

@@ -97,3 +97,14 @@ def test_analytic_throughput_is_within_stated_tolerance_of_helix_tables(name, lo
     report = compare_with_measured(load_serving_scenario(name))
     assert low <= report["geometric_mean_ratio"] <= high
     assert report["within_2x"] >= 0.8
+
+
+def test_bench_has_a_serving_section(capsys):
+    code, out, _ = _run(capsys, "bench", "--only", "helix-single24-llama2-70b", "--runs", "1", "--json")
+    assert code == 0
+    (row,) = json.loads(out)
+    assert row["scenario"] == "helix-single24-llama2-70b"
+    assert row["throughput_tokens_per_s"] <= row["upper_bound_tokens_per_s"] + 1e-9
+    assert 0 <= row["gap"] <= 0.05
+    code, out, _ = _run(capsys, "bench", "--only", "helix-single24-llama2-70b", "--runs", "1")
+    assert "serving scenario" in out and "helix-single24-llama2-70b" in out
