@@ -29,9 +29,9 @@ def run_serving_bench(names: list[str], runs: int = 3, progress=None) -> list[di
             times.append(time.perf_counter() - started)
         median = statistics.median(times)
         rows.append({"scenario": name, "machines": scenario.num_machines, "median_s": median, "max_s": max(times),
-                     "throughput_tokens_per_s": solution.throughput,
-                     "upper_bound_tokens_per_s": solution.upper_bound, "gap": solution.gap,
-                     "meets_target": max(times) <= TARGET_S and solution.gap <= TARGET_GAP})
+                     "throughput_tokens_per_s": float(solution.throughput),
+                     "upper_bound_tokens_per_s": float(solution.upper_bound), "gap": float(solution.gap),
+                     "meets_target": bool(max(times) <= TARGET_S and solution.gap <= TARGET_GAP)})
         if progress:
             progress(f"{name}: median {median:.2f} s")
     return rows

@@ -147,7 +147,7 @@ def max_flow(net: Network, first: np.ndarray, count: np.ndarray) -> Flow:
         a = "coordinator" if u == 0 else int(active[(u - 3) // 2])
         b = "coordinator" if v == 1 else int(active[(v - 2) // 2])
         edges[(a, b)] = value
-    return Flow(result.flow_value / scale, machine, edges)
+    return Flow(float(result.flow_value / scale), machine, edges)
 
 
 def coverage(net: Network, first: np.ndarray, count: np.ndarray) -> np.ndarray:

@@ -268,5 +268,5 @@ def solve(net: Network, *, time_limit_s: float = 10.0, starts: list[Placement] |
             high = flow
         report(0.3 + 0.7 * (step + 1) / 14)
     report(1.0)
-    return Solution(placement=best, throughput=best_value, upper_bound=max(bound, best_value),
+    return Solution(placement=best, throughput=float(best_value), upper_bound=float(max(bound, best_value)),
                     solve_time_s=time.perf_counter() - started, evaluations=evaluations, stopped_by=stopped_by)
