@@ -47,8 +47,10 @@ def render(result) -> str:
     out.append(_table(["machine", "region", "layers", "n", "capacity", "used", "layers held"], rows, {3, 4, 5}))
     out += ["", "baselines (max flow of their placements):"]
     for name, (_, value) in result.baselines.items():
-        ratio = f"{sol.throughput / value:.2f}x" if value > 0 else "-"
-        out.append(f"  {name:<20} {value:>10,.1f} tokens/s   amp-tui is {ratio}")
+        if value > 0:
+            out.append(f"  {name:<20} {value:>10,.1f} tokens/s   amp-tui is {sol.throughput / value:.2f}x")
+        else:
+            out.append(f"  {name:<20} {0:>10,.1f} tokens/s   (no complete pipeline: the model does not fit)")
     busiest = sorted(range(net.num_machines), key=lambda m: -util[m])[:5]
     out += ["", "busiest machines: " + ", ".join(f"{result.machine_label(m)} {util[m]:.0%}" for m in busiest if util[m] > 0)]
     out.append("busiest links:")
