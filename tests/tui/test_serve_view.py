@@ -43,3 +43,18 @@ async def test_main_app_opens_the_serve_view(app_factory=None):
 def test_ui_target_detection():
     assert serving_target("helix-geo3x24-llama2-70b") is not None
     assert serving_target("paper-homogeneous") is None
+
+
+async def test_cancel_stops_a_running_solve_and_escape_keeps_the_only_view():
+    app = ServeApp(load_serving_scenario("helix-geo3x24-llama2-70b"), time_limit_s=10)
+    async with app.run_test(size=(120, 40)) as pilot:
+        screen = app.screen
+        assert isinstance(screen, ServeScreen) and screen.solving
+        await pilot.press("c")
+        await app.workers.wait_for_complete()
+        await pilot.pause()
+        assert not screen.solving and screen.result is None
+        assert "cancelled" in str(screen.query_one("#serve-summary").render())
+        await pilot.press("escape")
+        await pilot.pause()
+        assert app.screen is screen
