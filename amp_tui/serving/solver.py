@@ -1,23 +1,20 @@
 """The placement search: the layer range of every machine that maximises the max flow.
 
-Helix solves this as a MILP (Gurobi, 8 to 48 minutes on 20 threads). We use the structure instead:
+Helix solves this as one MILP (Gurobi, 8 to 48 minutes on 20 threads). We use the structure:
 
-- **Bound.** Every token passes through every layer, so the flow is at most the summed capacity of
+- **Quick bound.** Every token passes every layer, so the flow is at most the summed capacity of
   the machines holding any one layer. A machine of capacity t helps a layer by at most min(t, F)
-  towards a flow F, so F is feasible only if the machines, each at its best layer count k,
-  supply k * min(t(k), F) >= num_layers * F in total. Bisection on F gives the bound; each
-  machine's best k is independent of the others, so machines of a type are counted, not searched.
-- **Start.** Machines of one group are interchangeable: split each group into stages of c machines
-  side by side, each stage as long as c machines can hold at flow F; a tiny DP per group finds the
-  most layers a group covers at F, and bisection the best F at which all groups together cover
-  the model. Stacking those stages end to end is a placement of flow F.
-- **Improve.** Iterated local search: take a machine out and put it back where it most reduces the
-  shortfall below a target flow (all layer ranges tried at once, vectorised); raise the target
-  whenever it is met. When links never bind, the flow is the smallest per-layer capacity sum (a
-  cut must cut machines; cuts of machines along a layer order are layer cuts), so moves are scored
-  exactly in microseconds; otherwise (regions joined by slow links) each move is scored by max flow.
+  towards a flow F, so F is possible only if the machines, each at its best layer count k, supply
+  k * min(t(k), F) >= num_layers * F in total. Machines of a type are counted, not searched.
+- **Start.** Each group split into stages of c machines side by side (a tiny DP per group), the
+  stages stacked end to end, at the best flow they reach together; the baselines are starts too.
+- **Tight bound and blocks.** The configuration LP (columns.py) bounds the flow far more tightly,
+  and its columns, as blocks with integer lengths (a small MILP), build placements; bisection on the
+  flow between the best placement found and the bound. With regions, blocks sit in one region each
+  and regions meet through wide blocks (enough machine pairs for the flow); every order of regions
+  is tried, the last one that worked first.
 
-The search stops at the time limit, when cancelled, or when it meets the bound.
+Stops when the bisection closes, at the time limit, or raises Cancelled when `should_cancel` is true.
 """
 
 from __future__ import annotations
@@ -43,7 +40,7 @@ class Solution:
     upper_bound: float          # no placement can exceed this
     solve_time_s: float
     evaluations: int
-    stopped_by: str             # "bound", "time limit", "iterations", "cancelled"
+    stopped_by: str             # "converged", "steps", "time limit"; "given" for a reopened placement
 
     @property
     def gap(self) -> float:
@@ -130,14 +127,13 @@ def staged_start(net: Network) -> Placement:
 
 # -- blocks from the configuration LP ----------------------------------------------------------------
 
-def _stack(net: Network, groups: np.ndarray, blocks: list, order: list[int]) -> Placement:
-    """Blocks end to end in `order`; in each block one track per item, ceil(y / k) machines long."""
+def _stack(net: Network, groups: np.ndarray, blocks: list) -> Placement:
+    """Blocks end to end; in each block one track per item, ceil(y / k) machines long."""
     first = np.zeros(net.num_machines, dtype=np.int64)
     count = np.zeros(net.num_machines, dtype=np.int64)
     pools = {int(g): list(np.flatnonzero(net.machine_group == g)) for g in groups}
     position = 0
-    for b in order:
-        config, length = blocks[b]
+    for config, length in blocks:
         length = min(length, net.num_layers - position)
         if length <= 0:
             break
@@ -191,6 +187,9 @@ def _group_regions(net: Network, groups: np.ndarray) -> list[str]:
     return [net.machine_region[int(np.flatnonzero(net.machine_group == g)[0])] for g in groups]
 
 
+_STEPS = 14     # bisection steps on the flow: 2^-14 of the start's distance to the bound
+
+
 def solve(net: Network, *, time_limit_s: float = 10.0, starts: list[Placement] | None = None,
           progress: Callable[[float, float, float], None] | None = None,
           should_cancel: Callable[[], bool] | None = None) -> Solution:
@@ -232,11 +231,12 @@ def solve(net: Network, *, time_limit_s: float = 10.0, starts: list[Placement] |
         sequences = _region_sequences(net, groups)
         pair_capacity = _pair_capacity(net)
     low, high = best_value, bound
-    stopped_by = "bound"
-    for step in range(14):
+    stopped_by = "steps"
+    for step in range(_STEPS):
         check()
         elapsed = time.perf_counter() - started
         if high - low <= 1e-4 * high:
+            stopped_by = "converged"
             break
         if elapsed >= time_limit_s:
             stopped_by = "time limit"
@@ -253,7 +253,7 @@ def solve(net: Network, *, time_limit_s: float = 10.0, starts: list[Placement] |
                                regions=regions, sequence=sequence, pair_capacity=pair_capacity)
             if not blocks:
                 continue
-            placement = _stack(net, groups, blocks, list(range(len(blocks))))
+            placement = _stack(net, groups, blocks)
             value = evaluate(placement)
             found = max(found, value)
             if value > best_value:
@@ -266,7 +266,7 @@ def solve(net: Network, *, time_limit_s: float = 10.0, starts: list[Placement] |
             low = max(low, found)
         else:
             high = flow
-        report(0.3 + 0.7 * (step + 1) / 14)
+        report(0.3 + 0.7 * (step + 1) / _STEPS)
     report(1.0)
     return Solution(placement=best, throughput=float(best_value), upper_bound=float(max(bound, best_value)),
                     solve_time_s=time.perf_counter() - started, evaluations=evaluations, stopped_by=stopped_by)
