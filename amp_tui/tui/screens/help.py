@@ -20,6 +20,7 @@ SECTIONS: list[tuple[str, list[tuple[str, str]]]] = [
         ("ctrl+s", "save the selected strategy as a plan file"),
         ("x", "export the selected strategy (megatron, deepspeed, torchrun, rankmap)"),
         ("f", "show or hide infeasible strategies with their reason"),
+        ("v", "Serve view: place a model for serving by max flow (g picks a group, + / - edits it, c cancels)"),
         ("ctrl+p", "command palette: every action by name"),
         ("?", "this help"),
         ("ctrl+q", "quit"),
