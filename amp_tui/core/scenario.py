@@ -22,8 +22,8 @@ SCHEDULES = ("1f1b", "gpipe")
 RECOMPUTE = ("none", "full")
 ZERO_STAGES = (0, 1, 2)
 # Cluster fields for serve mode (amp_tui.serving.spec checks them); training carries them unread.
-SERVING_NODE_FIELDS = {"region", "serving_throughput"}
-SERVING_CLUSTER_FIELDS = {"links", "coordinator"}
+SERVING_NODE_FIELDS = ("region", "serving_throughput")
+SERVING_CLUSTER_FIELDS = ("links", "coordinator")
 
 
 @dataclass(frozen=True)
@@ -177,7 +177,7 @@ def parse_node_group(value: object, field_name: str) -> NodeGroup:
     if not isinstance(value, dict):
         raise SpecError(field_name, value, "expected a mapping (instance, count, gpu, gpus_per_node, bandwidths)")
     allowed = {"instance", "count", "gpu", "gpus_per_node", "intra_node_bandwidth", "inter_node_bandwidth"}
-    _check_keys(value, allowed | SERVING_NODE_FIELDS, field_name, "node")
+    _check_keys(value, allowed | set(SERVING_NODE_FIELDS), field_name, "node")
     fields: dict = {}
     instance = value.get("instance")
     if instance is not None:
@@ -212,7 +212,7 @@ def parse_cluster(value: object, field_name: str = "cluster") -> Cluster:
             raise SpecError(f"{field_name}.preset", name, "expected a cluster preset name")
         return parse_cluster({**load_preset("clusters", name), **{k: v for k, v in value.items() if k != "preset"}},
                              field_name)
-    _check_keys(value, {"name", "description", "nodes"} | SERVING_CLUSTER_FIELDS, field_name, "cluster")
+    _check_keys(value, {"name", "description", "nodes", *SERVING_CLUSTER_FIELDS}, field_name, "cluster")
     nodes = value.get("nodes")
     if not isinstance(nodes, list) or not nodes:
         raise SpecError(f"{field_name}.nodes", nodes, "expected a non-empty list of node groups")
