@@ -37,6 +37,7 @@ examples:
   amp-tui bench                             time the search on the benchmark scenarios
   amp-tui validate                          score the cost model on published measured runs
   amp-tui calibrate my.yaml runs.yaml -o calibrated.yaml   fit the model to your measured runs
+  amp-tui serve helix-single24-llama2-70b   place a model for serving (max flow, Helix)
 """
 
 
@@ -126,6 +127,12 @@ def build_parser() -> argparse.ArgumentParser:
     ex.add_argument("-o", "--output", metavar="DIR", help="write the files into DIR (default: print them)")
     ex.add_argument("--force", action="store_true", help="overwrite existing files in DIR")
 
+    se = sub.add_parser("serve", help="place a model for serving by max flow (Helix) and print it")
+    se.add_argument("scenario", metavar="SCENARIO", help="serving scenario preset or file, or a saved placement")
+    se.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    se.add_argument("--time-limit", type=float, default=10.0, metavar="S", help="search time limit in seconds (default 10)")
+    se.add_argument("--save", metavar="FILE.yaml", help="save the placement (reopen with serve or ui)")
+
     sub.add_parser("presets", help="list the presets").add_argument("--json", action="store_true")
 
     be = sub.add_parser("bench", help="time the search on the benchmark scenarios")
@@ -157,7 +164,7 @@ def main(argv: list[str] | None = None) -> int:
         handler = {"ui": cmd_ui, "evaluate": cmd_evaluate, "plan": cmd_plan, "export": cmd_export,
                    "presets": cmd_presets, "bench": cmd_bench, "validate": cmd_validate,
                    "calibrate": cmd_calibrate,
-                   "compare": cmd_compare, "web": cmd_web}[command]
+                   "compare": cmd_compare, "web": cmd_web, "serve": cmd_serve}[command]
         with warnings.catch_warnings():
             # Infinite figures (a stage that does not fit) are meant; numpy's notes about them are not.
             warnings.simplefilter("ignore", RuntimeWarning)
@@ -353,6 +360,12 @@ def cmd_calibrate(args) -> int:
     return calibrate(args)
 
 
+def cmd_serve(args) -> int:
+    from amp_tui.serving.cli import cmd_serve as serve
+
+    return serve(args)
+
+
 def cmd_presets(args) -> int:
     from amp_tui.core.hardware import gpu_catalog, instance_catalog
     from amp_tui.core.presets import PRESET_KINDS, describe_preset, preset_names
@@ -381,18 +394,25 @@ def _describe_instance(name: str, fields: dict) -> str:
 
 def cmd_bench(args) -> int:
     from amp_tui.core.bench import BENCHMARKS, render_bench, run_bench
+    from amp_tui.serving.bench import SERVING_BENCHMARKS, render_serving_bench, run_serving_bench
 
     from amp_tui.core.limits import MAX_BENCH_RUNS
 
     if not 1 <= args.runs <= MAX_BENCH_RUNS:
         raise SpecError("--runs", args.runs, f"must be 1 to {MAX_BENCH_RUNS}")
-    names = args.only or [b.name for b in BENCHMARKS]
-    known = {b.name for b in BENCHMARKS}
+    names = args.only or [b.name for b in BENCHMARKS] + list(SERVING_BENCHMARKS)
+    known = {b.name for b in BENCHMARKS} | set(SERVING_BENCHMARKS)
     for name in names:
         if name not in known:
             raise SpecError("--only", name, f"not a benchmark; known: {', '.join(sorted(known))}")
-    rows = run_bench(names, runs=args.runs, progress=None if args.json else lambda line: print(line, file=sys.stderr))
-    print(_json(rows) if args.json else render_bench(rows))
+    progress = None if args.json else lambda line: print(line, file=sys.stderr)
+    rows = run_bench(names, runs=args.runs, progress=progress)
+    serving = run_serving_bench(names, runs=min(args.runs, 3), progress=progress)
+    if args.json:
+        print(_json(rows + serving))
+    else:
+        print("\n\n".join(text for text in (render_bench(rows) if rows else "",
+                                              render_serving_bench(serving) if serving else "") if text))
     return 0
 
 

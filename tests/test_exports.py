@@ -36,12 +36,13 @@ from amp_tui.core.exports.megatron import (blocks_per_stage, expressible_splits,
                                            megatron_split)
 from amp_tui.core.placement import build_layout
 from amp_tui.core.planfile import Plan, load_plan, save_plan
-from amp_tui.core.presets import preset_names
+from amp_tui.core.presets import load_preset, preset_names
 from amp_tui.core.scenario import load_scenario, parse_scenario
 from amp_tui.core.search import search
 from amp_tui.core.strategy import Strategy
 
-SCENARIOS = [name for name in preset_names("scenarios") if not name.startswith("bench-")]
+SCENARIOS = [name for name in preset_names("scenarios")
+             if not name.startswith("bench-") and "training" in load_preset("scenarios", name)]
 HOSTFILE_LINE = re.compile(r"^(\S+)\s+slots=(\d+)")   # DeepSpeed 0.19.8 launcher/runner.py:_parse_hostfile
 
 

@@ -19,7 +19,8 @@ from amp_tui.core.scenario import load_scenario
 from amp_tui.core.search import search
 from amp_tui.core.yamlio import dump_yaml, load_yaml_file, load_yaml_text
 
-SCENARIOS = [name for name in preset_names("scenarios") if not name.startswith("bench-")]
+SCENARIOS = [name for name in preset_names("scenarios")
+             if not name.startswith("bench-") and "training" in load_preset("scenarios", name)]
 
 
 @pytest.fixture(scope="module")

@@ -26,6 +26,9 @@ RECOMPUTE = ("none", "selective", "full")
 ZERO_STAGES = (0, 1, 2, 3)
 AUTO = "auto"   # a training technique the search chooses per strategy
 
+# Cluster fields for serve mode (amp_tui.serving.spec checks them); training carries them unread.
+SERVING_NODE_FIELDS = ("region", "serving_throughput")
+SERVING_CLUSTER_FIELDS = ("links", "coordinator")
 
 
 @dataclass(frozen=True)
@@ -51,6 +54,9 @@ class NodeGroup:
         """RDMA fabrics (InfiniBand, EFA, RoCE) come at 100 Gbps and more per node; below is TCP."""
         return self.inter_node_link or ("infiniband" if self.inter_node_bandwidth >= 12.5e9 else "ethernet")
     price_per_hour: float | None = None     # US dollars per node-hour; None: unknown (see pricing.py)
+    # Fields only serve mode reads (region, serving_throughput), kept as written; amp_tui.serving
+    # validates them, training ignores them.
+    serving_fields: dict = field(default_factory=dict, hash=False)
 
     @property
     def label(self) -> str:
@@ -79,6 +85,7 @@ class NodeGroup:
                 out[key] = getattr(self, key)
         if self.price_per_hour is not None:
             out["price_per_hour"] = self.price_per_hour
+        out.update(self.serving_fields)
         return out
 
 
@@ -87,6 +94,7 @@ class Cluster:
     nodes: tuple[NodeGroup, ...]
     name: str = "cluster"
     description: str = ""
+    serving_fields: dict = field(default_factory=dict, hash=False)  # links, coordinator: see NodeGroup
 
     @property
     def num_gpus(self) -> int:
@@ -101,6 +109,7 @@ class Cluster:
         if self.description:
             out["description"] = self.description
         out["nodes"] = [group.to_dict() for group in self.nodes]
+        out.update(self.serving_fields)
         return out
 
 
@@ -211,7 +220,7 @@ def parse_node_group(value: object, field_name: str) -> NodeGroup:
         raise SpecError(field_name, value, "expected a mapping (instance, count, gpu, gpus_per_node, bandwidths)")
     allowed = {"instance", "count", "gpu", "gpus_per_node", "intra_node_bandwidth", "inter_node_bandwidth",
                "intra_node_link", "inter_node_link", "price_per_hour"}
-    _check_keys(value, allowed, field_name, "node")
+    _check_keys(value, allowed | set(SERVING_NODE_FIELDS), field_name, "node")
     fields: dict = {}
     instance = value.get("instance")
     if instance is not None:
@@ -220,7 +229,7 @@ def parse_node_group(value: object, field_name: str) -> NodeGroup:
         if entry is None:
             raise SpecError(f"{field_name}.instance", instance, f"unknown instance; known: {', '.join(instance_catalog())}")
         fields.update({k: entry[k] for k in allowed if k in entry})
-    fields.update({k: v for k, v in value.items() if k != "instance"})
+    fields.update({k: v for k, v in value.items() if k != "instance" and k not in SERVING_NODE_FIELDS})
     for key in ("gpu", "gpus_per_node", "intra_node_bandwidth", "inter_node_bandwidth"):
         if key not in fields:
             raise SpecError(f"{field_name}.{key}", None, "required when no instance is given")
@@ -236,6 +245,7 @@ def parse_node_group(value: object, field_name: str) -> NodeGroup:
         inter_node_link=_choice(fields.get("inter_node_link", ""), ("", *LINK_CLASSES), f"{field_name}.inter_node_link"),
         price_per_hour=(float(parse_number(fields["price_per_hour"], f"{field_name}.price_per_hour", minimum=0))
                         if fields.get("price_per_hour") is not None else None),
+        serving_fields={k: value[k] for k in SERVING_NODE_FIELDS if k in value},
     )
 
 
@@ -250,7 +260,7 @@ def parse_cluster(value: object, field_name: str = "cluster") -> Cluster:
             raise SpecError(f"{field_name}.preset", name, "expected a cluster preset name")
         return parse_cluster({**load_preset("clusters", name), **{k: v for k, v in value.items() if k != "preset"}},
                              field_name)
-    _check_keys(value, {"name", "description", "nodes"}, field_name, "cluster")
+    _check_keys(value, {"name", "description", "nodes", *SERVING_CLUSTER_FIELDS}, field_name, "cluster")
     nodes = value.get("nodes")
     if not isinstance(nodes, list) or not nodes:
         raise SpecError(f"{field_name}.nodes", nodes, "expected a non-empty list of node groups")
@@ -259,7 +269,8 @@ def parse_cluster(value: object, field_name: str = "cluster") -> Cluster:
     if gpus > MAX_GPUS:
         raise SpecError(f"{field_name}.nodes", f"{gpus:,} GPUs", f"more than the limit of {MAX_GPUS:,} GPUs")
     return Cluster(nodes=groups, name=check_name(value.get("name", "cluster"), f"{field_name}.name"),
-                   description=_text(value, f"{field_name}.description"))
+                   description=_text(value, f"{field_name}.description"),
+                   serving_fields={k: value[k] for k in SERVING_CLUSTER_FIELDS if k in value})
 
 
 def _text(value: dict, field_name: str) -> str:
@@ -322,8 +333,10 @@ def parse_search_options(value: object, field_name: str = "search") -> SearchOpt
 def parse_scenario(value: object) -> Scenario:
     if not isinstance(value, dict):
         raise SpecError("scenario", type(value).__name__, "expected a mapping with cluster, model and training")
-    _check_keys(value, {"name", "description", "cluster", "model", "training", "search", "format", "calibration"},
-                "scenario", "scenario")
+    _check_keys(value, {"name", "description", "cluster", "model", "training", "search", "format", "calibration",
+                        "serving"}, "scenario", "scenario")
+    if "training" not in value and "serving" in value:
+        raise SpecError("training", None, "required; this scenario has only a serving section (use `amp-tui serve`)")
     for key in ("cluster", "model", "training"):
         if key not in value:
             raise SpecError(key, None, "required")

@@ -116,6 +116,7 @@ class AmpApp(App):
         Binding("f", "toggle_infeasible", "Infeasible"),
         Binding("C", "calibrate", "Calibrate", show=False),
         Binding("question_mark", "help", "Help"),
+        Binding("v", "serve_view", "Serve"),
         Binding("1", "go(1)", "Cluster", show=False),
         Binding("2", "go(2)", "Model", show=False),
         Binding("3", "go(3)", "Training", show=False),
@@ -470,12 +471,19 @@ class AmpApp(App):
                 message = f"amp-tui: the unsaved edits could not be kept: {err}"
         self.exit(message=message)
 
+    def action_serve_view(self) -> None:
+        """The Serve view (serving is a sibling of training: it keeps its own scenario)."""
+        from amp_tui.serving.spec import load_serving_scenario
+        from amp_tui.tui.screens.serve import DEFAULT_SERVING_SCENARIO, ServeScreen
+
+        self.push_screen(ServeScreen(load_serving_scenario(DEFAULT_SERVING_SCENARIO)))
+
     def action_help(self) -> None:
         self.push_screen(HelpScreen())
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         # While a dialog or the what-if view is open, keys belong to it (quit and the palette still work).
-        if self.screen is not self.screen_stack[0] and action not in ("quit", "command_palette"):
+        if self.screen is not self.screen_stack[0] and action not in ("quit", "command_palette", "pop_screen"):
             return False
         return True
 
@@ -677,6 +685,12 @@ def load_target(target: str | None) -> tuple[Scenario, Strategy | None]:
 
 def run_app(target: str | None) -> None:
     """Open the dashboard. A bad target raises SpecError before the terminal is taken over."""
+    from amp_tui.tui.screens.serve import ServeApp, serving_target
+
+    serving = serving_target(target)
+    if serving is not None:
+        ServeApp(*serving).run()
+        return
     scenario, preferred = load_target(target)
     app = AmpApp(scenario, preferred=preferred)
     app.run()

@@ -7,7 +7,7 @@ from amp_tui.core.presets import load_preset, preset_names
 from amp_tui.core.scenario import load_scenario, parse_scenario
 from core_builders import with_change
 
-SCENARIOS = preset_names("scenarios")
+SCENARIOS = [n for n in preset_names("scenarios") if "training" in load_preset("scenarios", n)]  # serving ones: tests/serving
 
 
 def test_the_paper_settings_are_presets():

@@ -158,7 +158,8 @@ SLOW_NODE = {"fp16": {"instance": "p3.2xlarge", "count": 1},          # one V100
 
 
 # The 1024- and 2048-GPU benchmarks take seconds each (see `amp-tui bench`); the README reports them.
-@pytest.mark.parametrize("name", [n for n in preset_names("scenarios") if not n.startswith(("bench-1024", "bench-2048"))])
+@pytest.mark.parametrize("name", [n for n in preset_names("scenarios") if not n.startswith(("bench-1024", "bench-2048"))
+                                  and "training" in load_preset("scenarios", n)])   # serving ones: tests/serving
 def test_presets_with_a_single_slow_node_added_are_never_slower(name):
     """One GPU more breaks the divisibility of the GPU count; a slow one could drag a stage down."""
     scn = load_scenario(name)

@@ -22,6 +22,7 @@ SECTIONS: list[tuple[str, list[tuple[str, str]]]] = [
         ("w", "what-if: rerun the search with links, GPU speeds and the batch scaled; the most robust pick"),
         ("x", "export the selected strategy (megatron, deepspeed, torchrun, rankmap, torchtitan)"),
         ("f", "show or hide infeasible strategies with their reason"),
+        ("v", "Serve view: place a model for serving by max flow (g picks a group, + / - edits it, c cancels)"),
         ("ctrl+p", "command palette: every action by name"),
         ("?", "this help"),
         ("ctrl+q", "quit (asks first when the scenario has unsaved edits: y or ctrl+q again quits)"),

@@ -1,0 +1,83 @@
+"""`amp-tui serve`: solve a serving placement and print it (text or JSON), optionally save it."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from amp_tui.core.errors import SpecError
+from amp_tui.core.units import format_seconds
+
+
+def cmd_serve(args) -> int:
+    from amp_tui.serving.planfile import open_serving, save_placement
+    from amp_tui.serving.result import run_serve
+
+    if not 0 < args.time_limit <= 3600:
+        raise SpecError("--time-limit", args.time_limit, "expected seconds between 0 and 3600")
+    if args.save and Path(args.save).is_dir():
+        raise SpecError("--save", Path(args.save), "is a folder; give the file's name")
+    scenario, placement = open_serving(args.scenario)
+    result = run_serve(scenario, time_limit_s=args.time_limit, placement=placement)
+    if args.save:
+        saved = save_placement(args.save, result)
+        print(f"saved the placement to {saved}", file=sys.stderr)
+    print(json.dumps(result.to_json(), indent=2) if args.json else render(result))
+    return 0
+
+
+def render(result) -> str:
+    sc, net, sol = result.scenario, result.net, result.solution
+    model = sc.serving_model
+    groups = " + ".join(f"{g.count} x {g.label}" + (f" ({g.region})" if len(sc.regions) > 1 else "") for g in sc.groups)
+    how = "reopened placement" if sol.stopped_by == "given" else f"solved in {format_seconds(sol.solve_time_s)}"
+    out = [f"{sc.name}: {sc.num_machines} machines ({groups}); {model.name}: {model.num_layers} layers; "
+           f"{sc.serving.prompt_tokens} prompt + {sc.serving.output_tokens} output tokens per request",
+           f"throughput {sol.throughput:,.1f} tokens/s   upper bound {sol.upper_bound:,.1f}   gap {sol.gap:.2%}   "
+           f"{how} ({sol.evaluations} max-flow evaluations)", ""]
+    util = result.utilisation()
+    rows = []
+    for m in range(net.num_machines):
+        k = sol.placement.count[m]
+        a = sol.placement.first[m]
+        bar = _bar(a, k, model.num_layers)
+        rows.append([result.machine_label(m), net.machine_region[m], f"{a}-{a + k - 1}" if k else "idle", str(k),
+                     f"{net.capacity(m, k):,.0f}" if k else "-", f"{util[m]:.0%}" if k else "-", bar])
+    out.append(_table(["machine", "region", "layers", "n", "capacity", "used", "layers held"], rows, {3, 4, 5}))
+    out += ["", "baselines (max flow of their placements):"]
+    for name, (_, value) in result.baselines.items():
+        if value > 0:
+            out.append(f"  {name:<20} {value:>10,.1f} tokens/s   amp-tui is {sol.throughput / value:.2f}x")
+        else:
+            out.append(f"  {name:<20} {0:>10,.1f} tokens/s   (no complete pipeline: the model does not fit)")
+    busiest = sorted(range(net.num_machines), key=lambda m: -util[m])[:5]
+    out += ["", "busiest machines: " + ", ".join(f"{result.machine_label(m)} {util[m]:.0%}" for m in busiest if util[m] > 0)]
+    out.append("busiest links:")
+    for a, b, f, u in result.busiest_links():
+        out.append(f"  {a} -> {b}: {f:,.1f} tokens/s ({u:.1%} of the link)")
+    out += ["", f"routes ({len(result.routes)}; weighted round robin by share):"]
+    for route in result.routes[:10]:
+        path = " -> ".join(f"{result.machine_label(m)}[{x}-{y}]" for m, (x, y) in zip(route.machines, route.layers))
+        out.append(f"  {route.share:6.1%}  {route.tokens_per_s:9,.1f} tokens/s  {path}")
+    if len(result.routes) > 10:
+        out.append(f"  ... {len(result.routes) - 10} more (--json lists them all)")
+    return "\n".join(out)
+
+
+def _bar(first: int, count: int, layers: int, width: int = 40) -> str:
+    cells = [" "] * width
+    for c in range(width):
+        lo, hi = c * layers / width, (c + 1) * layers / width
+        if count and first < hi and first + count > lo:
+            cells[c] = "#"
+    return "|" + "".join(cells) + "|"
+
+
+def _table(headers: list[str], rows: list[list[str]], right: set[int]) -> str:
+    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(headers)]
+
+    def line(cells):
+        return "  ".join(c.rjust(w) if i in right else c.ljust(w) for i, (c, w) in enumerate(zip(cells, widths))).rstrip()
+
+    return "\n".join([line(headers), line(["-" * w for w in widths]), *(line(r) for r in rows)])
