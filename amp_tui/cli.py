@@ -146,6 +146,8 @@ def build_parser() -> argparse.ArgumentParser:
     va.add_argument("--verbose", action="store_true", help="list every run not replayed, with its reasons")
     va.add_argument("--approximate", action="store_true",
                     help="also replay runs using techniques the cost model ignores (to find errors, not to score)")
+    va.add_argument("--fit", action="store_true",
+                    help="fit the cost model's default parameters to the replayed runs and print them (minutes)")
     va.add_argument("--write-bands", action="store_true",
                     help="write the prediction error bands (amp_tui/data/error_bands.yaml) from this replay")
     from amp_tui.cli_calibrate import add_parser as add_calibrate
@@ -272,7 +274,9 @@ def cmd_plan(args) -> int:
         saved = save_plan(args.save, scenario, result.strategies[args.rank - 1], overwrite=args.force)
     shown = args.top or scenario.search.top     # the search may have ranked more, for --rank
     if args.json:
-        print(_json({**result.to_dict(top=shown), "objective": objective.kind,
+        from amp_tui.core.confidence import confidence
+
+        print(_json({**result.to_dict(top=shown), "uncertainty": confidence(scenario).band, "objective": objective.kind,
                      "budget_usd_per_hour": objective.budget_usd_per_hour,
                      "idle_search": idle_search.to_dict()}))
     else:
@@ -416,11 +420,35 @@ def cmd_bench(args) -> int:
     return 0
 
 
+def _fit_defaults() -> int:
+    from collections import Counter
+
+    from amp_tui.core.params import prior
+    from amp_tui.core.validation.fit import fit_parameters
+    from amp_tui.core.validation.runs import load_cases, unsupported
+
+    cases = [c for c in load_cases() if c.scenario is not None and not unsupported(c)]
+    gpus = Counter(g.gpu.name for c in cases for g in c.scenario.cluster.nodes if not g.gpu.name.startswith("T4"))
+    names = [f"compute_efficiency.{g}" for g in gpus]
+    names += [f"{family}.{link}" for family in ("link_efficiency", "link_latency_s")
+              for link in ("nvlink", "infiniband", "ethernet", "pcie")]
+    names += ["dp_overlap.megatron", "dp_overlap.fsdp", "layer_floor_s", "micro_batch_overhead_s",
+              "iteration_overhead_s", "gemm_half_dim", "fp8_efficiency"]
+    values, before, after = fit_parameters(cases, names, max_evaluations=150)
+    rows = [[name, f"{prior(name)[0]:.4g}", f"{values[name]:.4g}"] for name in names]
+    print(_table(["parameter", "default", "fitted"], rows, {1, 2}))
+    print(f"weighted rms log error over {len(cases)} runs: {before:.3f} at the defaults, {after:.3f} fitted; "
+          f"compute_efficiency factors fold into the GPU catalog's peak_fraction")
+    return 0
+
+
 def cmd_validate(args) -> int:
     from amp_tui.core.validation.replay import render, report, run_validation
 
     if args.write_bands and (args.source or args.approximate):
         raise SpecError("--write-bands", "--source/--approximate", "bands come from the strict replay of every run")
+    if args.fit:
+        return _fit_defaults()
     validation = run_validation(args.source, approximate=args.approximate)
     rep = report(validation)
     print(json.dumps(rep, indent=2, allow_nan=False) if args.json else render(rep, verbose=args.verbose))
@@ -509,7 +537,10 @@ def render_predictions(scenario, predictions) -> str:
     headers = ["#", "tp x pp x dp", "mbs", "B", "iteration", "samples/s", "fullest stage memory",
                "techniques", *_cost_headers(scenario), "partition", "placement"]
     rows = [_prediction_row(scenario, p, str(i + 1), None) for i, p in enumerate(predictions)]
-    out = [_summary(scenario), "", _table(headers, rows, {0, 2, 3, 4, 5, 8, 9})]
+    from amp_tui.core.confidence import confidence
+
+    out = [_summary(scenario), f"predicted times {confidence(scenario).describe()}", "",
+           _table(headers, rows, {0, 2, 3, 4, 5, 8, 9})]
     for i, p in enumerate(predictions):
         out.append("")
         out.append(f"strategy {i + 1}: {p.strategy.label}, micro-batch {p.strategy.micro_batch_size}: "
@@ -559,6 +590,13 @@ def render_search(result, top: int, objective=None, idle_search=None) -> str:
     if skipped:
         out.append(f"note: pipelines of {', '.join(map(str, skipped))} stages were not searched: with "
                    f"{scenario.model.num_layers} layers their partition tables exceed amp-tui's limit (README, Limits)")
+    if result.strategies:
+        from amp_tui.core.confidence import confidence, within_band
+
+        sure = confidence(scenario)
+        close = within_band([p.iteration_time_s for p in result.strategies[:top]], sure.band)
+        out.append(f"predicted times {sure.describe()}"
+                   + (f"; the top {close} are within each other's band" if close > 1 else "; the top pick stands clear"))
     out.append("")
     if not result.strategies:
         out.append("no strategy fits in memory; see the reasons below" if objective is None

@@ -41,9 +41,16 @@ GBS, LAYERS, FLOPS, TP_BYTES, PARAMS, ACTIVATIONS = 64, 24, 6e12, 2e8, 3.5e8, 2e
 NAMES = ["compute_efficiency.T4", "link_efficiency.pcie", "link_efficiency.ethernet", "link_latency_s.pcie",
          "link_latency_s.ethernet", "layer_floor_s", "micro_batch_overhead_s", "iteration_overhead_s",
          "memory_fragmentation"]
-TRUE = {"compute_efficiency.T4": 0.7, "link_efficiency.pcie": 0.5, "link_efficiency.ethernet": 0.45,
-        "link_latency_s.pcie": 30e-6, "link_latency_s.ethernet": 100e-6, "layer_floor_s": 60e-6,
-        "micro_batch_overhead_s": 4e-3, "iteration_overhead_s": 0.05, "memory_fragmentation": 0.15}
+# The truth sits as far from the defaults (the priors) as it was designed to before the defaults were
+# fitted to the published runs (links 0.625 and 0.64 of them, latencies and fixed costs 1.5 to 2.7
+# times), so refitting the defaults does not move the test.
+TRUE = {"compute_efficiency.T4": 0.7, "link_efficiency.pcie": 0.625 * prior("link_efficiency.pcie")[0],
+        "link_efficiency.ethernet": 0.643 * prior("link_efficiency.ethernet")[0],
+        "link_latency_s.pcie": 2.0 * prior("link_latency_s.pcie")[0],
+        "link_latency_s.ethernet": 1.67 * prior("link_latency_s.ethernet")[0],
+        "layer_floor_s": 1.5 * prior("layer_floor_s")[0],
+        "micro_batch_overhead_s": 2.67 * prior("micro_batch_overhead_s")[0],
+        "iteration_overhead_s": 2.5 * prior("iteration_overhead_s")[0], "memory_fragmentation": 0.15}
 
 
 def synthetic_predict(v: dict[str, float], m: Measurement) -> tuple[float, float]:

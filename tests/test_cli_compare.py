@@ -7,7 +7,7 @@ import json
 from amp_tui.cli import main
 from amp_tui.core.yamlio import dump_yaml
 
-OTHER = {"tp": 1, "pp": 4, "dp": 4, "micro_batch_size": 2}
+OTHER = {"tp": 1, "pp": 2, "dp": 8, "micro_batch_size": 2}   # other degrees than the best plan's
 
 
 def run(capsys, *argv) -> tuple[int, str, str]:
@@ -37,8 +37,8 @@ def test_evaluate_plan_with_strategies_uses_the_plans_scenario(capsys, tmp_path)
 def test_compare_prints_terms_and_the_sentence(capsys, tmp_path):
     best = run_json(capsys, "plan", "paper-het-cluster", "--top", "1")["strategies"][0]
     strategies = tmp_path / "s.yaml"
-    strategies.write_text(dump_yaml([{k: best[k] for k in ("tp", "pp", "dp", "micro_batch_size", "idle") if k in best},
-                                     OTHER]))
+    keys = ("tp", "pp", "dp", "micro_batch_size", "partition", "placement", "idle")
+    strategies.write_text(dump_yaml([{k: best[k] for k in keys if k in best}, OTHER]))
     code, out, _ = run(capsys, "compare", "paper-het-cluster", strategies)
     assert code == 0
     label = f"{best['tp']}x{best['pp']}x{best['dp']}"

@@ -23,14 +23,19 @@ from amp_tui.core.validation.runs import (HONOURED, RUNS_FILE, SOURCE_KEYS, load
 # ceiling is never met by replaying nothing). Tighten them as the cost model improves; when
 # HONOURED widens, more runs replay and these move with them.
 CEILINGS = {
-    "amp-homogeneous": {"mape": 0.33, "spearman": 0.95, "top_pick": 1.12, "replayed": 52},
-    "megatron-sc21": {"mape": 0.16, "spearman": 0.95, "replayed": 10},
-    "korthikanti": {"mape": 0.24, "replayed": 2},
-    "llmfoundry": {"mape": 0.19, "spearman": 0.95, "replayed": 6},
-    "macro": {"mape": 0.23, "spearman": 0.95, "top_pick": 1.05},
+    "amp-homogeneous": {"mape": 0.18, "spearman": 0.95, "top_pick": 1.12, "replayed": 52},
+    "megatron-sc21": {"mape": 0.18, "spearman": 0.75, "replayed": 16},
+    "korthikanti": {"mape": 0.17, "replayed": 8},
+    "llmfoundry": {"mape": 0.20, "spearman": 0.95, "replayed": 216},
+    "nemo": {"mape": 0.36, "replayed": 92},
+    "torchtitan": {"mape": 0.23, "spearman": 0.85, "replayed": 45},
+    "macro": {"mape": 0.21, "spearman": 0.90, "top_pick": 1.08},
 }
-OOM_PREDICTED_TO_FIT = 1       # of the runs that ran out of memory (AMP's 5 failed runs today)
-RAN_PREDICTED_OOM = 0          # of the runs that ran
+OOM_PREDICTED_TO_FIT = 1       # of the runs that ran out of memory (AMP's 5 failed runs and torchtitan's 2)
+# Of the 422 runs that ran: mostly llm-foundry's large micro-batches and NeMo's FSDP and 405B runs,
+# whose sources leave out the activation offloading or recomputation that made them fit. A guard
+# against getting worse, not the goal (none).
+RAN_PREDICTED_OOM = 92          # of the runs that ran
 
 
 @pytest.fixture(scope="module")
@@ -147,7 +152,7 @@ def test_interleaving_needs_pipeline_stages(cases):
     assert flat.virtual_stages == 1 and flat.strategy.micro_batch_size == 1 and unsupported(flat) == []
     deep = cases["megatron-sc21-t1-39.1B"]     # pp = 2, depth not stated
     assert deep.virtual_stages is None
-    assert unsupported(deep) == ["interleaving depth not stated"]
+    assert unsupported(deep) == ["needs the interleaved schedule", "interleaving depth not stated"]
 
 
 def test_llmfoundry_fsdp_is_zero_3_and_shard_grad_op_is_zero_2(cases):
@@ -182,7 +187,7 @@ def test_torchtitan_run_keeps_its_memory_and_fsdp(cases):
     assert (case.zero_stage, case.recompute) == (3, "selective")
     assert case.measured.peak_memory_bytes == pytest.approx(82.4 * 2**30)
     assert case.scenario.cluster.nodes[0].gpu.memory_bytes == pytest.approx(96e9)
-    assert set(unsupported(case)) == {"needs ZeRO-3 / FSDP", "needs selective recomputation"}
+    assert unsupported(case) == []           # ZeRO-3 and selective recomputation are honoured
     # The batch is per data-parallel rank; a pipeline splits it into pp micro-batches.
     piped = cases["torchtitan-202412-t6-L66"]
     assert (piped.strategy.pp, piped.strategy.micro_batch_size, piped.scenario.training.global_batch_size) == (8, 1, 64)
@@ -218,10 +223,10 @@ def test_llama3_run_names_what_its_source_leaves_out(cases):
 
 
 def test_widening_the_honoured_set_is_enough_to_replay_a_run(cases):
-    only_fp8 = [c for c in cases.values() if unsupported(c) == ["needs fp8"]]
-    assert only_fp8
-    wider = {**HONOURED, "precision": HONOURED["precision"] | {"fp8"}}
-    assert all(unsupported(c, wider) == [] and c.scenario is not None for c in only_fp8)
+    narrower = {**HONOURED, "precision": HONOURED["precision"] - {"fp8"}}
+    only_fp8 = [c for c in cases.values() if unsupported(c, narrower) == ["needs fp8"]]
+    assert only_fp8                           # what fp8 alone kept out before the model honoured it
+    assert all(unsupported(c) == [] and c.scenario is not None for c in only_fp8)
 
 
 # -- the whole public set ---------------------------------------------------------------------
@@ -259,7 +264,7 @@ def test_validate_json_is_strict_and_complete(capsys):
     assert row["amp_model"]["mape"] > 0
     assert rep["macro"]["sources"] >= 4
     assert rep["runs"] == rep["replayed"] + rep["not_replayed"]["runs"] == 470
-    assert rep["sources"]["nemo"]["mape"] is None           # nothing replayed: null, not NaN
+    assert rep["sources"]["llama3"]["mape"] is None         # nothing replayed: null, not NaN
     result = rep["results"][0]
     assert result["error"] == pytest.approx(result["predicted_s"] / result["measured_s"] - 1)
 
@@ -268,8 +273,10 @@ def test_validate_text_source_filter_and_errors(capsys):
     assert main(["validate", "--source", "llmfoundry", "--verbose"]) == 0
     out = capsys.readouterr().out
     assert "llmfoundry" in out and "amp-homogeneous" not in out
-    assert "needs ZeRO-3 / FSDP" in out and "llmfoundry-L75 (llmfoundry)" in out
     assert "replayed runs:" in out and "llmfoundry-L87" in out and "1x1x512 mbs8 z2  " in out
+    assert main(["validate", "--source", "nemo", "--verbose"]) == 0
+    out = capsys.readouterr().out
+    assert "needs fp4" in out and "amp-homogeneous" not in out
     assert main(["validate", "--source", "nope"]) == 2
     assert "--source: 'nope'" in capsys.readouterr().err
     assert main(["validate", "--write-bands", "--approximate"]) == 2

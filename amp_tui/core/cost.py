@@ -120,7 +120,10 @@ class CostModel:
             # are paid once per micro-batch, so larger micro-batches run more efficiently.
             work1 = self._work_per_sample / tp
             kappa = np.where(work1 > 0, gpu.half_work / np.where(work1 > 0, work1, 1.0), 0.0)
-            forward = np.where(have, np.where(have, measured, 0.0) * (mbs + kappa) / (1.0 + kappa), analytic)
+            known = np.where(have, measured, 0.0)
+            forward = np.where(have, known * (mbs + kappa) / (1.0 + kappa), analytic)
+            if tp > 1:
+                forward = np.where(have, self._split_measured(group, tp, known, analytic, mbs), forward)
         else:
             forward = analytic
         comm_passes = passes - 1.0  # forward and backward all-reduces, forward again under recompute
@@ -132,6 +135,28 @@ class CostModel:
                                                                        self.params, tp, self.knobs.cp, mbs)
         for row, m in enumerate(todo):
             self._layer_times[(gpu_id, tp, m)] = (compute[row], tp_bytes[row])
+
+    def _split_measured(self, group: int, tp: int, measured: np.ndarray, analytic: np.ndarray,
+                        mbs: np.ndarray) -> np.ndarray:
+        """A layer time measured at tp > 1 and micro-batch 1 holds compute and the tensor-parallel
+        all-reduces, which scale differently: the compute is the tp = 1 measurement carried to this
+        tp by the analytic model (`analytic`, per micro-batch size), the rest is communication,
+        paid as one latency per micro-batch plus the bytes of each sample over the node's link.
+        Scaling the whole measurement with the micro-batch would multiply a latency-bound
+        all-reduce by the micro-batch size. Layers without a tp = 1 measurement keep `measured`
+        scaled by the efficiency model (the caller's)."""
+        base = self._measured(self.gpus[group].name, 1)
+        compute1 = self._analytic_forward(self.gpus[group], tp, 1) * self._calibration(group)
+        compute_share = np.where(compute1 > 0, np.minimum(measured, compute1) / np.where(compute1 > 0, compute1, 1.0), 0.0)
+        comm1 = np.maximum(measured - compute1, 0.0)
+        node = self.scenario.cluster.nodes[group]
+        bandwidth = node.intra_node_bandwidth * self.params("link_efficiency", node.intra_link_class)
+        per_sample = np.minimum(comm1, self.model.columns["tp_comm_bytes"] * (2.0 * (tp - 1) / tp) / bandwidth)
+        split = compute_share * analytic + (comm1 - per_sample) + per_sample * mbs
+        work1 = self._work_per_sample / tp
+        kappa = np.where(work1 > 0, self.gpus[group].half_work / np.where(work1 > 0, work1, 1.0), 0.0)
+        whole = measured * (mbs + kappa) / (1.0 + kappa)
+        return np.where(np.isnan(base), whole, split)
 
     @cached_property
     def tp_messages(self) -> np.ndarray:
@@ -149,7 +174,8 @@ class CostModel:
         layer's input, and recomputes one layer's full activations at a time."""
         key = ("activations", tp)
         if key not in self._profiles:
-            kept, peak = compute_terms.activation_terms(self.model, tp, self.knobs, self.training.framework)
+            kept, peak = compute_terms.activation_terms(self.model, tp, self.knobs, self.training.framework,
+                                                        self.training.precision)
             grow = 1.0 + self.params("memory_fragmentation")
             self._profiles[key] = (np.concatenate([[0.0], np.cumsum(kept)]) * grow, peak * grow)
         return self._profiles[key]

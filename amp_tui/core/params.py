@@ -1,6 +1,7 @@
 """The cost model's physical parameters: named, with defaults, bounds and priors.
 
-Every constant the cost model uses beyond the hardware catalog is one of these: how far below
+Every constant the cost model uses beyond the hardware catalog is one of these (defaults fitted to
+the 429 published runs `amp-tui validate` replays, each source weighted equally: `validate --fit`): how far below
 peak a GPU's kernels run, what fraction of a link's bandwidth a collective achieves and what each
 message costs in latency, the fixed costs of a layer, a micro-batch and an iteration, and the
 memory a framework adds to the tensors it holds. Defaults are fitted to the published runs
@@ -49,25 +50,26 @@ FAMILIES: dict[str, Family] = {family.name: family for family in (
     Family("compute_efficiency", 1.0, 0.25, 3.0, 0.35, "x",
            "multiplies the GPU's catalog peak fraction: how fast its large matrix multiplies really run",
            keyed_by="gpu"),
-    Family("link_efficiency", {"nvlink": 0.85, "pcie": 0.8, "infiniband": 0.8, "ethernet": 0.7, "*": 0.8},
+    Family("link_efficiency", {"nvlink": 1.0, "pcie": 0.95, "infiniband": 1.0, "ethernet": 0.93, "*": 0.95},
            0.05, 1.0, 0.4, "x", "achieved fraction of the catalog bandwidth for collectives and sends",
            keyed_by="link"),
-    Family("link_latency_s", {"nvlink": 8e-6, "pcie": 15e-6, "infiniband": 15e-6, "ethernet": 60e-6, "*": 20e-6},
-           0.0, 5e-3, 1.0, "s", "per-message latency (the alpha term) of one step of a collective or one send",
+    Family("link_latency_s", {"nvlink": 3e-6, "pcie": 15e-6, "infiniband": 50e-6, "ethernet": 65e-6, "*": 30e-6},
+           0.0, 5e-3, 1.0, "s", "per-message latency (the alpha term) of one step of a collective or one send "
+           "(kept in the classes' physical order, RDMA below TCP, so that a slower link is never faster)",
            keyed_by="link"),
-    Family("dp_overlap", {"megatron": 0.5, "deepspeed": 0.0, "fsdp": 0.9, "*": 0.0}, 0.0, 1.0, 1.0, "x",
+    Family("dp_overlap", {"megatron": 0.45, "deepspeed": 0.0, "fsdp": 0.88, "*": 0.0}, 0.0, 1.0, 1.0, "x",
            "share of the last micro-batch's backward pass that hides the gradient all-reduce "
            "(bucketed reduction as gradients become ready; DeepSpeed's pipeline engine reduces after)",
            keyed_by="framework"),
-    Family("gemm_half_dim", 96.0, 8.0, 1024.0, 0.7, "rows",
+    Family("gemm_half_dim", 48.0, 8.0, 1024.0, 0.7, "rows",
            "matrix-multiply rows (or columns) at which a GEMM reaches half its GPU's best efficiency"),
-    Family("fp8_efficiency", 0.7, 0.3, 1.0, 0.3, "x",
+    Family("fp8_efficiency", 0.79, 0.3, 1.0, 0.3, "x",
            "share of the bf16 matrix-multiply efficiency fp8 keeps at its doubled peak (casts, scaling)"),
-    Family("layer_floor_s", 40e-6, 0.0, 2e-3, 1.0, "s",
+    Family("layer_floor_s", 26e-6, 0.0, 2e-3, 1.0, "s",
            "kernel-launch floor of one layer's forward pass: a latency-bound layer takes at least this"),
-    Family("micro_batch_overhead_s", 1.5e-3, 0.0, 0.1, 1.0, "s",
+    Family("micro_batch_overhead_s", 0.5e-3, 0.0, 0.1, 1.0, "s",
            "the pipeline engine's fixed cost per micro-batch on each stage (scheduling, P2P setup)"),
-    Family("iteration_overhead_s", 0.02, 0.0, 5.0, 1.5, "s",
+    Family("iteration_overhead_s", 0.010, 0.0, 5.0, 1.5, "s",
            "fixed cost per iteration: gradient clipping, loss scaling, logging, step bookkeeping"),
     Family("memory_fragmentation", 0.08, 0.0, 0.5, 0.6, "x",
            "allocator fragmentation: extra share of the activation and buffer memory the allocator holds"),

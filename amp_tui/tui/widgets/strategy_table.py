@@ -337,6 +337,8 @@ class StrategyTable(Vertical):
             if self.has_class("-stale") else Text("")
         if not result.strategies:
             parts.append(no_strategy_note(result))
+        else:
+            parts.append(confidence_note(result))
         if result.baseline is not None:
             parts.append("unif: the best even split in rank order.")
         parts.append("memory: fullest stage.")
@@ -406,3 +408,14 @@ class StrategyTable(Vertical):
 
 
 _PRICE_ATTR = {"$/hour": "cost_per_hour_usd", "$/1M tok": "cost_per_million_tokens_usd"}
+
+
+def confidence_note(result: SearchResult) -> str:
+    """'times ±15% (uncalibrated: ...); the top 3 are within each other's band.'"""
+    from amp_tui.core.confidence import confidence, within_band
+
+    sure = confidence(result.scenario)
+    close = within_band([p.iteration_time_s for p in result.strategies], sure.band)
+    marker = "calibrated" if result.scenario.calibration.values else "times"
+    tail = f" the top {close} are within each other's band." if close > 1 else " the top pick stands clear of the rest."
+    return f"{marker} {sure.describe()};{tail}"
