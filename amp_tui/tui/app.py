@@ -29,7 +29,9 @@ from amp_tui.core.errors import Cancelled, SpecError
 from amp_tui.core.planfile import open_scenario
 from amp_tui.core.presets import load_preset
 from amp_tui.core.scenario import Scenario, parse_scenario
-from amp_tui.core.search import Infeasible, SearchResult, search
+from amp_tui.core.objective import Objective
+from amp_tui.core.search import Infeasible, SearchResult
+from amp_tui.core.subclusters import search_parts
 from amp_tui.core.strategy import Strategy
 from amp_tui.core.yamlio import atomic_write, dump_yaml
 from amp_tui.tui import edits
@@ -117,6 +119,7 @@ class AmpApp(App):
         Binding("C", "calibrate", "Calibrate", show=False),
         Binding("question_mark", "help", "Help"),
         Binding("v", "serve_view", "Serve"),
+        Binding("o", "toggle_objective", "Objective"),
         Binding("1", "go(1)", "Cluster", show=False),
         Binding("2", "go(2)", "Model", show=False),
         Binding("3", "go(3)", "Training", show=False),
@@ -140,7 +143,8 @@ class AmpApp(App):
         self._generation = 0
         self._undo: list[tuple[Scenario, str]] = []
         self._redo: list[tuple[Scenario, str]] = []
-        self.saved_scenario = scenario   # the scenario as last opened or saved: ctrl+q asks if it changed
+        self.saved_scenario = scenario   # the scenario as last opened or saved: ctrl+q keeps edits past it
+        self.objective = Objective()     # o switches between time and cost per token
         self.pinned: Prediction | None = None
         self._comparison: tuple | None = None
         self._preferred = preferred
@@ -375,7 +379,8 @@ class AmpApp(App):
 
         started = time.perf_counter()
         try:
-            result = search(scenario, should_cancel=cancelled, progress=progress)
+            # Over the parts of the cluster too (idle nodes), ranked by the chosen objective.
+            result, _ = search_parts(scenario, self.objective, should_cancel=cancelled, progress=progress)
         except Cancelled:
             return
         self.post_message(SearchDone(generation, result, time.perf_counter() - started))
@@ -470,6 +475,19 @@ class AmpApp(App):
             except (SpecError, OSError) as err:
                 message = f"amp-tui: the unsaved edits could not be kept: {err}"
         self.exit(message=message)
+
+    def action_toggle_objective(self) -> None:
+        """o: rank by iteration time or by cost per token (which needs every node group's price)."""
+        wanted = Objective("cost" if self.objective.kind == "time" else "time", self.objective.budget_usd_per_hour)
+        try:
+            wanted.check(self.scenario)
+        except SpecError as err:
+            self.status.error = str(err)
+            self.notify(str(err), severity="error", markup=False)
+            return
+        self.objective = wanted
+        self.notify(f"ranking by {wanted.describe()}", markup=False)
+        self.start_search(0.0)
 
     def action_serve_view(self) -> None:
         """The Serve view (serving is a sibling of training: it keeps its own scenario)."""

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 from textual import events
 from textual.widgets import DataTable, Input, TextArea
@@ -84,6 +86,8 @@ async def test_4_no_candidates_says_why_and_what_to_change(make_app):
         await settle(app, pilot)
         app.apply_scenario(edits.set_node_field(app.scenario, 0, "count", 37), "37 nodes")  # 148 GPUs
         app.apply_scenario(edits.set_node_field(app.scenario, 0, "gpus_per_node", 1), "1 GPU per node")
+        # every GPU required: leaving nodes idle would otherwise find plans on 32 of the 37
+        app.apply_scenario(replace(app.scenario, search=replace(app.scenario.search, use_all_gpus=True)), "all GPUs")
         await settle(app, pilot)
         assert app.result.stats.candidates == 0
         note = str(app.query_one("#strategies-note").content)

@@ -9,8 +9,7 @@ from textual.widgets import Static
 
 from amp_tui.core.cost import Prediction
 from amp_tui.core.evaluate import evaluate
-from amp_tui.core.placement import placement_label
-from amp_tui.core.scenario import Cluster
+from amp_tui.core.pricing import cost_unit
 from amp_tui.core.search import Infeasible
 from amp_tui.core.strategy import Strategy
 from amp_tui.tui.format import format_seconds
@@ -20,7 +19,7 @@ from amp_tui.tui.widgets.strategy_table import no_strategy_note
 from amp_tui.tui.widgets.time_chart import TimeChart
 
 
-def summary(prediction: Prediction, baseline: Prediction | None, cluster: Cluster) -> Text:
+def summary(prediction: Prediction, baseline: Prediction | None, scenario) -> Text:
     strategy = prediction.strategy
     text = Text()
     text.append(f"{strategy.label}", style="bold")
@@ -37,15 +36,31 @@ def summary(prediction: Prediction, baseline: Prediction | None, cluster: Cluste
     text.append(format_seconds(prediction.dp_allreduce_s), style="bold")
     if strategy.partition:
         text.append(f"\nlayers per stage {'/'.join(map(str, strategy.partition))}")
-    text.append(_nodes(cluster, strategy))
+    text.append(_nodes(scenario, strategy))
+    if prediction.cost_per_hour_usd is not None:
+        text.append(f"\n${prediction.cost_per_hour_usd:,.2f}/hour")
+        if prediction.cost_per_million_tokens_usd is not None:
+            text.append(f" · ${prediction.cost_per_million_tokens_usd:,.2f} per million {cost_unit(scenario)}")
+    from amp_tui.core.confidence import confidence
+
+    text.append(f"\npredicted {confidence(scenario).describe()}", style="dim")
     if not prediction.fits_memory and prediction.reason:
         text.append(f"\n{prediction.reason}", style="bold red")
     return text
 
 
-def _nodes(cluster: Cluster, strategy: Strategy) -> str:
-    """' · nodes: ...' where the cluster has more than one node group to order, else ''."""
-    return f" · nodes: {placement_label(cluster, strategy.placement)}" if len(cluster.nodes) > 1 else ""
+def _nodes(scenario, strategy: Strategy) -> str:
+    """' · nodes: ...' where the cluster has more than one node group to order, and the nodes a
+    strategy leaves idle, with the GPUs it uses."""
+    from amp_tui.core.subclusters import placement_text
+
+    cluster = scenario.cluster
+    out = f" · nodes: {placement_text(scenario, strategy)}" if len(cluster.nodes) > 1 else ""
+    if strategy.idle:
+        idle = ", ".join(f"{nodes} x {cluster.nodes[group].label}" for group, nodes in strategy.idle)
+        used = strategy.num_gpus
+        out += f" · idle: {idle} ({used} of {cluster.num_gpus} GPUs used)"
+    return out
 
 
 class SelectedPane(VerticalScroll):
@@ -82,14 +97,14 @@ class SelectedPane(VerticalScroll):
         if comparison is not None:
             bars.display = chart.display = False
         elif isinstance(entry, Prediction):
-            text.update(summary(entry, baseline, self.app.result.scenario.cluster))
+            text.update(summary(entry, baseline, self.app.result.scenario))
             bars.show(entry)
             chart.show(entry)
             bars.display = chart.display = True
         elif isinstance(entry, Infeasible):
             strategy, scenario = entry.strategy, self.app.result.scenario
             message = Text(f"{strategy.label} micro-batch {strategy.micro_batch_size} is infeasible", style="bold")
-            message.append(_nodes(scenario.cluster, strategy))
+            message.append(_nodes(scenario, strategy))
             message.append("\n")
             message.append(entry.reason, style="red")
             message.append("\nThe bars show the even split.", style="dim")
