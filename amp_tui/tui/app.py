@@ -317,22 +317,20 @@ class AmpApp(App):
         self.start_search(delay=self.debounce_s)
 
     def action_undo(self) -> None:
-        if not self._undo:
-            self.notify("Nothing to undo")
-            return
-        previous, what = self._undo.pop()
-        self._redo.append((self.scenario, what))
-        self.apply_scenario(previous, what, undoable=False)
-        self.notify(f"Undone: {what}", markup=False)
+        self._step(self._undo, self._redo, "undo", "Undone")
 
     def action_redo(self) -> None:
-        if not self._redo:
-            self.notify("Nothing to redo")
+        self._step(self._redo, self._undo, "redo", "Redone")
+
+    def _step(self, source: list, target: list, verb: str, done: str) -> None:
+        """Move one edit from the undo stack to the redo stack, or back, and apply it."""
+        if not source:
+            self.notify(f"Nothing to {verb}")
             return
-        following, what = self._redo.pop()
-        self._undo.append((self.scenario, what))
-        self.apply_scenario(following, what, undoable=False)
-        self.notify(f"Redone: {what}", markup=False)
+        scenario, what = source.pop()
+        target.append((self.scenario, what))
+        self.apply_scenario(scenario, what, undoable=False)
+        self.notify(f"{done}: {what}", markup=False)
 
     @property
     def unsaved(self) -> bool:
