@@ -61,7 +61,8 @@ class CostModel:
         cols = self.model.columns
         self._work_per_sample = cols["tokens"] * cols["width"]   # kernel size at tp 1, micro-batch 1
         self._output = cols["output_bytes"]
-        self._params = cols["params"]
+        # Parameters per GPU before tp: expert parallelism keeps 1/ep of each MoE layer's experts.
+        self._params = cols["params"] - cols["expert_params"] * (1.0 - 1.0 / self.knobs.ep)
         self._profiles = {}  # per-GPU / per-tp layer arrays: measured times, calibration, activations
         self.floor_cache: dict = {}  # the search's bound and memory terms shared between candidates
 
@@ -130,11 +131,27 @@ class CostModel:
         ring = 2.0 * (tp - 1) / tp
         tp_bytes = np.where(have, 0.0, self.model.columns["tp_comm_bytes"] * (comm_passes * mbs * ring / self.knobs.cp))
         compute = passes * forward
+        if self.knobs.ep > 1:    # tokens to their experts and back: forward, backward (and recomputed forward)
+            compute = compute + comm_passes * self._expert_alltoall(gpu_id, tp) * mbs
         if self.knobs.recompute == "selective":   # attention scores and softmax run forward again
             compute = compute + compute_terms.selective_recompute_time(self.model, gpu, self.training.precision,
                                                                        self.params, tp, self.knobs.cp, mbs)
         for row, m in enumerate(todo):
             self._layer_times[(gpu_id, tp, m)] = (compute[row], tp_bytes[row])
+
+    def _expert_alltoall(self, group: int, tp: int) -> np.ndarray:
+        """Per layer, seconds of one pass's all-to-alls (dispatch + combine) per sample, over an
+        expert-parallel group laid out on this group's nodes (terms/experts.py)."""
+        from amp_tui.core.terms.experts import alltoall_bytes_per_gpu, alltoall_seconds
+
+        node = self.scenario.cluster.nodes[group]
+        ep, cp = self.knobs.ep, self.knobs.cp
+        per_node = max(node.gpus_per_node // (tp * cp), 1)
+        seconds_per_byte = alltoall_seconds(
+            1.0, ep, min(ep, per_node), node.gpus_per_node,
+            node.intra_node_bandwidth * self.params("link_efficiency", node.intra_link_class),
+            node.inter_node_bandwidth * self.params("link_efficiency", node.inter_link_class))
+        return alltoall_bytes_per_gpu(self.model.columns["moe_alltoall_bytes"], 1, tp, cp) * seconds_per_byte
 
     def _split_measured(self, group: int, tp: int, measured: np.ndarray, analytic: np.ndarray,
                         mbs: np.ndarray) -> np.ndarray:
@@ -192,7 +209,7 @@ class CostModel:
             times = np.zeros(self.model.num_layers)
             tp_part = np.zeros(self.model.num_layers)
             alpha = self.tp_messages * (2.0 * (tp - 1) * tp_latency) if tp > 1 else 0.0
-            sharded = compute_terms.zero3_layer_time(self.model, self.training.bytes_per_element, tp, shard) if shard[0] else None
+            sharded = compute_terms.zero3_layer_time(self._params, self.training.bytes_per_element, tp, shard) if shard[0] else None
             for g in groups:
                 compute, tp_bytes = self.layer_times(g, tp, mbs)
                 # A measured time already holds its all-reduces, latency included (tp_bytes = 0).
@@ -551,7 +568,7 @@ class Candidate:
 
     def strategy(self, partition: tuple[int, ...]) -> Strategy:
         return Strategy(self.tp, self.pp, self.dp, self.mbs, tuple(int(n) for n in partition), self.layout.order,
-                        **self.knobs.to_dict())
+                        ep=self.knobs.ep if self.knobs.ep > 1 else None, **self.knobs.to_dict())
 
     def predict(self, partition: tuple[int, ...]) -> Prediction:
         """Every term of the cost and memory model for one partition (layers per stage)."""

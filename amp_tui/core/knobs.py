@@ -21,6 +21,7 @@ class Knobs:
     sequence_parallel: bool = False
     cp: int = 1
     virtual_stages: int = 1
+    ep: int = 1          # expert parallelism: the strategy's own (the search does not choose it)
 
     def to_dict(self) -> dict:
         return {key: getattr(self, key) for key in KNOB_FIELDS}
@@ -39,6 +40,8 @@ class Knobs:
             parts.append(f"cp{self.cp}")
         if self.virtual_stages > 1:
             parts.append(f"v{self.virtual_stages}")
+        if self.ep > 1:
+            parts.append(f"ep{self.ep}")
         return " ".join(parts) or "-"
 
 
@@ -64,7 +67,7 @@ def resolve(strategy: Strategy, training: Training) -> Knobs:
     for key in KNOB_FIELDS:
         own = getattr(strategy, key)
         values[key] = own if own is not None else fixed.get(key, getattr(_DEFAULT, key))
-    return Knobs(**values)
+    return Knobs(**values, ep=strategy.ep or 1)
 
 
 def describe(training: Training) -> str:

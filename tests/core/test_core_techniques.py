@@ -12,6 +12,7 @@ from amp_tui.core.errors import SpecError
 from amp_tui.core.evaluate import evaluate
 from amp_tui.core.knobs import Knobs, knob_choices
 from amp_tui.core.params import FAMILIES
+from amp_tui.core.presets import load_preset
 from amp_tui.core.scenario import parse_scenario
 from amp_tui.core.search import enumerate_candidates, search
 from amp_tui.core.strategy import Strategy, validate_strategy
@@ -253,3 +254,24 @@ def test_backward_pass_hides_part_of_the_all_reduce():
     assert hidden.dp_allreduce_s == pytest.approx(max(plain.dp_allreduce_s - 0.5 * 2 / 3 * compute, 0), rel=1e-12)
     assert hidden.iteration_time_s == pytest.approx(plain.iteration_time_s - plain.dp_allreduce_s
                                                     + hidden.dp_allreduce_s, rel=1e-12)
+
+
+def test_expert_parallelism_shards_experts_and_pays_the_all_to_all():
+    """Mixtral 8x22B on a GB200 rack: ep = 4 keeps a quarter of each MoE layer's experts per GPU,
+    and every MoE layer sends its tokens to the experts and back, forward and backward."""
+    from amp_tui.core.terms.experts import alltoall_bytes_per_gpu, alltoall_seconds
+
+    scn = parse_scenario({**load_preset("scenarios", "gb200-nvl72-mixtral-8x22b"), "calibration": IDEAL})
+    plain, sharded = (evaluate(scn, Strategy(1, 9, 8, 1, partition=None, ep=ep)) for ep in (None, 4))
+    cols = scn.model.columns
+    stage = sharded.stages[0]
+    layers = slice(stage.first_layer, stage.last_layer + 1)
+    params = float((cols["params"][layers] - cols["expert_params"][layers] * 3 / 4).sum())
+    assert stage.memory.weights_bytes == pytest.approx(params * scn.training.bytes_per_element, rel=1e-9)
+    assert sharded.peak_memory_bytes < plain.peak_memory_bytes
+    node = scn.cluster.nodes[0]
+    per_byte = alltoall_seconds(1.0, 4, 4, node.gpus_per_node, node.intra_node_bandwidth, node.inter_node_bandwidth)
+    moved = alltoall_bytes_per_gpu(float(cols["moe_alltoall_bytes"][layers].sum()), 1)
+    same_split = evaluate(scn, Strategy(1, 9, 8, 1, partition=sharded.strategy.partition))
+    assert stage.compute_s - same_split.stages[0].compute_s == pytest.approx(2 * moved * per_byte, rel=1e-9)
+    assert sharded.strategy.ep == 4

@@ -127,9 +127,9 @@ def activation_terms(model: Model, tp: int, knobs, framework: str = "megatron",
     return full, workspace
 
 
-def zero3_layer_time(model: Model, bytes_per_element: int, tp: int, shard: tuple[float, float]) -> np.ndarray:
+def zero3_layer_time(params: np.ndarray, bytes_per_element: int, tp: int, shard: tuple[float, float]) -> np.ndarray:
     """ZeRO-3 / FSDP seconds per layer per micro-batch on the sharding ring (`shard`: seconds per
-    byte already scaled by (n - 1)/n, latency): the parameters all-gathered for forward and again
-    for backward, the gradients reduce-scattered."""
+    byte already scaled by (n - 1)/n, latency): each layer's parameters on this GPU (`params`,
+    before tp) all-gathered for forward and again for backward, the gradients reduce-scattered."""
     spb, _ = shard
-    return 3.0 * model.columns["params"] * (bytes_per_element / tp) * spb
+    return 3.0 * params * (bytes_per_element / tp) * spb

@@ -31,7 +31,7 @@ HONOURED: dict[str, set] = {
     "sequence_parallel": {False, True},
     "cp": set(range(1, 65)),
     "virtual_stages": set(range(1, 65)),
-    "ep": {1},
+    "ep": set(range(1, 65)),
 }
 
 RUNS_FILE = Path(__file__).resolve().parent.parent.parent / "data" / "measured_runs.yaml"
