@@ -549,75 +549,61 @@ class AmpApp(App):
         scenario = self.result.scenario
         default = default_plan_name(scenario.name, prediction.strategy.label)
         what = f"{prediction.strategy.label}, micro-batch {prediction.strategy.micro_batch_size}"
-
-        def chosen(path: Path | None) -> None:
-            if path is None:
-                return
-            if path.exists():
-                def answered(yes: bool | None) -> None:
-                    if yes:
-                        self.write_plan(path, scenario, prediction, overwrite=True)
-                    else:
-                        self.notify("Not saved: the file was kept", markup=False)
-                self.push_screen(ConfirmScreen(f"{path} already exists. Overwrite it?", "File exists"), answered)
-            else:
-                self.write_plan(path, scenario, prediction, overwrite=False)
-        self.push_screen(SaveDialog(default, what), chosen)
-
-    def write_plan(self, path: Path, scenario: Scenario, prediction: Prediction, *, overwrite: bool) -> Path | None:
-        try:
-            save_plan = _core_save_plan()
-            if save_plan is not None:
-                written = save_plan(path, scenario, prediction, overwrite=overwrite)
-            else:
-                data = {"format": "amp-tui/plan/1", "scenario": scenario.to_dict(),
-                        "strategy": prediction.strategy.to_dict(), "prediction": prediction.to_dict()}
-                written = atomic_write(path, dump_yaml(data), overwrite=overwrite)
-        except SpecError as error:
-            self.notify(str(error), title="Not saved", severity="error", markup=False)
-            return None
-        except OSError as error:
-            self.notify(f"{path}: {error.strerror or error}", title="Not saved", severity="error", markup=False)
-            return None
-        except Exception as error:  # pragma: no cover - a bug, shown rather than raised
-            self.notify(f"{type(error).__name__}: {error}", title="Not saved", severity="error", markup=False)
-            return None
-        self.notify(f"Saved plan to {Path(written).resolve()}", title="Plan saved", markup=False)
-        if scenario == self.scenario:
-            self.saved_scenario = scenario   # a plan holds the whole scenario: nothing is lost
-        return Path(written)
+        self.push_screen(SaveDialog(default, what), self._confirm_overwrite(
+            lambda path, overwrite: self.write_plan(path, scenario, prediction, overwrite=overwrite)))
 
     def action_save_scenario(self) -> None:
         """ctrl+e: save the edited scenario itself as YAML (open it again with `amp-tui ui FILE`)."""
         scenario = self.scenario
         default = safe_file_stem(scenario.name, "scenario") + ".yaml"
+        self.push_screen(SaveDialog(default, scenario.name, kind="scenario"), self._confirm_overwrite(
+            lambda path, overwrite: self.write_scenario(path, scenario, overwrite=overwrite)))
 
+    def _confirm_overwrite(self, write):
+        """The save dialog's callback: write a new file, or ask before overwriting one."""
         def chosen(path: Path | None) -> None:
             if path is None:
                 return
-            if path.exists():
-                def answered(yes: bool | None) -> None:
-                    if yes:
-                        self.write_scenario(path, scenario, overwrite=True)
-                    else:
-                        self.notify("Not saved: the file was kept", markup=False)
-                self.push_screen(ConfirmScreen(f"{path} already exists. Overwrite it?", "File exists"), answered)
-            else:
-                self.write_scenario(path, scenario, overwrite=False)
-        self.push_screen(SaveDialog(default, scenario.name, kind="scenario"), chosen)
+            if not path.exists():
+                write(path, False)
+                return
+
+            def answered(yes: bool | None) -> None:
+                if yes:
+                    write(path, True)
+                else:
+                    self.notify("Not saved: the file was kept", markup=False)
+            self.push_screen(ConfirmScreen(f"{path} already exists. Overwrite it?", "File exists"), answered)
+        return chosen
+
+    def write_plan(self, path: Path, scenario: Scenario, prediction: Prediction, *, overwrite: bool) -> Path | None:
+        from amp_tui.core.planfile import save_plan   # on first save: keeps start-up fast
+
+        written = self._write_file(path, lambda: save_plan(path, scenario, prediction, overwrite=overwrite))
+        if written is not None:
+            self.notify(f"Saved plan to {written.resolve()}", title="Plan saved", markup=False)
+            if scenario == self.scenario:
+                self.saved_scenario = scenario   # a plan holds the whole scenario: nothing is lost
+        return written
 
     def write_scenario(self, path: Path, scenario: Scenario, *, overwrite: bool) -> Path | None:
+        written = self._write_file(path, lambda: atomic_write(path, dump_yaml(scenario.to_dict()), overwrite=overwrite))
+        if written is not None:
+            self.saved_scenario = scenario
+            self.notify(f"Saved the scenario to {written.resolve()}", title="Scenario saved", markup=False)
+        return written
+
+    def _write_file(self, path: Path, write) -> Path | None:
+        """Run `write`; a refusal or a file-system error is shown, not raised."""
         try:
-            written = atomic_write(path, dump_yaml(scenario.to_dict()), overwrite=overwrite)
+            return Path(write())
         except SpecError as error:
             self.notify(str(error), title="Not saved", severity="error", markup=False)
-            return None
         except OSError as error:
             self.notify(f"{path}: {error.strerror or error}", title="Not saved", severity="error", markup=False)
-            return None
-        self.saved_scenario = scenario
-        self.notify(f"Saved the scenario to {Path(written).resolve()}", title="Scenario saved", markup=False)
-        return Path(written)
+        except Exception as error:  # pragma: no cover - a bug, shown rather than raised
+            self.notify(f"{type(error).__name__}: {error}", title="Not saved", severity="error", markup=False)
+        return None
 
     def action_what_if(self) -> None:
         """w: the sensitivity view: does the top pick survive slower links or GPUs, another batch?"""
@@ -682,15 +668,6 @@ class AmpApp(App):
             self.notify("Focus the Cluster, Model or Training pane first (1, 2, 3)")
             return
         pane.action_edit()
-
-
-def _core_save_plan():
-    """The core's plan writer (imported on first save to keep start-up fast), or None."""
-    try:
-        from amp_tui.core.planfile import save_plan
-    except ImportError:  # pragma: no cover - planfile ships with amp-tui
-        return None
-    return save_plan
 
 
 def load_target(target: str | None) -> tuple[Scenario, Strategy | None]:
