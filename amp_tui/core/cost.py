@@ -124,7 +124,7 @@ class CostModel:
             known = np.where(have, measured, 0.0)
             forward = np.where(have, known * (mbs + kappa) / (1.0 + kappa), analytic)
             if tp > 1:
-                forward = np.where(have, self._split_measured(group, tp, known, analytic, mbs), forward)
+                forward = np.where(have, self._split_measured(group, tp, known, analytic, mbs, forward), forward)
         else:
             forward = analytic
         comm_passes = passes - 1.0  # forward and backward all-reduces, forward again under recompute
@@ -154,14 +154,14 @@ class CostModel:
         return alltoall_bytes_per_gpu(self.model.columns["moe_alltoall_bytes"], 1, tp, cp) * seconds_per_byte
 
     def _split_measured(self, group: int, tp: int, measured: np.ndarray, analytic: np.ndarray,
-                        mbs: np.ndarray) -> np.ndarray:
+                        mbs: np.ndarray, whole: np.ndarray) -> np.ndarray:
         """A layer time measured at tp > 1 and micro-batch 1 holds compute and the tensor-parallel
         all-reduces, which scale differently: the compute is the tp = 1 measurement carried to this
         tp by the analytic model (`analytic`, per micro-batch size), the rest is communication,
         paid as one latency per micro-batch plus the bytes of each sample over the node's link.
         Scaling the whole measurement with the micro-batch would multiply a latency-bound
-        all-reduce by the micro-batch size. Layers without a tp = 1 measurement keep `measured`
-        scaled by the efficiency model (the caller's)."""
+        all-reduce by the micro-batch size. Layers without a tp = 1 measurement keep `whole`, the
+        measurement scaled by the efficiency model."""
         base = self._measured(self.gpus[group].name, 1)
         compute1 = self._analytic_forward(self.gpus[group], tp, 1) * self._calibration(group)
         compute_share = np.where(compute1 > 0, np.minimum(measured, compute1) / np.where(compute1 > 0, compute1, 1.0), 0.0)
@@ -170,9 +170,6 @@ class CostModel:
         bandwidth = node.intra_node_bandwidth * self.params("link_efficiency", node.intra_link_class)
         per_sample = np.minimum(comm1, self.model.columns["tp_comm_bytes"] * (2.0 * (tp - 1) / tp) / bandwidth)
         split = compute_share * analytic + (comm1 - per_sample) + per_sample * mbs
-        work1 = self._work_per_sample / tp
-        kappa = np.where(work1 > 0, self.gpus[group].half_work / np.where(work1 > 0, work1, 1.0), 0.0)
-        whole = measured * (mbs + kappa) / (1.0 + kappa)
         return np.where(np.isnan(base), whole, split)
 
     @cached_property
