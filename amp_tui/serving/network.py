@@ -111,7 +111,6 @@ def max_flow(net: Network, first: np.ndarray, count: np.ndarray) -> Flow:
     if total <= 0:
         return Flow(0.0, np.zeros(net.num_machines), {})
     scale = _INT_LIMIT / (2 * total)
-    index = {int(m): k for k, m in enumerate(active)}
     size = 2 + 2 * len(active)          # 0 source, 1 sink, 2 + 2k in, 3 + 2k out
     rows, cols, data = [], [], []
 
