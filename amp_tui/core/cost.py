@@ -10,7 +10,8 @@ GPUs that serve it, and a partition of the layers into contiguous stages:
         stage's slowest tensor-parallel link where the time was not measured. A stage served by two
         GPU types runs at the slower one's pace.
   c_k   pipeline send across boundary k per micro-batch: activation forward + gradient backward,
-        b x output bytes of the boundary layer each way, over the slowest (NIC-shared) link.
+        b x output bytes of the boundary layer each way, split over the tp ranks that send at once,
+        over the slowest (NIC-shared) link.
   tau_s = C_s + c_(s-1) + c_s: a stage's busy time per micro-batch (sends block).
   E_s   after the last micro-batch: data-parallel ring all-reduce of the stage's gradients,
         2 (dp-1)/dp x bytes over the ring's slowest link, plus the memory-bound optimizer step.
@@ -134,8 +135,8 @@ class CostModel:
         if self.knobs.ep > 1:    # tokens to their experts and back: forward, backward (and recomputed forward)
             compute = compute + comm_passes * self._expert_alltoall(gpu_id, tp) * mbs
         if self.knobs.recompute == "selective":   # attention scores and softmax run forward again
-            compute = compute + compute_terms.selective_recompute_time(self.model, gpu, self.training.precision,
-                                                                       self.params, tp, self.knobs.cp, mbs)
+            compute = compute + compute_terms.selective_recompute_time(self.model, gpu, self.training, self.params,
+                                                                       self.knobs, tp, mbs, forward)
         for row, m in enumerate(todo):
             self._layer_times[(gpu_id, tp, m)] = (compute[row], tp_bytes[row])
 
@@ -188,8 +189,7 @@ class CostModel:
         layer's input, and recomputes one layer's full activations at a time."""
         key = ("activations", tp)
         if key not in self._profiles:
-            kept, peak = compute_terms.activation_terms(self.model, tp, self.knobs, self.training.framework,
-                                                        self.training.precision)
+            kept, peak = compute_terms.activation_terms(self.model, tp, self.knobs, self.training)
             grow = 1.0 + self.params("memory_fragmentation")
             self._profiles[key] = (np.concatenate([[0.0], np.cumsum(kept)]) * grow, peak * grow)
         return self._profiles[key]
@@ -388,7 +388,7 @@ class Candidate:
         self.num_layers = cost.model.num_layers
         self.num_micro_batches = training.global_batch_size // (self.dp * mbs)
         # ZeRO shards over every rank holding the same parameters: data- and context-parallel ones.
-        self.state = state_bytes_per_param(training, self.dp * self.cp, self.knobs.zero_stage)
+        self.state = state_bytes_per_param(training, self.dp * self.cp, self.knobs.zero_stage, self.pp)
         params = cost.params
         self.micro_batch_overhead = params("micro_batch_overhead_s")
 
@@ -486,8 +486,13 @@ class Candidate:
     @cached_property
     def cut_unit(self) -> np.ndarray:
         """(L + 1,): bytes sent per micro-batch, both directions, across a boundary after layer
-        j - 1 (column 0 unused); times a boundary's seconds per byte, its send time."""
-        return 2.0 * self.mbs * self.knobs.virtual_stages / self.cp * np.concatenate([[0.0], self.cost._output])
+        j - 1 (column 0 unused); times a boundary's seconds per byte, its send time. Each of the
+        tp x cp ranks of a replica sends its own 1/(tp cp) share at once: its sequence shard under
+        sequence parallelism; without it, Megatron's scatter/gather (Narayanan et al. 2021, 4.1)
+        and DeepSpeed's partitioned pipeline sends split the activation over the tensor-parallel
+        ranks and all-gather it on the other side, over the node's own links."""
+        return (2.0 * self.mbs * self.knobs.virtual_stages / (self.cp * self.tp)
+                * np.concatenate([[0.0], self.cost._output]))
 
     @cached_property
     def cut_latency(self) -> np.ndarray:

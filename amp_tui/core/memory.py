@@ -37,13 +37,17 @@ class StateBytes:
         return self.weights + self.gradients + self.optimizer
 
 
-def state_bytes_per_param(training: Training, dp: int, zero_stage: int | None = None) -> StateBytes:
+def state_bytes_per_param(training: Training, dp: int, zero_stage: int | None = None, pp: int = 1) -> StateBytes:
     """Per parameter on one GPU; ZeRO-1 (Megatron's distributed optimizer) shards the optimizer
     state over the `dp` ranks that hold the parameter, ZeRO-2 the gradients too, ZeRO-3 (FSDP)
-    the weights as well."""
+    the weights as well. FSDP under pipeline parallelism (torchtitan) gathers a stage's weights
+    once per iteration and keeps them, with their gradients accumulated whole in fp32, until the
+    last micro-batch, rather than gathering them again for every micro-batch."""
     stage = training.zero_stage if zero_stage is None else zero_stage
     e = training.bytes_per_element
     optimizer = training.state_bytes_per_param - 2 * e   # what is neither weights nor gradients
+    if stage >= 3 and pp > 1 and training.framework == "fsdp":
+        return StateBytes(weights=e + e / dp, gradients=max(e, 4) + e / dp, optimizer=optimizer / dp)
     return StateBytes(
         weights=e / dp if stage >= 3 else e,
         gradients=e / dp if stage >= 2 else e,

@@ -125,6 +125,7 @@ class Training:
     context_parallel: int | str = 1     # or AUTO
     virtual_stages: int | str = 1       # or AUTO
     framework: str = "megatron"         # params.FRAMEWORKS: what it allocates and overlaps
+    fused_loss: bool = False            # a fused cross-entropy: no fp32 copies of the logits
     runtime_reserve_bytes: float = 2**30  # CUDA context, NCCL buffers, allocator slack
     # Weights + gradients + optimizer state per parameter before ZeRO; None: the optimizer's default.
     state_bytes_override: float | None = None
@@ -144,7 +145,7 @@ class Training:
                 "optimizer": self.optimizer, "schedule": self.schedule, "recompute": self.recompute,
                 "zero_stage": self.zero_stage, "sequence_parallel": self.sequence_parallel,
                 "context_parallel": self.context_parallel, "virtual_stages": self.virtual_stages,
-                "framework": self.framework, "runtime_reserve": exact_bytes(self.runtime_reserve_bytes),
+                "framework": self.framework, "fused_loss": self.fused_loss, "runtime_reserve": exact_bytes(self.runtime_reserve_bytes),
                 **({"state_bytes_per_param": self.state_bytes_override} if self.state_bytes_override is not None else {})}
 
 
@@ -281,7 +282,7 @@ def parse_training(value: object, field_name: str = "training") -> Training:
     if not isinstance(value, dict):
         raise SpecError(field_name, value, "expected a mapping with at least global_batch_size")
     allowed = {"global_batch_size", "precision", "optimizer", "schedule", "recompute", "zero_stage", "runtime_reserve",
-               "state_bytes_per_param", "sequence_parallel", "context_parallel", "virtual_stages", "framework"}
+               "state_bytes_per_param", "sequence_parallel", "context_parallel", "virtual_stages", "framework", "fused_loss"}
     _check_keys(value, allowed, field_name, "training")
     if "global_batch_size" not in value:
         raise SpecError(f"{field_name}.global_batch_size", None, "required")
@@ -306,6 +307,7 @@ def parse_training(value: object, field_name: str = "training") -> Training:
         context_parallel=_auto_or_int(value.get("context_parallel", 1), f"{field_name}.context_parallel"),
         virtual_stages=_auto_or_int(value.get("virtual_stages", 1), f"{field_name}.virtual_stages"),
         framework=_choice(value.get("framework", "megatron"), FRAMEWORKS, f"{field_name}.framework"),
+        fused_loss=_bool(value.get("fused_loss", False), f"{field_name}.fused_loss"),
         runtime_reserve_bytes=(parse_bytes(reserve, f"{field_name}.runtime_reserve") if reserve is not None
                                else Training.runtime_reserve_bytes),
         state_bytes_override=state,

@@ -19,6 +19,8 @@ given, replace all three (cost.py).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from amp_tui.core.hardware import GPU
@@ -79,18 +81,72 @@ def attention_core(model: Model) -> tuple[float, float]:
     return 4.0 * s * s * h, (0.0 if flash else 5.0 * a * s * s)
 
 
-def selective_recompute_time(model: Model, gpu: GPU, precision: str, params: ModelParams, tp: int, cp: int,
-                             mbs) -> np.ndarray:
-    """Extra seconds per layer under selective recomputation (Korthikanti et al.): each block's
-    attention scores and softmax run forward again in backward."""
+def selective_recompute_time(model: Model, gpu: GPU, training, params: ModelParams, knobs, tp: int,
+                             mbs, forward: np.ndarray) -> np.ndarray:
+    """Extra seconds per layer under selective recomputation, by the framework's kind of it.
+    Megatron and DeepSpeed (Korthikanti et al.): each block's attention scores and softmax run
+    forward again in backward. PyTorch's op-level checkpointing (FSDP): the share of each block's
+    `forward` FLOPs in the matrix multiplies not kept (`op_checkpoint_block`) runs again, and the
+    element-wise outputs not kept are written and read once more."""
+    blocks = _blocks(model)
+    cp = knobs.cp
+    ops = op_checkpoint_block(model) if training.framework == "fsdp" else None
+    if ops is not None:
+        full = _full_activations(model, tp, knobs, training.precision)
+        dropped = np.maximum(full - _op_kept_bytes(model, tp, knobs, training.bytes_per_element, ops), 0.0)
+        return blocks * (forward * ops.recomputed_share + 2.0 * dropped * mbs / gpu.memory_bandwidth)
     flops, score_bytes = attention_core(model)
-    blocks = np.array([layer.kind == "block" for layer in model.layers], dtype=np.float64)
     if not flops:
         return np.zeros_like(blocks) * mbs
+    precision = training.precision
     per_gpu = mbs / (tp * cp * cp)          # ring attention: each GPU scores its c-th against all
     rate = gpu.peak_flops("bf16" if precision == "fp8" else precision) * gpu.peak_fraction * \
         params("compute_efficiency", gpu.name)
     return blocks * (flops * per_gpu * cp / rate + 2.0 * score_bytes * per_gpu * cp / gpu.memory_bandwidth)
+
+
+@dataclass(frozen=True)
+class OpCheckpoint:
+    """What PyTorch's op-level selective checkpointing keeps of one block, per token."""
+    split: float              # elements split over tensor-parallel ranks (column-parallel outputs, attention)
+    replicated: float         # elements each tensor-parallel rank holds whole unless SP (block input, row-parallel outputs)
+    recomputed_share: float   # share of the block's forward FLOPs run again in backward
+
+
+def op_checkpoint_block(model: Model) -> OpCheckpoint | None:
+    """torchtitan's op-level selective checkpointing of a block: the block's input, the attention
+    kernel's output and every other matrix multiply's output are kept, the rest recomputed in
+    backward. None for a model without a family shape, or with experts: those fall back to
+    Korthikanti's selective recomputation.
+
+    Matrix multiplies in call order, the odd ones kept: LLaMA wq, wk, wv, wo, w1, w3, w2 (wq, wv,
+    w1 and the row-parallel w2 kept); GPT fused qkv, proj, fc1, fc2 (qkv and fc1 kept)."""
+    shape = model.shape
+    if not model.family or "hidden_size" not in shape or shape.get("num_experts"):
+        return None
+    h, f = shape["hidden_size"], shape["ffn_hidden_size"]
+    hkv = h * shape.get("num_kv_heads", shape["num_heads"]) // shape["num_heads"]
+    if model.family == "llama":    # (output width, input width, row-parallel)
+        matmuls = [(h, h, False), (hkv, h, False), (hkv, h, False), (h, h, True), (f, h, False), (f, h, False),
+                   (h, f, True)]
+    else:
+        matmuls = [(h + 2 * hkv, h, False), (h, h, True), (f, h, False), (h, f, True)]
+    kept = matmuls[0::2]
+    total = sum(out * inp for out, inp, _ in matmuls)
+    return OpCheckpoint(split=h + sum(out for out, _, row in kept if not row),
+                        replicated=h + sum(out for out, _, row in kept if row),
+                        recomputed_share=sum(out * inp for out, inp, _ in matmuls[1::2]) / total)
+
+
+def _blocks(model: Model) -> np.ndarray:
+    return np.array([layer.kind == "block" for layer in model.layers], dtype=np.float64)
+
+
+def _op_kept_bytes(model: Model, tp: int, knobs, bytes_per_element: int, ops: OpCheckpoint) -> np.ndarray:
+    """Per sample, per GPU: the bytes op-level checkpointing keeps of each block (0 elsewhere)."""
+    sp = tp if knobs.sequence_parallel else 1
+    per_token = (ops.split / tp + ops.replicated / sp) * bytes_per_element / knobs.cp
+    return _blocks(model) * model.columns["tokens"] * per_token
 
 
 # Share of a layer's transient buffers (the loss's fp32 copies of the logits) each framework holds.
@@ -102,28 +158,41 @@ LOSS_BUFFERS = {"megatron": 1.0, "deepspeed": 1.0, "fsdp": 2.0 / 3.0}
 FP8_ACTIVATION_SHARE = 0.6
 
 
-def activation_terms(model: Model, tp: int, knobs, framework: str = "megatron",
-                     precision: str = "bf16") -> tuple[np.ndarray, np.ndarray]:
+def _full_activations(model: Model, tp: int, knobs, precision: str) -> np.ndarray:
+    """Per sample, per GPU: every byte each layer keeps for backward without recomputation."""
+    cols = model.columns
+    replicated = cols["activation_replicated_bytes"]
+    sp = tp if knobs.sequence_parallel else 1
+    full = (replicated / sp + (cols["activation_bytes"] - replicated) / tp) / knobs.cp
+    return full * FP8_ACTIVATION_SHARE if precision == "fp8" else full
+
+
+def activation_terms(model: Model, tp: int, knobs, training) -> tuple[np.ndarray, np.ndarray]:
     """Per sample, per GPU: (bytes each layer keeps for backward, each layer's transient peak).
     Korthikanti et al.: tensor parallelism splits all but the replicated part (layer-norm and
     dropout inputs), which sequence parallelism splits too; context parallelism splits every
-    token-indexed tensor; selective recomputation drops the attention scores; full
-    recomputation keeps only each layer's input and rebuilds one layer's activations at a time."""
+    token-indexed tensor; selective recomputation drops the attention scores (Megatron,
+    DeepSpeed) or keeps only what op-level checkpointing keeps (FSDP), rebuilding the rest of one
+    block at a time; full recomputation keeps only each layer's input and rebuilds one layer's
+    activations at a time. A fused cross-entropy (`training.fused_loss`) writes the gradient into
+    the 16-bit logits in place and needs none of the loss's fp32 buffers."""
     cols = model.columns
     cp = knobs.cp
-    replicated = cols["activation_replicated_bytes"]
     sp = tp if knobs.sequence_parallel else 1
-    full = (replicated / sp + (cols["activation_bytes"] - replicated) / tp) / cp
-    if precision == "fp8":
-        full = full * FP8_ACTIVATION_SHARE
-    workspace = cols["workspace_bytes"] * LOSS_BUFFERS[framework] / tp / cp
+    full = _full_activations(model, tp, knobs, training.precision)
+    loss_share = 0.0 if training.fused_loss else LOSS_BUFFERS[training.framework]
+    workspace = cols["workspace_bytes"] * loss_share / tp / cp
     if knobs.recompute == "full":
         inputs = np.concatenate([[0.0], cols["output_bytes"][:-1]]) / sp / cp
         return inputs, workspace + full
     if knobs.recompute == "selective":
+        ops = op_checkpoint_block(model) if training.framework == "fsdp" else None
+        if ops is not None:
+            kept = np.where(_blocks(model) > 0, np.minimum(
+                _op_kept_bytes(model, tp, knobs, training.bytes_per_element, ops), full), full)
+            return kept, workspace + (full - kept)
         _, score_bytes = attention_core(model)
-        blocks = np.array([layer.kind == "block" for layer in model.layers], dtype=np.float64)
-        full = np.maximum(full - blocks * score_bytes / tp / (cp * cp), 0.0)
+        full = np.maximum(full - _blocks(model) * score_bytes / tp / (cp * cp), 0.0)
     return full, workspace
 
 

@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import time
 from collections import Counter, defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
-from amp_tui.core.cost import CostModel
+from amp_tui.core.cost import CostModel, Prediction
+from amp_tui.core.scenario import AUTO
 from amp_tui.core.errors import SpecError
 from amp_tui.core.evaluate import evaluate
 from amp_tui.core.validation import metrics
@@ -80,7 +81,7 @@ def run_validation(source: str | None = None, approximate: bool = False,
             costs[id(case.scenario)] = CostModel(case.scenario)
         cost = costs[id(case.scenario)]
         try:
-            prediction = evaluate(case.scenario, case.strategy, cost)
+            prediction = _predict(case, cost)
         except SpecError as err:
             # The full message names values that differ per run; the field groups them.
             skipped.append(Skipped(case, (f"cannot be evaluated: {err.field} rejected",)))
@@ -88,6 +89,19 @@ def run_validation(source: str | None = None, approximate: bool = False,
         replayed.append(Replayed(case, prediction.iteration_time_s, prediction.peak_memory_bytes,
                                  prediction.fits_memory))
     return Validation(tuple(replayed), tuple(skipped), time.perf_counter() - start, approximate)
+
+
+def _predict(case: ReplayCase, cost: CostModel) -> Prediction:
+    """The run's prediction; where the run does not state its recomputation, the fastest kind
+    that fits (what a tuned recipe runs), else the one that needs the least memory."""
+    if case.recompute != AUTO:
+        return evaluate(case.scenario, case.strategy, cost)
+    options = [evaluate(case.scenario, replace(case.strategy, recompute=kind), cost)
+               for kind in ("none", "selective", "full")]
+    fitting = [p for p in options if p.fits_memory]
+    if fitting:
+        return min(fitting, key=lambda p: p.iteration_time_s)
+    return min(options, key=lambda p: p.peak_memory_bytes)
 
 
 # -- scores -----------------------------------------------------------------------------------

@@ -18,7 +18,7 @@ import yaml
 
 from amp_tui.core.errors import SpecError
 from amp_tui.core.hardware import gpu_catalog, instance_catalog
-from amp_tui.core.scenario import Scenario, load_scenario, parse_scenario
+from amp_tui.core.scenario import AUTO, Scenario, load_scenario, parse_scenario
 from amp_tui.core.strategy import Strategy, even_partition
 
 # What the cost model honours today, per technique. The harness maps every run's techniques in
@@ -26,7 +26,7 @@ from amp_tui.core.strategy import Strategy, even_partition
 # that only needed that term.
 HONOURED: dict[str, set] = {
     "precision": {"fp16", "bf16", "fp32", "fp8"},
-    "recompute": {"none", "selective", "full"},
+    "recompute": {"none", "selective", "full", AUTO},
     "zero_stage": {0, 1, 2, 3},
     "sequence_parallel": {False, True},
     "cp": set(range(1, 65)),
@@ -67,7 +67,7 @@ class ReplayCase:
     heterogeneous: bool
     # The techniques as the run used them, whether or not the cost model honours them.
     precision: str                    # fp16 | bf16 | fp32 | fp8 | fp4
-    recompute: str                    # none | selective | full
+    recompute: str                    # none | selective | full | auto (not stated)
     zero_stage: int                   # 0..3 (1: distributed optimizer, 3: FSDP full shard)
     sequence_parallel: bool
     cp: int
@@ -210,11 +210,12 @@ def parse_run(run: dict, scenarios: dict[str, Scenario] | None = None) -> Replay
                                      "recompute": recompute, "zero_stage": zero_stage,
                                      "sequence_parallel": bool(sequence_parallel), "context_parallel": cp,
                                      "virtual_stages": virtual_stages or _UNSTATED_DEPTH,
-                                     "framework": _framework(training.get("framework"))}}
+                                     "framework": _framework(training.get("framework")),
+                                     "fused_loss": _fused_loss(source, notes)}}
                 scenario = _shared_scenario(spec, scenarios)
                 partition = megatron_partition(scenario, pp)
             strategy = Strategy(tp=tp, pp=pp, dp=dp, micro_batch_size=int(mbs), partition=partition,
-                                recompute=recompute, zero_stage=zero_stage,
+                                recompute=None if recompute == AUTO else recompute, zero_stage=zero_stage,
                                 sequence_parallel=bool(sequence_parallel), cp=cp,
                                 virtual_stages=virtual_stages or _UNSTATED_DEPTH)
         except SpecError as err:
@@ -298,8 +299,18 @@ def _recompute(label, notes: list[str]) -> str:
         return "full"
     if text == "no" or text.startswith("none"):
         return "none"
-    notes.append(f"recomputation {label or 'not stated'}: none assumed")
-    return "none"
+    # A recipe that does not say is tuned to fit: replay takes the fastest kind that fits.
+    notes.append(f"recomputation {label or 'not stated'}: the fastest of none, selective and full that fits")
+    return AUTO
+
+
+def _fused_loss(source: str, notes: list[str]) -> bool:
+    """llm-foundry's MPT computes its loss with flash-attn's fused cross-entropy (its `loss_fn`
+    default, `fused_crossentropy`), which writes the gradient into the logits in place."""
+    if source == "llmfoundry":
+        notes.append("loss: llm-foundry's default fused cross-entropy")
+        return True
+    return False
 
 
 def _zero_stage(label) -> int:
