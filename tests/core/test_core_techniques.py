@@ -156,6 +156,60 @@ def test_selective_recomputation_drops_attention_scores_and_recomputes_them():
     assert none.iteration_time_s < selective.iteration_time_s < full.iteration_time_s
 
 
+def test_fsdp_selective_is_op_level_checkpointing_by_hand():
+    """torchtitan's op-level checkpointing of a GPT block keeps its input, the attention output and
+    the outputs of the odd matrix multiplies (fused qkv: 3h, fc1: 4h): 9h elements per token, and
+    recomputes the even ones (proj h x h, fc2 4h x h): 5 of 12 h^2 of the block's matmul FLOPs."""
+    scn = gpt(framework="fsdp")
+    h, s, e = 1024, 2048, 2
+    none, selective = (predict(scn, 1, 2, 4, recompute=r, partition=(3, 3)) for r in ("none", "selective"))
+    blocks_stage0 = sum(1 for i in range(none.stages[0].first_layer, none.stages[0].last_layer + 1)
+                        if scn.model.layers[i].kind == "block")
+    kept_block = 9 * h * s * e
+    cols = scn.model.columns
+    full_block = float(cols["activation_bytes"][1])
+    in_flight = 2
+    assert none.stages[0].memory.activations_bytes - selective.stages[0].memory.activations_bytes == \
+        pytest.approx(in_flight * blocks_stage0 * (full_block - kept_block), rel=1e-9)
+    assert none.iteration_time_s < selective.iteration_time_s
+    from amp_tui.core.terms.compute import op_checkpoint_block
+    ops = op_checkpoint_block(scn.model)
+    assert (ops.split, ops.replicated) == (h + 3 * h + 4 * h, h)
+    assert ops.recomputed_share == pytest.approx(5 / 12)
+    # Megatron's selective under the same model keeps more (only attention scores dropped).
+    megatron = predict(gpt(), 1, 2, 4, recompute="selective", partition=(3, 3))
+    assert megatron.stages[0].memory.activations_bytes > selective.stages[0].memory.activations_bytes
+
+
+def test_fused_loss_drops_the_fp32_logit_buffers():
+    plain, fused = (predict(gpt(fused_loss=f), 1, 2, 4, partition=(3, 3)) for f in (False, True))
+    workspace = float(gpt().model.columns["workspace_bytes"].max())     # the head's 12 s V
+    assert plain.stages[1].memory.workspace_bytes - fused.stages[1].memory.workspace_bytes == \
+        pytest.approx(workspace, rel=1e-9)
+    assert plain.stages[0].memory == fused.stages[0].memory
+
+
+def test_fsdp_under_pipelines_keeps_gathered_weights_and_whole_fp32_gradients():
+    scn = gpt(framework="fsdp", zero_stage=3)
+    piped, flat = predict(scn, 1, 2, 4, partition=(3, 3)), predict(scn, 1, 1, 8)
+    params = sum(float(scn.model.columns["params"][i]) for i in range(3))
+    m = piped.stages[0].memory
+    assert (m.weights_bytes, m.gradients_bytes, m.optimizer_bytes) == \
+        pytest.approx((params * (2 + 2 / 4), params * (4 + 2 / 4), params * 12 / 4), rel=1e-12)
+    total = float(scn.model.columns["params"].sum())
+    assert flat.stages[0].memory.weights_bytes == pytest.approx(total * 2 / 8, rel=1e-12)
+
+
+def test_pipeline_sends_are_split_over_tensor_parallel_ranks():
+    """Each of the tp ranks sends its 1/tp share at once: per rank, tp times fewer bytes."""
+    scn = build([node(2, "V100", 2, intra=100, inter=10)], [layer(kind="block", tp_comm_bytes=1e6, **LAYER)] * 2, 4,
+                calibration=IDEAL)
+    one = CostModel(scn).candidate(1, 2, 2, 1, (0,)).predict((1, 1))
+    two = CostModel(scn).candidate(2, 2, 1, 1, (0,)).predict((1, 1))
+    # tp 1: 2 flows per node boundary share the NIC (dp 2); tp 2: 2 flows of half the bytes.
+    assert two.stages[0].comm_s == pytest.approx(one.stages[0].comm_s / 2, rel=1e-12)
+
+
 def test_zero_3_overlaps_parameter_traffic_with_compute():
     """Per layer per micro-batch: all-gather forward and backward, reduce-scatter gradients,
     3 x params x 2 bytes x (n-1)/n over the data-parallel ring; only what compute does not hide
