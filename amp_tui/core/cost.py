@@ -206,11 +206,13 @@ class CostModel:
             times = np.zeros(self.model.num_layers)
             tp_part = np.zeros(self.model.num_layers)
             alpha = self.tp_messages * (2.0 * (tp - 1) * tp_latency) if tp > 1 else 0.0
+            # Overlapped collectives run in chunks beside the GEMMs: only the rest is exposed.
+            tp_exposed = 1.0 - self.params("tp_overlap") if self.training.tp_comm_overlap else 1.0
             sharded = compute_terms.zero3_layer_time(self._params, self.training.bytes_per_element, tp, shard) if shard[0] else None
             for g in groups:
                 compute, tp_bytes = self.layer_times(g, tp, mbs)
                 # A measured time already holds its all-reduces, latency included (tp_bytes = 0).
-                comm = tp_bytes * tp_seconds_per_byte + np.where(tp_bytes > 0, alpha, 0.0)
+                comm = (tp_bytes * tp_seconds_per_byte + np.where(tp_bytes > 0, alpha, 0.0)) * tp_exposed
                 total = compute + comm
                 if sharded is not None:    # prefetched: the layer waits only for what compute does not hide
                     exposed = np.maximum(sharded - compute, 0.0) + shard[1] * 3.0

@@ -126,6 +126,7 @@ class Training:
     virtual_stages: int | str = 1       # or AUTO
     framework: str = "megatron"         # params.FRAMEWORKS: what it allocates and overlaps
     fused_loss: bool = False            # a fused cross-entropy: no fp32 copies of the logits
+    tp_comm_overlap: bool = False       # tensor-parallel collectives pipelined with the GEMMs (TE userbuffers, async TP)
     runtime_reserve_bytes: float = 2**30  # CUDA context, NCCL buffers, allocator slack
     # Weights + gradients + optimizer state per parameter before ZeRO; None: the optimizer's default.
     state_bytes_override: float | None = None
@@ -145,7 +146,8 @@ class Training:
                 "optimizer": self.optimizer, "schedule": self.schedule, "recompute": self.recompute,
                 "zero_stage": self.zero_stage, "sequence_parallel": self.sequence_parallel,
                 "context_parallel": self.context_parallel, "virtual_stages": self.virtual_stages,
-                "framework": self.framework, "fused_loss": self.fused_loss, "runtime_reserve": exact_bytes(self.runtime_reserve_bytes),
+                "framework": self.framework, "fused_loss": self.fused_loss,
+                "tp_comm_overlap": self.tp_comm_overlap, "runtime_reserve": exact_bytes(self.runtime_reserve_bytes),
                 **({"state_bytes_per_param": self.state_bytes_override} if self.state_bytes_override is not None else {})}
 
 
@@ -282,7 +284,8 @@ def parse_training(value: object, field_name: str = "training") -> Training:
     if not isinstance(value, dict):
         raise SpecError(field_name, value, "expected a mapping with at least global_batch_size")
     allowed = {"global_batch_size", "precision", "optimizer", "schedule", "recompute", "zero_stage", "runtime_reserve",
-               "state_bytes_per_param", "sequence_parallel", "context_parallel", "virtual_stages", "framework", "fused_loss"}
+               "state_bytes_per_param", "sequence_parallel", "context_parallel", "virtual_stages", "framework", "fused_loss",
+               "tp_comm_overlap"}
     _check_keys(value, allowed, field_name, "training")
     if "global_batch_size" not in value:
         raise SpecError(f"{field_name}.global_batch_size", None, "required")
@@ -308,6 +311,7 @@ def parse_training(value: object, field_name: str = "training") -> Training:
         virtual_stages=_auto_or_int(value.get("virtual_stages", 1), f"{field_name}.virtual_stages"),
         framework=_choice(value.get("framework", "megatron"), FRAMEWORKS, f"{field_name}.framework"),
         fused_loss=_bool(value.get("fused_loss", False), f"{field_name}.fused_loss"),
+        tp_comm_overlap=_bool(value.get("tp_comm_overlap", False), f"{field_name}.tp_comm_overlap"),
         runtime_reserve_bytes=(parse_bytes(reserve, f"{field_name}.runtime_reserve") if reserve is not None
                                else Training.runtime_reserve_bytes),
         state_bytes_override=state,

@@ -254,6 +254,36 @@ def test_fp8_needs_a_gpu_that_has_it_and_runs_matmuls_faster():
     assert info.value.field == "training.precision" and "A100-80GB" in str(info.value)
 
 
+def test_fp8_runs_the_attention_core_at_the_bf16_rate():
+    """By hand on one block: linear FLOPs at the fp8 peak x fp8_efficiency, attention FLOPs at bf16."""
+    from amp_tui.core.hardware import gpu_catalog
+    from amp_tui.core.terms.compute import analytic_forward, matmul_efficiency
+    scn = parse_scenario({"cluster": {"nodes": [{"count": 1, "gpu": "H100", "gpus_per_node": 8,
+                                                 "intra_node_bandwidth": "450 GB/s", "inter_node_bandwidth": "400 Gbps"}]},
+                          "model": {"family": "llama", "hidden_size": 4096, "num_layers": 1, "num_heads": 32,
+                                    "sequence_length": 8192, "vocab_size": 32000},
+                          "training": {"global_batch_size": 8, "precision": "fp8"}, "calibration": IDEAL})
+    gpu, params, model = gpu_catalog()["H100"], scn.params, scn.model
+    fp8, bf16 = (analytic_forward(model, gpu, p, params, 1, 1, False, 1.0) for p in ("fp8", "bf16"))
+    block = [i for i, layer in enumerate(model.layers) if layer.kind == "block"][0]
+    flops, _ = attention_core(model)
+    rows, width = float(model.columns["tokens"][block]), float(model.columns["width"][block])
+    eff = float(matmul_efficiency(gpu, params, np.array([rows]), np.array([width]))[0])
+    linear = float(model.columns["flops"][block]) - flops
+    expected_gap = (linear / (gpu.peak_flops("bf16") * eff)
+                    - linear / (gpu.peak_flops("fp8") * eff * params("fp8_efficiency")))
+    assert bf16[block] - fp8[block] == pytest.approx(expected_gap, rel=1e-9)
+
+
+def test_tp_comm_overlap_hides_its_share_of_the_collectives():
+    scn = gpt(tp_comm_overlap=False)
+    plain = predict(scn, 4, 1, 2)
+    overlapped = predict(gpt(tp_comm_overlap=True), 4, 1, 2)
+    share = scn.params("tp_overlap")
+    assert overlapped.stages[0].tp_comm_s == pytest.approx(plain.stages[0].tp_comm_s * (1 - share), rel=1e-9)
+    assert overlapped.iteration_time_s < plain.iteration_time_s
+
+
 def test_plan_says_which_techniques_the_search_chose():
     scn = gpt(recompute="auto", sequence_parallel="auto")
     result = search(scn, top=3)

@@ -6,8 +6,8 @@ degree t and context-parallel degree c (each GPU sees the tokens of its c-th of 
   matmuls    FLOPs b / (c t) / (peak x efficiency), where efficiency = peak_fraction x
              compute_efficiency[gpu] x M / (M + D) x N / (N + D): a matrix multiply of M = tokens b / c
              rows and N = width / t columns reaches its GPU's best fraction only when both are
-             large (D = params `gemm_half_dim`); at fp8 the multiplies run at the fp8 peak, at
-             params `fp8_efficiency` of the bf16 efficiency;
+             large (D = params `gemm_half_dim`); at fp8 the linear layers run at the fp8 peak,
+             at params `fp8_efficiency` of the bf16 efficiency, and the attention core in bf16;
   memory     the weights read once, b / (c t) of the activations written and read again by the
              element-wise kernels (layer norms, activations, dropout, softmax) at memory bandwidth;
   floor      the kernel-launch floor of a layer (params `layer_floor_s`): small layers are
@@ -56,9 +56,15 @@ def analytic_forward(model: Model, gpu: GPU, precision: str, params: ModelParams
     tokens, width = layer_shapes(model, e)
     rows = tokens * mbs / cp
     efficiency = matmul_efficiency(gpu, params, rows, width / tp)
-    if precision == "fp8":   # casts and scaling (Transformer Engine) keep fp8 below its doubled peak
-        efficiency = efficiency * params("fp8_efficiency")
-    matmuls = cols["flops"] * (mbs / (tp * cp)) / (gpu.peak_flops(precision) * efficiency)
+    per_gpu = mbs / (tp * cp)
+    if precision == "fp8":
+        # Transformer Engine runs the linear layers in fp8, below its doubled peak (casts, scaling);
+        # the attention core (scores, softmax, values: flash attention) stays in bf16.
+        attention = _blocks(model) * attention_core(model)[0]
+        matmuls = ((cols["flops"] - attention) * per_gpu / (gpu.peak_flops("fp8") * efficiency * params("fp8_efficiency"))
+                   + attention * per_gpu / (gpu.peak_flops("bf16") * efficiency))
+    else:
+        matmuls = cols["flops"] * per_gpu / (gpu.peak_flops(precision) * efficiency)
     replicated = cols["activation_replicated_bytes"]
     split = cols["activation_bytes"] - replicated
     # Without sequence parallelism every tensor-parallel rank runs the replicated element-wise

@@ -211,7 +211,8 @@ def parse_run(run: dict, scenarios: dict[str, Scenario] | None = None) -> Replay
                                      "sequence_parallel": bool(sequence_parallel), "context_parallel": cp,
                                      "virtual_stages": virtual_stages or _UNSTATED_DEPTH,
                                      "framework": _framework(training.get("framework")),
-                                     "fused_loss": _fused_loss(source, notes)}}
+                                     "fused_loss": _fused_loss(source, notes),
+                                     "tp_comm_overlap": _tp_comm_overlap(run, tp)}}
                 scenario = _shared_scenario(spec, scenarios)
                 partition = megatron_partition(scenario, pp)
             strategy = Strategy(tp=tp, pp=pp, dp=dp, micro_batch_size=int(mbs), partition=partition,
@@ -311,6 +312,12 @@ def _fused_loss(source: str, notes: list[str]) -> bool:
         notes.append("loss: llm-foundry's default fused cross-entropy")
         return True
     return False
+
+
+def _tp_comm_overlap(run: dict, tp: int) -> bool:
+    """NeMo's recipes state TP communication overlap; torchtitan's async-TP rows are named so."""
+    notes = str((run.get("training") or {}).get("notes") or "").lower()
+    return tp > 1 and ("tp comm overlap" in notes or "async_tp" in str(run.get("id")).lower())
 
 
 def _zero_stage(label) -> int:
