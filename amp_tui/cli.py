@@ -433,7 +433,7 @@ def _fit_defaults() -> int:
     names += [f"{family}.{link}" for family in ("link_efficiency", "link_latency_s")
               for link in ("nvlink", "infiniband", "ethernet", "pcie")]
     names += ["dp_overlap.megatron", "dp_overlap.fsdp", "layer_floor_s", "micro_batch_overhead_s",
-              "iteration_overhead_s", "gemm_half_dim", "fp8_efficiency"]
+              "iteration_overhead_s", "gemm_half_dim", "fp8_efficiency", "tp_overlap"]
     values, before, after = fit_parameters(cases, names, max_evaluations=150)
     rows = [[name, f"{prior(name)[0]:.4g}", f"{values[name]:.4g}"] for name in names]
     print(_table(["parameter", "default", "fitted"], rows, {1, 2}))

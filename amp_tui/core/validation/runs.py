@@ -414,13 +414,14 @@ def _model_spec(model: dict, training: dict, notes: list[str]) -> dict:
 
 
 # Catalog GPU per run label, first match wins.
-_GPU_LABELS = (("GB300", "GB300"), ("GB200", "GB200"), ("B200", "B200"), ("H200", "H200"), ("H100", "H100"),
+_GPU_LABELS = (("GB300", "GB300"), ("GB200", "GB200"), ("B200", "B200"), ("GH200", "GH200"), ("H200", "H200"), ("H100", "H100"),
                ("A100.*40GB", "A100-40GB"), ("A100", "A100-80GB"), ("T4", "T4"), ("V100", "V100"))
 # Node figures (NVLink per GPU and direction, network per node) where a run names only the link
 # family ("NVLink", "NVSwitch") or no network: the DGX entries of presets/instances.yaml, and for
 # Blackwell NVIDIA's DGX B200 / GB200 NVL72 / GB300 NVL72 datasheets counted the same way (NVLink 5:
 # 1.8 TB/s per GPU both ways; one 400 Gb/s NIC per GPU, 800 Gb/s on GB300).
-_DGX_INSTANCE = {"A100-40GB": "dgx-a100", "A100-80GB": "dgx-a100", "H100": "dgx-h100", "H200": "dgx-h100"}
+_DGX_INSTANCE = {"A100-40GB": "dgx-a100", "A100-80GB": "dgx-a100", "H100": "dgx-h100", "H200": "dgx-h100",
+                 "GH200": "quad-gh200"}
 _BLACKWELL_NODES = {"B200": ("900 GB/s", "3200 Gbps"), "GB200": ("900 GB/s", "1600 Gbps"),
                     "GB300": ("900 GB/s", "3200 Gbps")}
 _NVL72 = 72   # GPUs in one GB200/GB300 NVLink domain
