@@ -61,12 +61,12 @@ FAMILIES: dict[str, Family] = {family.name: family for family in (
            "share of the last micro-batch's backward pass that hides the gradient all-reduce "
            "(bucketed reduction as gradients become ready; DeepSpeed's pipeline engine reduces after)",
            keyed_by="framework"),
-    Family("tp_overlap", 0.75, 0.0, 1.0, 0.4, "x",
+    Family("tp_overlap", 0.73, 0.0, 1.0, 0.4, "x",
            "share of the tensor-parallel collectives hidden behind the GEMMs they feed when the "
            "training section asks for tp_comm_overlap (Transformer Engine userbuffers, async TP)"),
     Family("gemm_half_dim", 48.0, 8.0, 1024.0, 0.7, "rows",
            "matrix-multiply rows (or columns) at which a GEMM reaches half its GPU's best efficiency"),
-    Family("fp8_efficiency", 0.79, 0.3, 1.0, 0.3, "x",
+    Family("fp8_efficiency", 0.92, 0.3, 1.0, 0.3, "x",
            "share of the bf16 matrix-multiply efficiency fp8 keeps at its doubled peak (casts, scaling)"),
     Family("layer_floor_s", 26e-6, 0.0, 2e-3, 1.0, "s",
            "kernel-launch floor of one layer's forward pass: a latency-bound layer takes at least this"),
