@@ -54,8 +54,12 @@ class CostModel:
         self.params = scenario.params
         self.knobs = knobs or default_knobs(scenario.training)
         self.gpus: list[GPU] = [group.gpu for group in scenario.cluster.nodes]
-        # Groups with the same GPU share layer times: key the cache by the first such group.
-        self._gpu_id = [self.gpus.index(gpu) for gpu in self.gpus]
+        # Groups with the same GPU in the same kind of node share layer times: key the cache by the
+        # first such group (a measured tp > 1 time is split by the node's link, and expert
+        # all-to-alls run over its GPUs and links).
+        node_keys = [(g.gpu, g.gpus_per_node, g.intra_node_bandwidth, g.intra_link_class, g.inter_node_bandwidth,
+                      g.inter_link_class) for g in scenario.cluster.nodes]
+        self._gpu_id = [node_keys.index(key) for key in node_keys]
         self._layer_times: dict[tuple, tuple[np.ndarray, np.ndarray]] = {}
         self._layouts: dict[tuple, Layout] = {}
         self._nodes: dict[tuple[int, ...], Nodes] = {}   # per placement order, shared by its layouts

@@ -335,3 +335,17 @@ def test_evaluate_is_deterministic_and_cached_cost_models_agree(plan):
     assert evaluate(scn, strategy, cost) == first
     assert evaluate(scn, strategy) == first
     assert math.isfinite(first.iteration_time_s) and first.iteration_time_s > 0
+
+
+def test_groups_of_one_gpu_in_different_nodes_keep_their_own_layer_times():
+    """A tp = 2 measurement is split into compute and the node's all-reduce: two groups with the
+    same GPU but different links must not share one cache entry (search and evaluate once
+    disagreed depending on which group was priced first)."""
+    timed = layer(params=1e6, flops=1e9, activation_bytes=1e6, output_bytes=1e6, tokens=1024, width=128,
+                  tp_comm_bytes=4e6, profile={"V100": {1: 2e-3, 2: 3e-3}})
+    scn = build([node(1, "V100", 2, intra=1, inter=10), node(1, "V100", 2, intra=100, inter=10)], [timed] * 2, 4)
+    fresh = CostModel(scn).layer_times(1, 2, 2)[0]
+    shared = CostModel(scn)
+    shared.layer_times(0, 2, 2)
+    assert list(shared.layer_times(1, 2, 2)[0]) == list(fresh)
+    assert list(shared.layer_times(0, 2, 2)[0]) != list(fresh)
