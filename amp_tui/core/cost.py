@@ -136,6 +136,9 @@ class CostModel:
         ring = 2.0 * (tp - 1) / tp
         tp_bytes = np.where(have, 0.0, self.model.columns["tp_comm_bytes"] * (comm_passes * mbs * ring / self.knobs.cp))
         compute = passes * forward
+        if not have.all():   # flash attention's backward recomputes the scores (analytic layers only)
+            compute = compute + np.where(have, 0.0, compute_terms.flash_backward_time(
+                self.model, gpu, self.params, tp, self.knobs.cp, mbs))
         if self.knobs.ep > 1:    # tokens to their experts and back: forward, backward (and recomputed forward)
             compute = compute + comm_passes * self._expert_alltoall(gpu_id, tp) * mbs
         if self.knobs.recompute == "selective":   # attention scores and softmax run forward again

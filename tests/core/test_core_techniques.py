@@ -275,6 +275,28 @@ def test_fp8_runs_the_attention_core_at_the_bf16_rate():
     assert bf16[block] - fp8[block] == pytest.approx(expected_gap, rel=1e-9)
 
 
+def test_flash_attention_backward_recomputes_the_scores_by_hand():
+    """Flash attention's backward runs 5 multiplies against the forward's 2: the attention core
+    costs 3.5 forwards. By hand on one LLaMA block: compute - 3 x forward = 0.5 x attention."""
+    from amp_tui.core.hardware import gpu_catalog
+    from amp_tui.core.terms.compute import analytic_forward, matmul_efficiency
+    scn = parse_scenario({"cluster": {"nodes": [{"count": 1, "gpu": "H100", "gpus_per_node": 8,
+                                                 "intra_node_bandwidth": "450 GB/s", "inter_node_bandwidth": "400 Gbps"}]},
+                          "model": {"family": "llama", "hidden_size": 4096, "num_layers": 1, "num_heads": 32,
+                                    "sequence_length": 8192, "vocab_size": 32000},
+                          "training": {"global_batch_size": 8, "precision": "bf16"}, "calibration": IDEAL})
+    gpu, params, model = gpu_catalog()["H100"], scn.params, scn.model
+    block = [i for i, layer in enumerate(model.layers) if layer.kind == "block"][0]
+    compute, _ = CostModel(scn).layer_times(0, 1, 2)
+    forward = analytic_forward(model, gpu, "bf16", params, 1, 1, False, 2.0)
+    flops, _ = attention_core(model)
+    eff = float(matmul_efficiency(gpu, params, np.array([8192.0 * 2]), np.array([4096.0]))[0])
+    assert compute[block] - 3 * forward[block] == pytest.approx(0.5 * flops * 2 / (gpu.peak_flops("bf16") * eff),
+                                                                rel=1e-9)
+    head = [i for i, layer in enumerate(model.layers) if layer.kind == "head"][0]
+    assert compute[head] == pytest.approx(3 * forward[head], rel=1e-12)
+
+
 def test_tp_comm_overlap_hides_its_share_of_the_collectives():
     scn = gpt(tp_comm_overlap=False)
     plain = predict(scn, 4, 1, 2)

@@ -75,6 +75,19 @@ def analytic_forward(model: Model, gpu: GPU, precision: str, params: ModelParams
     return matmuls + memory + params("layer_floor_s") * (cols["flops"] > 0)
 
 
+def flash_backward_time(model: Model, gpu: GPU, params: ModelParams, tp: int, cp: int, mbs) -> np.ndarray:
+    """Seconds per layer flash attention's backward adds beyond twice its forward: it computes the
+    scores again (5 matrix multiplies against the forward's 2, Dao et al.), so the attention core
+    costs 3.5 forwards instead of 3. In bf16 even under fp8 training; 0 without flash attention."""
+    if not model.shape.get("flash_attention"):
+        return np.zeros(model.num_layers)
+    flops, _ = attention_core(model)
+    cols = model.columns
+    rows = cols["tokens"] * mbs / cp
+    efficiency = matmul_efficiency(gpu, params, rows, cols["width"] / tp)
+    return 0.5 * _blocks(model) * flops * (mbs / (tp * cp)) / (gpu.peak_flops("bf16") * efficiency)
+
+
 def attention_core(model: Model) -> tuple[float, float]:
     """(forward FLOPs, bytes of scores kept) per sample of one transformer block's attention
     scores and softmax, from the family's shape; (0, 0) for a model without one."""
