@@ -11,7 +11,6 @@ from amp_tui.core.cost import CostModel
 from amp_tui.core.errors import SpecError
 from amp_tui.core.evaluate import evaluate
 from amp_tui.core.knobs import Knobs, knob_choices
-from amp_tui.core.params import FAMILIES
 from amp_tui.core.presets import load_preset
 from amp_tui.core.scenario import parse_scenario
 from amp_tui.core.search import enumerate_candidates, search
@@ -254,16 +253,21 @@ def test_fp8_needs_a_gpu_that_has_it_and_runs_matmuls_faster():
     assert info.value.field == "training.precision" and "A100-80GB" in str(info.value)
 
 
-def test_fp8_runs_the_attention_core_at_the_bf16_rate():
-    """By hand on one block: linear FLOPs at the fp8 peak x fp8_efficiency, attention FLOPs at bf16."""
+def _h100_llama_block(precision: str):
+    """One LLaMA block (8k tokens) on an H100 node, AMP's ideal links: (scenario, GPU, params, model)."""
     from amp_tui.core.hardware import gpu_catalog
-    from amp_tui.core.terms.compute import analytic_forward, matmul_efficiency
     scn = parse_scenario({"cluster": {"nodes": [{"count": 1, "gpu": "H100", "gpus_per_node": 8,
                                                  "intra_node_bandwidth": "450 GB/s", "inter_node_bandwidth": "400 Gbps"}]},
                           "model": {"family": "llama", "hidden_size": 4096, "num_layers": 1, "num_heads": 32,
                                     "sequence_length": 8192, "vocab_size": 32000},
-                          "training": {"global_batch_size": 8, "precision": "fp8"}, "calibration": IDEAL})
-    gpu, params, model = gpu_catalog()["H100"], scn.params, scn.model
+                          "training": {"global_batch_size": 8, "precision": precision}, "calibration": IDEAL})
+    return scn, gpu_catalog()["H100"], scn.params, scn.model
+
+
+def test_fp8_runs_the_attention_core_at_the_bf16_rate():
+    """By hand on one block: linear FLOPs at the fp8 peak x fp8_efficiency, attention FLOPs at bf16."""
+    from amp_tui.core.terms.compute import analytic_forward, matmul_efficiency
+    scn, gpu, params, model = _h100_llama_block("fp8")
     fp8, bf16 = (analytic_forward(model, gpu, p, params, 1, 1, False, 1.0) for p in ("fp8", "bf16"))
     block = [i for i, layer in enumerate(model.layers) if layer.kind == "block"][0]
     flops, _ = attention_core(model)
@@ -278,14 +282,8 @@ def test_fp8_runs_the_attention_core_at_the_bf16_rate():
 def test_flash_attention_backward_recomputes_the_scores_by_hand():
     """Flash attention's backward runs 5 multiplies against the forward's 2: the attention core
     costs 3.5 forwards. By hand on one LLaMA block: compute - 3 x forward = 0.5 x attention."""
-    from amp_tui.core.hardware import gpu_catalog
     from amp_tui.core.terms.compute import analytic_forward, matmul_efficiency
-    scn = parse_scenario({"cluster": {"nodes": [{"count": 1, "gpu": "H100", "gpus_per_node": 8,
-                                                 "intra_node_bandwidth": "450 GB/s", "inter_node_bandwidth": "400 Gbps"}]},
-                          "model": {"family": "llama", "hidden_size": 4096, "num_layers": 1, "num_heads": 32,
-                                    "sequence_length": 8192, "vocab_size": 32000},
-                          "training": {"global_batch_size": 8, "precision": "bf16"}, "calibration": IDEAL})
-    gpu, params, model = gpu_catalog()["H100"], scn.params, scn.model
+    scn, gpu, params, model = _h100_llama_block("bf16")
     block = [i for i, layer in enumerate(model.layers) if layer.kind == "block"][0]
     compute, _ = CostModel(scn).layer_times(0, 1, 2)
     forward = analytic_forward(model, gpu, "bf16", params, 1, 1, False, 2.0)
