@@ -4,11 +4,13 @@ The iteration time splits exactly into named terms along the bottleneck stage b 
 C_b its compute per micro-batch with tp_b the tensor-parallel part of it, c_b its pipeline sends,
 t* the stage with the slowest all-reduce + optimizer tail):
 
-  compute         B x (C_b - tp_b)
+  compute         B x (C_b - tp_b - z_b)
   tp comm         B x tp_b
+  ZeRO-3 comm     B x z_b                (per-layer parameter all-gathers and reduce-scatters compute
+                                          does not hide, on the FSDP or HSDP shard ring)
   pipeline sends  B x c_b
   bubble          fill/drain - tau_b     (the pipeline time the bottleneck GPUs spend waiting)
-  dp all-reduce   all-reduce of t*
+  dp all-reduce   all-reduce of t* (under HSDP: of the gradient shard across replicas)
   optimizer       optimizer step of t*
 
 Their sum is (B - 1) tau_b + fill/drain + tail = the iteration time. `time_terms` is the one place that
@@ -39,8 +41,9 @@ def time_terms(prediction: Prediction) -> dict[str, float]:
     bottleneck = prediction.stages[prediction.bottleneck_stage]
     tail = max(prediction.stages, key=lambda st: st.dp_allreduce_s + st.optimizer_step_s)
     return {
-        "compute": B * (bottleneck.compute_s - bottleneck.tp_comm_s),
+        "compute": B * (bottleneck.compute_s - bottleneck.tp_comm_s - bottleneck.shard_comm_s),
         "tp comm": B * bottleneck.tp_comm_s,
+        "ZeRO-3 comm": B * bottleneck.shard_comm_s,
         "pipeline sends": B * bottleneck.comm_s,
         "engine overhead": B * bottleneck.overhead_s,
         # what filling and draining the pipeline adds beyond one more micro-batch on the bottleneck

@@ -210,3 +210,15 @@ def test_enumeration_leaves_out_what_ep_and_hsdp_cannot_run():
             assert dp % 4 == 0 and (not knobs.hsdp_shard or dp > 4)
     assert {dp for _, _, dp, *_ in enumerate_candidates(scn, knobs=Knobs(zero_stage=3, hsdp_shard=4))} == {8}
     assert list(itertools.islice(enumerate_candidates(scn, knobs=Knobs(ep=1)), 1))
+
+
+def test_compare_names_the_zero3_traffic_apart_from_tensor_parallelism():
+    from amp_tui.core.compare import time_terms
+
+    scn = two_nodes(zero_stage=3)
+    p = evaluate(scn, Strategy(1, 1, 8, 1))          # plain FSDP across the two nodes: exposed traffic
+    terms = time_terms(p)
+    b = p.stages[p.bottleneck_stage]
+    assert b.shard_comm_s > 0 and b.tp_comm_s == 0
+    assert terms["ZeRO-3 comm"] == pytest.approx(p.num_micro_batches * b.shard_comm_s, rel=1e-12)
+    assert sum(terms.values()) == pytest.approx(p.iteration_time_s, rel=1e-12)
