@@ -185,7 +185,8 @@ def _memory_totals(candidate: Candidate) -> tuple[float, float, float, float, fl
     cache = cost.floor_cache
     state_key = ("state", candidate.tp, candidate.dp)
     if state_key not in cache:
-        state = candidate.state.total * (cost.model.columns["params"] / candidate.tp)
+        # per GPU: expert parallelism keeps 1/ep of each MoE layer's experts (the memory terms' count)
+        state = candidate.state.total * (cost._params / candidate.tp)
         cache[state_key] = (float(state.sum()), float(state.max()))
     in_flight = candidate.memory_arrays[2]
     room_key = ("room", layout.tp, layout.pp, layout.dp, layout.order, in_flight.tobytes())

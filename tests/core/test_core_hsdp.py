@@ -222,3 +222,19 @@ def test_compare_names_the_zero3_traffic_apart_from_tensor_parallelism():
     assert b.shard_comm_s > 0 and b.tp_comm_s == 0
     assert terms["ZeRO-3 comm"] == pytest.approx(p.num_micro_batches * b.shard_comm_s, rel=1e-12)
     assert sum(terms.values()) == pytest.approx(p.iteration_time_s, rel=1e-12)
+
+
+def test_memory_bound_counts_the_experts_one_gpu_keeps():
+    """Mixtral 8x7B over ep 8 keeps an eighth of each MoE layer's experts per GPU: the search's
+    necessary memory condition must not prune a candidate that has a fitting partition."""
+    from amp_tui.core.partition import best_partition
+    from amp_tui.core.search import _memory_shortfall
+
+    scn = parse_scenario({"name": "m", "cluster": {"nodes": [{"count": 4, "gpu": "H100", "gpus_per_node": 8,
+                                                              "intra_node_bandwidth": "450 GB/s",
+                                                              "inter_node_bandwidth": "3200 Gbps"}]},
+                          "model": {"preset": "mixtral-8x7b"},
+                          "training": {"global_batch_size": 32, "precision": "bf16", "recompute": "full"}})
+    c = CostModel(scn, Knobs(recompute="full", ep=8)).candidate(4, 1, 8, 1, (0,))
+    assert best_partition(c).partition is not None
+    assert _memory_shortfall(c) is None
