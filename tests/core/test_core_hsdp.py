@@ -238,3 +238,13 @@ def test_memory_bound_counts_the_experts_one_gpu_keeps():
     c = CostModel(scn, Knobs(recompute="full", ep=8)).candidate(4, 1, 8, 1, (0,))
     assert best_partition(c).partition is not None
     assert _memory_shortfall(c) is None
+
+
+def test_compare_reads_zero3_traffic_as_nothing_for_a_strategy_without_it():
+    from amp_tui.core.compare import compare
+
+    scn = two_nodes(zero_stage="auto")
+    fsdp = evaluate(scn, Strategy(1, 1, 8, 1, zero_stage=3))
+    ddp = evaluate(scn, Strategy(1, 1, 8, 1, zero_stage=0))
+    rows = {row.name: row for row in compare(ddp, fsdp).terms}
+    assert rows["ZeRO-3 comm"].a == 0.0 and rows["ZeRO-3 comm"].b > 0
