@@ -486,7 +486,7 @@ def _summary(scenario) -> str:
         if scenario.calibration.values else ""
     return (f"{scenario.name}: {c.num_gpus} GPUs ({groups}); {m.name}: {m.num_layers} layers, "
             f"{m.total_params / 1e9:.3g} B params; global batch {t.global_batch_size}, {t.precision}, "
-            f"{t.schedule}{calibrated}\ntechniques {describe(t)}")
+            f"{t.schedule}{calibrated}\ntechniques {describe(t, m)}")
 
 
 def _prediction_row(scenario, p, rank: str, best: float | None) -> list[str]:

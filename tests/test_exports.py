@@ -633,6 +633,52 @@ def test_deepspeed_refuses_context_parallelism():
     assert info.value.field == "strategy.cp" and info.value.value == 2 and "context parallelism" in info.value.reason
 
 
+def test_hsdp_in_every_format():
+    """HSDP over 4 nodes of 8: shard within a node (8 dp ranks), replicate across the 4 nodes.
+    torchtitan: dp_replicate 4 x dp_shard 8; Megatron-FSDP: 4 distributed-optimizer instances
+    (intra-partial dp = dp x cp / 4 = 8); DeepSpeed has no hybrid sharding and refuses in one line."""
+    plan = knob_plan(Strategy(1, 1, 32, 1, zero_stage=3, hsdp_shard=8))
+    par = torchtitan_config(plan)["parallelism"]
+    assert (par["data_parallel_replicate_degree"], par["data_parallel_shard_degree"]) == (4, 8)
+    assert par["data_parallel_replicate_degree"] * par["data_parallel_shard_degree"] * par["context_parallel_degree"] \
+        * par["tensor_parallel_degree"] * par["pipeline_parallel_degree"] == 32
+    export = export_plan(plan, "megatron")
+    args = megatron_args(export.files["megatron_args.sh"])
+    assert args["--num-distributed-optimizer-instances"] == ["4"] and "--use-megatron-fsdp" in args
+    assert args["--data-parallel-sharding-strategy"] == ["optim_grads_params"]
+    assert any("HSDP" in note for note in export.notes)
+    plain = megatron_args(export_plan(knob_plan(Strategy(1, 1, 32, 1, zero_stage=3)), "megatron")
+                          .files["megatron_args.sh"])
+    assert "--num-distributed-optimizer-instances" not in plain
+    with pytest.raises(SpecError) as info:
+        export_plan(plan, "deepspeed")
+    assert info.value.field == "strategy.hsdp_shard" and info.value.value == 8 and "hybrid sharding" in info.value.reason
+
+
+def test_megatron_core_takes_the_hsdp_instances():
+    """Megatron-Core's DDP config has the field the flag sets."""
+    ddp = pytest.importorskip("megatron.core.distributed.distributed_data_parallel_config")
+    plan = knob_plan(Strategy(1, 1, 32, 1, zero_stage=3, hsdp_shard=8))
+    args = megatron_args(export_plan(plan, "megatron").files["megatron_args.sh"])
+    config = ddp.DistributedDataParallelConfig(
+        use_distributed_optimizer=True, use_megatron_fsdp=True,
+        data_parallel_sharding_strategy=args["--data-parallel-sharding-strategy"][0],
+        num_distributed_optimizer_instances=int(args["--num-distributed-optimizer-instances"][0]))
+    assert config.num_distributed_optimizer_instances == 4 and config.outer_dp_sharding_strategy == "no_shard"
+
+
+def test_exports_use_the_experts_degree_the_training_section_fixes():
+    """A strategy silent on ep inherits the training section's expert_parallel, in every format."""
+    scenario = parse_scenario({**B200_SCENARIO, "model": {"preset": "mixtral-8x7b"},
+                               "training": {**B200_SCENARIO["training"], "expert_parallel": 2}})
+    prediction = evaluate(scenario, Strategy(2, 2, 8, 1, sequence_parallel=True))
+    plan = Plan(scenario, replace(prediction.strategy, ep=None), prediction.to_dict(), "t", "n")
+    args = megatron_args(export_plan(plan, "megatron").files["megatron_args.sh"])
+    assert args["--expert-model-parallel-size"] == ["2"]
+    assert torchtitan_config(plan)["parallelism"]["expert_parallel_degree"] == 2
+    assert any("ep_size=2" in note for note in export_plan(plan, "deepspeed").notes)
+
+
 # -- optional: the engines' own checkers ----------------------------------------------------------------
 
 def test_torch_launcher_reads_the_lines(plans):

@@ -4,11 +4,14 @@ The iteration time splits exactly into named terms along the bottleneck stage b 
 C_b its compute per micro-batch with tp_b the tensor-parallel part of it, c_b its pipeline sends,
 t* the stage with the slowest all-reduce + optimizer tail):
 
-  compute         B x (C_b - tp_b)
+  compute         B x (C_b - tp_b - z_b)
   tp comm         B x tp_b
+  ZeRO-3 comm     B x z_b                (per-layer parameter all-gathers and reduce-scatters compute
+                                          does not hide, on the FSDP or HSDP shard ring; listed
+                                          only where it is not 0)
   pipeline sends  B x c_b
   bubble          fill/drain - tau_b     (the pipeline time the bottleneck GPUs spend waiting)
-  dp all-reduce   all-reduce of t*
+  dp all-reduce   all-reduce of t* (under HSDP: of the gradient shard across replicas)
   optimizer       optimizer step of t*
 
 Their sum is (B - 1) tau_b + fill/drain + tail = the iteration time. `time_terms` is the one place that
@@ -38,9 +41,11 @@ def time_terms(prediction: Prediction) -> dict[str, float]:
     B = prediction.num_micro_batches
     bottleneck = prediction.stages[prediction.bottleneck_stage]
     tail = max(prediction.stages, key=lambda st: st.dp_allreduce_s + st.optimizer_step_s)
+    zero3 = {"ZeRO-3 comm": B * bottleneck.shard_comm_s} if bottleneck.shard_comm_s else {}
     return {
-        "compute": B * (bottleneck.compute_s - bottleneck.tp_comm_s),
+        "compute": B * (bottleneck.compute_s - bottleneck.tp_comm_s - bottleneck.shard_comm_s),
         "tp comm": B * bottleneck.tp_comm_s,
+        **zero3,
         "pipeline sends": B * bottleneck.comm_s,
         "engine overhead": B * bottleneck.overhead_s,
         # what filling and draining the pipeline adds beyond one more micro-batch on the bottleneck
@@ -50,6 +55,14 @@ def time_terms(prediction: Prediction) -> dict[str, float]:
         "optimizer": tail.optimizer_step_s,
         "fixed per iteration": prediction.iteration_overhead_s,
     }
+
+
+# Terms listed only where a strategy has them; the other side of a comparison reads 0.
+_OPTIONAL_TERMS = ("ZeRO-3 comm",)
+
+
+def _absent(name: str) -> float | None:
+    return 0.0 if name in _OPTIONAL_TERMS else None
 
 
 def term_links(scenario: Scenario, prediction: Prediction) -> dict[str, str]:
@@ -150,7 +163,8 @@ def compare(a: Prediction, b: Prediction, scenario: Scenario | None = None,
     default_a, default_b = names(a, b)
     a_name, b_name = a_name or default_a, b_name or default_b
     ta, tb = time_terms(a), time_terms(b)
-    terms = [Row(name, ta.get(name), tb.get(name), "s") for name in dict.fromkeys([*ta, *tb])]
+    terms = [Row(name, ta.get(name, _absent(name)), tb.get(name, _absent(name)), "s")
+             for name in dict.fromkeys([*ta, *tb])]
     terms.append(Row("iteration", a.iteration_time_s, b.iteration_time_s, "s"))
     stages = []
     for i in range(max(len(a.stages), len(b.stages))):

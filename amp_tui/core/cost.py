@@ -37,6 +37,7 @@ from amp_tui.core.placement import Layout, Nodes, build_layout
 from amp_tui.core.scenario import Scenario
 from amp_tui.core.strategy import Strategy
 from amp_tui.core.terms import compute as compute_terms
+from amp_tui.core.terms import sharding
 from amp_tui.core.units import format_bytes
 
 # Gradients are all-reduced in buckets of this size (PyTorch DDP's 25 MB; Megatron's are similar):
@@ -206,12 +207,15 @@ class CostModel:
                     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Per layer on a stage served by node `groups` with this tensor-parallel link (s/byte and
         per-message latency): (time, its communication part) on the slowest serving GPU type, and
-        prefix sums of the time. `shard` (s/byte, latency) prices ZeRO-3's per-layer parameter
-        all-gathers and gradient reduce-scatters, overlapped with the layer's compute."""
+        prefix sums of the time, and the part of the time that is ZeRO-3's exposed parameter traffic.
+        `shard` (s/byte, latency) prices ZeRO-3's per-layer parameter all-gathers and gradient
+        reduce-scatters (on the HSDP shard ring under hybrid sharding), overlapped with the layer's
+        compute."""
         key = ("stage", groups, tp_seconds_per_byte, tp, mbs, tp_latency, shard)
         if key not in self._profiles:
             times = np.zeros(self.model.num_layers)
             tp_part = np.zeros(self.model.num_layers)
+            shard_part = np.zeros(self.model.num_layers)
             alpha = self.tp_messages * (2.0 * (tp - 1) * tp_latency) if tp > 1 else 0.0
             # Overlapped collectives run in chunks beside the GEMMs: only the rest is exposed.
             tp_exposed = 1.0 - self.params("tp_overlap") if self.training.tp_comm_overlap else 1.0
@@ -221,13 +225,15 @@ class CostModel:
                 # A measured time already holds its all-reduces, latency included (tp_bytes = 0).
                 comm = (tp_bytes * tp_seconds_per_byte + np.where(tp_bytes > 0, alpha, 0.0)) * tp_exposed
                 total = compute + comm
+                exposed = 0.0
                 if sharded is not None:    # prefetched: the layer waits only for what compute does not hide
                     exposed = np.maximum(sharded - compute, 0.0) + shard[1] * 3.0
-                    total, comm = total + exposed, comm + exposed
+                    total = total + exposed
                 slower = total > times
                 times = np.where(slower, total, times)
                 tp_part = np.where(slower, comm, tp_part)
-            self._profiles[key] = (times, tp_part, np.concatenate([[0.0], np.cumsum(times)]))
+                shard_part = np.where(slower, exposed, shard_part)
+            self._profiles[key] = (times, tp_part, np.concatenate([[0.0], np.cumsum(times)]), shard_part)
         return self._profiles[key]
 
     def memory_arrays(self, tp: int, pp: int, mbs: int, num_micro_batches: int
@@ -262,6 +268,15 @@ class CostModel:
                                               self._nodes[order])
         return self._layouts[key]
 
+    def hsdp_links(self, tp: int, pp: int, dp: int, order: tuple[int, ...]) -> sharding.HsdpLinks:
+        """The shard and replica rings of a layout under hybrid sharding (terms/sharding.py)."""
+        key = ("hsdp", tp, pp, dp, order, self.knobs.hsdp_shard)
+        if key not in self._layouts:
+            self.layout(tp, pp, dp, order)
+            self._layouts[key] = sharding.hsdp_links(self._nodes[order], tp * self.knobs.cp, pp, dp,
+                                                     self.knobs.hsdp_shard)
+        return self._layouts[key]
+
     def candidate(self, tp: int, pp: int, dp: int, mbs: int, order: tuple[int, ...]) -> "Candidate":
         return Candidate(self, self.layout(tp, pp, dp, order), mbs)
 
@@ -283,6 +298,7 @@ class StagePrediction:
     memory: MemoryBreakdown
     capacity_bytes: float
     latency_s: float = 0.0         # per micro-batch, the per-message latency inside tp_comm_s and comm_s
+    shard_comm_s: float = 0.0      # the part of compute_s ZeRO-3's parameter traffic leaves exposed
 
     @property
     def fits(self) -> bool:
@@ -292,7 +308,8 @@ class StagePrediction:
         return {
             "stage": self.index, "first_layer": self.first_layer, "last_layer": self.last_layer,
             "gpu": self.gpu, "gpu_types": list(self.gpu_types),
-            "compute_s": self.compute_s, "tp_comm_s": self.tp_comm_s, "comm_s": self.comm_s,
+            "compute_s": self.compute_s, "tp_comm_s": self.tp_comm_s, "shard_comm_s": self.shard_comm_s,
+            "comm_s": self.comm_s,
             "overhead_s": self.overhead_s, "latency_s": self.latency_s,
             "stage_time_s": self.stage_time_s, "dp_allreduce_s": self.dp_allreduce_s,
             "optimizer_step_s": self.optimizer_step_s,
@@ -332,12 +349,15 @@ class Prediction:
         def path(per_stage) -> float:
             return (B - 1) * per_stage(b) + sum(per_stage(st) for st in self.stages) / v
 
+        # Under HSDP the tail's all-reduce is the gradient shard's across replicas (terms/sharding.py).
+        allreduce = "HSDP replica all-reduce" if self.strategy.hsdp_shard else "data-parallel all-reduce"
         return {
-            "compute": path(lambda st: st.compute_s - st.tp_comm_s),
+            "compute": path(lambda st: st.compute_s - st.tp_comm_s - st.shard_comm_s),
             "tensor-parallel comm": path(lambda st: st.tp_comm_s),
+            "ZeRO-3 all-gather/reduce-scatter": path(lambda st: st.shard_comm_s),
             "pipeline sends": path(lambda st: st.comm_s / 2) + (B - 1) * b.comm_s / 2,
             "pipeline engine overhead": path(lambda st: st.overhead_s),
-            "data-parallel all-reduce": tail.dp_allreduce_s,
+            allreduce: tail.dp_allreduce_s,
             "optimizer step": tail.optimizer_step_s,
             "per-iteration overhead": self.iteration_overhead_s,
         }
@@ -396,14 +416,27 @@ class Candidate:
         self.tp, self.pp, self.dp = layout.tp // self.cp, layout.pp, layout.dp
         self.num_layers = cost.model.num_layers
         self.num_micro_batches = training.global_batch_size // (self.dp * mbs)
-        # ZeRO shards over every rank holding the same parameters: data- and context-parallel ones.
-        self.state = state_bytes_per_param(training, self.dp * self.cp, self.knobs.zero_stage, self.pp)
+        # ZeRO shards over every rank holding the same parameters: data- and context-parallel ones,
+        # or under HSDP the shard group's (terms/sharding.py).
+        self.hsdp = self.knobs.hsdp_shard if self.knobs.zero_stage >= 3 else 0
+        self.shard_group = sharding.sharding_group(self.dp, self.cp, self.hsdp)
+        self.state = state_bytes_per_param(training, self.shard_group, self.knobs.zero_stage, self.pp)
         params = cost.params
         self.micro_batch_overhead = params("micro_batch_overhead_s")
 
     # Seconds per (parameter / tp) of stage s for the all-reduce and the optimizer step, and both.
     @cached_property
+    def _hsdp_allreduce(self) -> tuple[np.ndarray, np.ndarray]:
+        """Per stage: HSDP's replica all-reduce of the gradient shard, per parameter over tp, and
+        its last bucket's latency (terms/sharding.py)."""
+        layout = self.layout
+        links = self.cost.hsdp_links(layout.tp // self.cp, self.pp, self.dp, layout.order)
+        return sharding.replica_allreduce_coef(links, self.state.gradients, self.dp // self.hsdp, DP_BUCKET_BYTES)
+
+    @cached_property
     def dp_coef(self) -> np.ndarray:
+        if self.hsdp:
+            return self._hsdp_allreduce[0]
         if self.knobs.zero_stage >= 3:    # gradients are reduce-scattered layer by layer (stage times)
             return np.zeros(self.pp)
         grad_bytes = self.state.weights
@@ -413,7 +446,7 @@ class Candidate:
 
     @cached_property
     def opt_coef(self) -> np.ndarray:
-        return optimizer_traffic_per_param(self.cost.training, self.dp * self.cp,
+        return optimizer_traffic_per_param(self.cost.training, self.shard_group,
                                            self.knobs.zero_stage) / self.layout.stage_memory_bandwidth
 
     @cached_property
@@ -423,6 +456,8 @@ class Candidate:
     @cached_property
     def last_bucket_latency(self) -> np.ndarray:
         """Per stage, the all-reduce latency paid whatever the stage holds: one bucket's."""
+        if self.hsdp:
+            return self._hsdp_allreduce[1]
         if self.knobs.zero_stage >= 3:
             return np.zeros(self.pp)
         return _collective_steps(self.dp) * self.layout.dp_latency
@@ -441,8 +476,9 @@ class Candidate:
     def hidden_share(self) -> float:
         """Share of a stage's compute per micro-batch behind which the gradient all-reduce runs:
         the framework's overlap (params `dp_overlap`) of the last micro-batch's backward pass
-        (2 of 3 passes, 3 of 4 under full recomputation)."""
-        if self.knobs.zero_stage >= 3:
+        (2 of 3 passes, 3 of 4 under full recomputation). HSDP's replica all-reduce overlaps the
+        same way; plain ZeRO-3 has none."""
+        if self.knobs.zero_stage >= 3 and not self.hsdp:
             return 0.0
         backward = 0.75 if self.knobs.recompute == "full" else 2.0 / 3.0
         return self.cost.params("dp_overlap", self.cost.training.framework) * backward
@@ -469,6 +505,11 @@ class Candidate:
         return np.array([row[0] for row in rows]), np.array([row[1] for row in rows])
 
     @cached_property
+    def stage_shard_times(self) -> np.ndarray:
+        """(pp, L): per stage per layer, the exposed ZeRO-3 parameter traffic inside its time."""
+        return np.array([row[3] for row in self._stage_rows])
+
+    @cached_property
     def time_prefix(self) -> np.ndarray:
         """(pp, L + 1): prefix sums of each stage's per-layer times."""
         return np.array([row[2] for row in self._stage_rows])
@@ -479,7 +520,9 @@ class Candidate:
         groups, tensor-parallel link (s/byte, latency), ZeRO-3 sharding link (s/byte, latency)."""
         layout = self.layout
         shard = [(0.0, 0.0)] * self.pp
-        if self.knobs.zero_stage >= 3 and self.dp * self.cp > 1:
+        if self.hsdp:
+            shard = sharding.shard_ring(self.cost.hsdp_links(self.tp, self.pp, self.dp, layout.order), self.hsdp)
+        elif self.knobs.zero_stage >= 3 and self.dp * self.cp > 1:
             n = self.dp
             ring = (n - 1) / n
             shard = [(float(spb) * ring, float(lat) * (n - 1))
@@ -488,7 +531,7 @@ class Candidate:
                 zip(layout.stage_groups, layout.stage_tp_seconds_per_byte, layout.stage_tp_latency, shard)]
 
     @cached_property
-    def _stage_rows(self) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    def _stage_rows(self) -> list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]]:
         return [self.cost.stage_times(groups, spb, self.tp, self.mbs, lat, shard)
                 for groups, spb, lat, shard in self.stage_hardware]
 
@@ -579,7 +622,8 @@ class Candidate:
 
     def strategy(self, partition: tuple[int, ...]) -> Strategy:
         return Strategy(self.tp, self.pp, self.dp, self.mbs, tuple(int(n) for n in partition), self.layout.order,
-                        ep=self.knobs.ep if self.knobs.ep > 1 else None, **self.knobs.to_dict())
+                        ep=self.knobs.ep if self.knobs.ep > 1 else None, hsdp_shard=self.hsdp or None,
+                        **self.knobs.to_dict())
 
     def predict(self, partition: tuple[int, ...]) -> Prediction:
         """Every term of the cost and memory model for one partition (layers per stage)."""
@@ -602,6 +646,7 @@ class Candidate:
                 index=s, first_layer=i, last_layer=j - 1,
                 gpu=gpus[slowest].name, gpu_types=tuple(dict.fromkeys(gpus[g].name for g in groups)),
                 compute_s=compute, tp_comm_s=float(tp_part[s, i:j].sum()), comm_s=comm,
+                shard_comm_s=float(self.stage_shard_times[s, i:j].sum()),
                 overhead_s=self.micro_batch_overhead, stage_time_s=busy,
                 dp_allreduce_s=dp_allreduce, optimizer_step_s=optimizer_step,
                 memory=MemoryBreakdown(*memory, reserve_bytes=reserve), capacity_bytes=capacity,

@@ -25,6 +25,7 @@ SCHEDULES = ("1f1b", "gpipe")
 RECOMPUTE = ("none", "selective", "full")
 ZERO_STAGES = (0, 1, 2, 3)
 AUTO = "auto"   # a training technique the search chooses per strategy
+FULL_SHARD = "full"   # training.data_parallel_shard: ZeRO shards over every data-parallel rank
 
 # Cluster fields for serve mode (amp_tui.serving.spec checks them); training carries them unread.
 SERVING_NODE_FIELDS = ("region", "serving_throughput")
@@ -124,6 +125,10 @@ class Training:
     sequence_parallel: bool | str = False   # or AUTO
     context_parallel: int | str = 1     # or AUTO
     virtual_stages: int | str = 1       # or AUTO
+    # HSDP: data-parallel ranks per sharding group under ZeRO-3 (FULL: all of them, plain FSDP), or AUTO.
+    data_parallel_shard: int | str = "full"
+    # Expert-parallel degree for a mixture-of-experts model, or AUTO (the search chooses; 1 for a dense model).
+    expert_parallel: int | str = AUTO
     framework: str = "megatron"         # params.FRAMEWORKS: what it allocates and overlaps
     fused_loss: bool = False            # a fused cross-entropy: no fp32 copies of the logits
     tp_comm_overlap: bool = False       # tensor-parallel collectives pipelined with the GEMMs (TE userbuffers, async TP)
@@ -146,6 +151,8 @@ class Training:
                 "optimizer": self.optimizer, "schedule": self.schedule, "recompute": self.recompute,
                 "zero_stage": self.zero_stage, "sequence_parallel": self.sequence_parallel,
                 "context_parallel": self.context_parallel, "virtual_stages": self.virtual_stages,
+                **({"data_parallel_shard": self.data_parallel_shard} if self.data_parallel_shard != FULL_SHARD else {}),
+                **({"expert_parallel": self.expert_parallel} if self.expert_parallel != AUTO else {}),
                 "framework": self.framework, "fused_loss": self.fused_loss,
                 "tp_comm_overlap": self.tp_comm_overlap, "runtime_reserve": exact_bytes(self.runtime_reserve_bytes),
                 **({"state_bytes_per_param": self.state_bytes_override} if self.state_bytes_override is not None else {})}
@@ -284,8 +291,8 @@ def parse_training(value: object, field_name: str = "training") -> Training:
     if not isinstance(value, dict):
         raise SpecError(field_name, value, "expected a mapping with at least global_batch_size")
     allowed = {"global_batch_size", "precision", "optimizer", "schedule", "recompute", "zero_stage", "runtime_reserve",
-               "state_bytes_per_param", "sequence_parallel", "context_parallel", "virtual_stages", "framework", "fused_loss",
-               "tp_comm_overlap"}
+               "state_bytes_per_param", "sequence_parallel", "context_parallel", "virtual_stages", "framework",
+               "data_parallel_shard", "expert_parallel", "fused_loss", "tp_comm_overlap"}
     _check_keys(value, allowed, field_name, "training")
     if "global_batch_size" not in value:
         raise SpecError(f"{field_name}.global_batch_size", None, "required")
@@ -298,6 +305,10 @@ def parse_training(value: object, field_name: str = "training") -> Training:
     if state is not None and state < 2 * PRECISIONS[precision]:
         raise SpecError(f"{field_name}.state_bytes_per_param", state,
                         f"must hold at least the weights and gradients ({2 * PRECISIONS[precision]} bytes at {precision})")
+    shard = value.get("data_parallel_shard", FULL_SHARD)
+    if shard not in (FULL_SHARD, AUTO) and value.get("zero_stage", 0) not in (3, AUTO):
+        raise SpecError(f"{field_name}.data_parallel_shard", shard,
+                        "hybrid sharding (HSDP) needs zero_stage 3 or auto; use full for plain ZeRO")
     return Training(
         global_batch_size=parse_int(value["global_batch_size"], f"{field_name}.global_batch_size"),
         precision=precision,
@@ -309,6 +320,9 @@ def parse_training(value: object, field_name: str = "training") -> Training:
                            else _bool(value.get("sequence_parallel", False), f"{field_name}.sequence_parallel")),
         context_parallel=_auto_or_int(value.get("context_parallel", 1), f"{field_name}.context_parallel"),
         virtual_stages=_auto_or_int(value.get("virtual_stages", 1), f"{field_name}.virtual_stages"),
+        data_parallel_shard=(FULL_SHARD if value.get("data_parallel_shard", FULL_SHARD) == FULL_SHARD else
+                             _auto_or_int(value["data_parallel_shard"], f"{field_name}.data_parallel_shard")),
+        expert_parallel=_auto_or_int(value.get("expert_parallel", AUTO), f"{field_name}.expert_parallel"),
         framework=_choice(value.get("framework", "megatron"), FRAMEWORKS, f"{field_name}.framework"),
         fused_loss=_bool(value.get("fused_loss", False), f"{field_name}.fused_loss"),
         tp_comm_overlap=_bool(value.get("tp_comm_overlap", False), f"{field_name}.tp_comm_overlap"),

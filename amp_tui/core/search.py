@@ -115,7 +115,9 @@ def enumerate_candidates(scenario: Scenario, orders: NodeOrders | None = None, k
     node_orders(scenario)). One pipeline stage with one replica has a single order: rank order.
     Context parallelism takes its share of the GPUs (tp x cp x pp x dp); combinations a
     technique cannot change are left out (sequence parallelism without tensor parallelism,
-    interleaving without a pipeline to interleave)."""
+    interleaving without a pipeline to interleave). Expert parallelism takes its ep GPUs from
+    the dp x cp ranks (ep divides dp x cp), hybrid sharding its groups from the dp ranks (the
+    shard group divides dp and is smaller)."""
     knobs = knobs or default_knobs(scenario.training)
     n = scenario.cluster.num_gpus
     layers = scenario.model.num_layers
@@ -136,7 +138,8 @@ def enumerate_candidates(scenario: Scenario, orders: NodeOrders | None = None, k
             if not partition_table_fits(layers, pp):    # limits.py: bounded memory per candidate
                 continue
             dp = n // (tp * cp * pp)
-            if gbs % dp:
+            if gbs % dp or (dp * cp) % knobs.ep or (knobs.hsdp_shard and (dp % knobs.hsdp_shard or
+                                                                          knobs.hsdp_shard >= dp)):
                 continue
             for mbs in divisors(gbs // dp, up_to=scenario.search.max_micro_batch_size):
                 if v > 1 and (gbs // (dp * mbs)) % pp:   # Megatron: micro-batches a multiple of pp
@@ -182,7 +185,8 @@ def _memory_totals(candidate: Candidate) -> tuple[float, float, float, float, fl
     cache = cost.floor_cache
     state_key = ("state", candidate.tp, candidate.dp)
     if state_key not in cache:
-        state = candidate.state.total * (cost.model.columns["params"] / candidate.tp)
+        # per GPU: expert parallelism keeps 1/ep of each MoE layer's experts (the memory terms' count)
+        state = candidate.state.total * (cost._params / candidate.tp)
         cache[state_key] = (float(state.sum()), float(state.max()))
     in_flight = candidate.memory_arrays[2]
     room_key = ("room", layout.tp, layout.pp, layout.dp, layout.order, in_flight.tobytes())
@@ -317,7 +321,7 @@ def search(scenario: Scenario, *, top: int | None = None,
     rank = tuple(range(len(scenario.cluster.nodes)))
     orders = node_orders(scenario)
     # One cost model per combination of training techniques; a key's last entry says which.
-    costs = [CostModel(scenario, knobs) for knobs in knob_choices(scenario.training)]
+    costs = [CostModel(scenario, knobs) for knobs in knob_choices(scenario.training, scenario.model)]
     keys = [(*key, k) for k, cost in enumerate(costs)
             for key in enumerate_candidates(scenario, orders, cost.knobs)]
     sizes: dict[tuple[int, int], list[int]] = {}   # micro-batch sizes per tp, computed in one pass each

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from amp_tui.core.errors import SpecError
 from amp_tui.core.scenario import Scenario
@@ -27,6 +27,10 @@ class Strategy:
     # Expert parallelism: each MoE layer's experts split over ep GPUs of the dp x cp group (as in
     # Megatron), so ep is not a factor of the world size. None or 1: every GPU holds every expert.
     ep: int | None = None
+    # HSDP (core/terms/sharding.py): under ZeRO-3, parameters, gradients and optimizer state are
+    # sharded over groups of this many data-parallel ranks and replicated across the dp / hsdp_shard
+    # groups. None: sharded over every data-parallel rank (plain FSDP), as the training section says.
+    hsdp_shard: int | None = None
     # Nodes left out: (node-group index, how many of its nodes), ascending by group; None or empty:
     # every node is used. A group's used nodes are its first ones; ranks skip the idle ones.
     idle: tuple[tuple[int, int], ...] | None = None
@@ -49,7 +53,7 @@ class Strategy:
             out["partition"] = list(self.partition)
         if self.placement is not None:
             out["placement"] = list(self.placement)
-        for key in (*KNOB_FIELDS, "ep"):
+        for key in (*KNOB_FIELDS, "ep", "hsdp_shard"):
             if getattr(self, key) is not None:
                 out[key] = getattr(self, key)
         if self.idle:
@@ -70,7 +74,8 @@ def parse_strategy(value: object, field: str = "strategy") -> Strategy:
     """Read the fields; `validate_strategy` checks them against a scenario."""
     if not isinstance(value, dict):
         raise SpecError(field, value, "expected a mapping with tp, pp, dp, micro_batch_size")
-    allowed = {"tp", "pp", "dp", "micro_batch_size", "partition", "placement", "ep", "idle", *KNOB_FIELDS}
+    allowed = {"tp", "pp", "dp", "micro_batch_size", "partition", "placement", "ep", "hsdp_shard", "idle",
+               *KNOB_FIELDS}
     for key in value:
         if key not in allowed and key not in _IGNORED_OUTPUT_KEYS:
             raise SpecError(f"{field}.{key}", value[key], f"unknown strategy field; allowed: {', '.join(sorted(allowed))}")
@@ -97,6 +102,8 @@ def parse_strategy(value: object, field: str = "strategy") -> Strategy:
         partition=partition,
         placement=placement,
         ep=parse_int(value["ep"], f"{field}.ep") if value.get("ep") is not None else None,
+        hsdp_shard=(parse_int(value["hsdp_shard"], f"{field}.hsdp_shard")
+                    if value.get("hsdp_shard") is not None else None),
         idle=idle,
         **knobs,
     )
@@ -178,8 +185,10 @@ def validate_strategy(scenario: Scenario, strategy: Strategy, field: str = "stra
     heads = scenario.model.shape.get("num_heads")
     if heads and heads % tp:
         raise SpecError(f"{field}.tp", tp, f"must divide the model's num_heads ({heads})")
-    if strategy.ep is not None and strategy.ep > 1:
-        _validate_ep(scenario, strategy, field)
+    if knobs.ep > 1:
+        _validate_ep(scenario, replace(strategy, ep=knobs.ep), field)
+    if knobs.hsdp_shard:
+        _validate_hsdp(knobs.hsdp_shard, knobs.zero_stage, dp, field)
     if strategy.partition is not None:
         if len(strategy.partition) != pp:
             raise SpecError(f"{field}.partition", list(strategy.partition), f"needs {pp} entries, one per stage")
@@ -205,6 +214,16 @@ def _validate_ep(scenario: Scenario, strategy: Strategy, field: str) -> None:
     for count in experts:
         if count % ep:
             raise SpecError(f"{field}.ep", ep, f"must divide the number of experts per layer ({count})")
+
+
+def _validate_hsdp(shard: int, zero_stage: int, dp: int, field: str) -> None:
+    if zero_stage != 3:
+        raise SpecError(f"{field}.hsdp_shard", shard, f"hybrid sharding needs zero_stage 3 (FSDP), not {zero_stage}")
+    if dp % shard or shard >= dp:
+        raise SpecError(f"{field}.hsdp_shard", shard, f"must divide dp ({dp}) and be smaller "
+                                                      "(equal to dp is plain FSDP: leave hsdp_shard out)")
+
+
 def used_gpus(scenario: Scenario, strategy: Strategy, field: str = "strategy") -> int:
     """GPUs on the nodes the strategy does not leave idle; SpecError for an impossible `idle`."""
     groups = scenario.cluster.nodes

@@ -13,6 +13,9 @@ Checked against DeepSpeed 0.19.8:
   max_reuse_distance, gather_16bit_weights_on_model_save. The sizes follow the rule Hugging Face's
   DeepSpeed integration uses for "auto": hidden^2, 0.9 hidden^2 and 10 hidden elements.
 - There is no context parallelism (ring attention), so a plan with cp > 1 is refused.
+- There is no hybrid sharding either: config.py rejects MiCS's mics_shard_size ("MiCS ZeRO-3 sharding
+  has been removed"), and ZeRO++'s zero_hpz_partition_size keeps a secondary copy of the weights
+  per group while gradients and optimizer state stay sharded over every rank. An HSDP plan is refused.
 - The launcher reads `hostname slots=N` lines (and `#` comment lines) and hands out ranks host by host
   in file order, slot by slot.
 """
@@ -150,6 +153,10 @@ def export(plan: Plan) -> Export:
     if knobs.cp > 1:
         raise SpecError("strategy.cp", knobs.cp, "DeepSpeed has no context parallelism (ring attention); "
                         "export this plan with --format megatron or --format torchtitan")
+    if knobs.zero_stage == 3 and knobs.hsdp_shard:
+        raise SpecError("strategy.hsdp_shard", knobs.hsdp_shard,
+                        "DeepSpeed has no hybrid sharding (MiCS is removed; ZeRO++ hpZ shards only a secondary weight "
+                        "copy); export this plan with --format torchtitan or --format megatron")
     partition = pipeline_partition(plan)
     files = {
         "ds_config.json": json.dumps(ds_config(plan), indent=2) + "\n",
@@ -216,7 +223,7 @@ def _technique_notes(plan: Plan, knobs: Knobs) -> list[str]:
     if training.precision == "fp8":
         notes.append("fp8: DeepSpeed has no fp8 switch; the config trains in bf16, and the model's linear layers "
                      "must be Transformer Engine's (te.Linear under te.fp8_autocast) for fp8 matrix multiplies.")
-    if (s.ep or 1) > 1:
-        notes.append(f"Expert parallelism is set in the model: deepspeed.moe.layer.MoE(..., ep_size={s.ep}, "
+    if knobs.ep > 1:
+        notes.append(f"Expert parallelism is set in the model: deepspeed.moe.layer.MoE(..., ep_size={knobs.ep}, "
                      f"k={plan.scenario.model.shape.get('top_k', 'top_k')}) for each MoE layer.")
     return notes

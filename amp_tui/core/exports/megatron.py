@@ -16,7 +16,8 @@ argument parser exposes (TransformerConfig: recompute_granularity, fp8 as --fp8-
 fp8_amax_history_len, fp8_amax_compute_algo, num_moe_experts, moe_router_topk, moe_ffn_hidden_size,
 moe_token_dispatcher_type; ModelParallelConfig: sequence_parallel, context_parallel_size,
 expert_model_parallel_size; DistributedDataParallelConfig: use_distributed_optimizer,
-use_megatron_fsdp, data_parallel_sharding_strategy), and its rule that with virtual stages every
+use_megatron_fsdp, data_parallel_sharding_strategy, num_distributed_optimizer_instances: HSDP under
+Megatron-FSDP, replicas of the shard group), and its rule that with virtual stages every
 stage's layer count is divisible by them. The wheel does not ship Megatron-LM's arguments.py; the
 flags whose name differs from their field (--num-experts, --num-virtual-stages-per-pipeline-rank)
 are Megatron-LM's as of its 0.16 release.
@@ -203,7 +204,7 @@ def export(plan: Plan) -> Export:
 
 def _parallel_section(plan: Plan, knobs: Knobs, notes: list[str]) -> tuple[str, list[str]]:
     s = plan.strategy
-    ep = s.ep or 1
+    ep = knobs.ep
     args = ["--tensor-model-parallel-size", str(s.tp), "--pipeline-model-parallel-size", str(s.pp)]
     if knobs.cp > 1:
         args += ["--context-parallel-size", str(knobs.cp)]
@@ -359,6 +360,12 @@ def _training_section(plan: Plan, knobs: Knobs, notes: list[str]) -> tuple[str, 
         args += ["--use-megatron-fsdp", "--data-parallel-sharding-strategy", "optim_grads_params"]
         notes.append("ZeRO-3: Megatron-FSDP shards parameters, gradients and optimizer state over the data-parallel "
                      "ranks (optim_grads_params); Megatron-Core releases before 0.14 call it --use-custom-fsdp.")
+        if knobs.hsdp_shard:   # DistributedDataParallelConfig.num_distributed_optimizer_instances
+            replicas = plan.strategy.dp // knobs.hsdp_shard
+            args += ["--num-distributed-optimizer-instances", str(replicas)]
+            notes.append(f"HSDP: Megatron-FSDP shards within groups of {knobs.hsdp_shard} data-parallel ranks "
+                         f"(x cp) and replicates across {replicas} of them (outer_dp_sharding_strategy no_shard, "
+                         "its default).")
     if training.schedule == "gpipe":
         notes.append("Megatron has no GPipe schedule and runs 1F1B: about the same time, less activation memory "
                      "than the plan's GPipe prediction.")

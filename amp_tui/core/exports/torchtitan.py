@@ -57,7 +57,7 @@ def job_config(plan: Plan) -> dict:
             "pipeline_parallel_schedule": pipeline_schedule(training.schedule, knobs.virtual_stages),
             "pipeline_parallel_microbatch_size": s.micro_batch_size,
             "context_parallel_degree": knobs.cp,
-            "expert_parallel_degree": s.ep or 1,
+            "expert_parallel_degree": knobs.ep,
         },
         "activation_checkpoint": {"mode": knobs.recompute},
     }
@@ -76,9 +76,14 @@ def job_config(plan: Plan) -> dict:
 
 
 def data_parallel_degrees(knobs: Knobs, dp: int) -> tuple[int, int]:
-    """(dp_replicate, dp_shard): DDP for ZeRO 0, FSDP over all dp ranks otherwise. An HSDP plan
-    (shard within a group, replicate across groups) would return (dp / group, group)."""
-    return (dp, 1) if knobs.zero_stage == 0 else (1, dp)
+    """(dp_replicate, dp_shard): DDP for ZeRO 0, FSDP over all dp ranks otherwise, and HSDP (ZeRO-3
+    within groups of hsdp_shard ranks, replicated across the dp / hsdp_shard groups) as
+    (dp / group, group); torchtitan's mesh puts dp_shard inside dp_replicate, as the plan does."""
+    if knobs.zero_stage == 0:
+        return dp, 1
+    if knobs.zero_stage == 3 and knobs.hsdp_shard:
+        return dp // knobs.hsdp_shard, knobs.hsdp_shard
+    return 1, dp
 
 
 def pipeline_schedule(schedule: str, virtual_stages: int) -> str:

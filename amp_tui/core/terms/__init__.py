@@ -5,4 +5,6 @@ tests; core/cost.py composes them.
                under each technique (sequence/context parallelism, recomputation), ZeRO-3's
                per-layer parameter traffic
   experts.py   mixture of experts: all-to-all dispatch and combine, expert memory over ep
+  sharding.py  hybrid sharded data parallelism (HSDP): the shard group, its ring and the replica
+               all-reduce of the gradient shard
 """
