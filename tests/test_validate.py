@@ -147,6 +147,40 @@ def test_megatron_run_builds_a_dgx_a100_cluster_and_megatrons_split(cases):
     assert case.scenario.training.precision == "fp16" and unsupported(case) == []
 
 
+@pytest.mark.parametrize("mix", [
+    [{"gpu": "A100-SXM4-40GB", "num_gpus": 8, "gpus_per_node": 8, "intra_node": "NVLink"},
+     {"gpu": "GeForce RTX 3090", "num_gpus": 8, "gpus_per_node": 4, "intra_node": "PCIe 4.0 x16"}],
+    "8x A100-SXM4-40GB + 8x RTX 3090",
+    {"A100 40GB": 8, "RTX 3090": 8},
+])
+def test_a_heterogeneous_run_becomes_one_node_group_per_gpu_type(mix):
+    """A held-back run on a mixed cluster states its parts in cluster.gpu_mix: ranks fill them in order."""
+    import copy
+
+    from amp_tui.core.evaluate import evaluate
+    from amp_tui.core.validation.runs import load_runs, parse_run
+    run = copy.deepcopy(next(r for r in load_runs() if r["id"] == "llmfoundry-L75"))
+    run["cluster"].update(num_gpus=16, gpus_per_node=4, heterogeneous=True, gpu_mix=mix,
+                          intra_node="PCIe 4.0 x16", inter_node="100 Gbps", gpu_mem_gb=None)
+    run["training"].update(dp=16, global_batch=256)
+    case = parse_run(run)
+    assert case.data_gaps == () and case.heterogeneous
+    nodes = case.scenario.cluster.nodes
+    assert [(g.gpu.name, g.count * g.gpus_per_node) for g in nodes] == [("A100-40GB", 8), ("RTX-3090", 8)]
+    assert nodes[1].intra_node_bandwidth == pytest.approx(256e9 / 8)     # PCIe 4.0 x16: 32 GB/s
+    assert evaluate(case.scenario, case.strategy).iteration_time_s > 0
+
+
+def test_a_gpu_mix_that_does_not_add_up_is_a_data_gap():
+    import copy
+
+    from amp_tui.core.validation.runs import load_runs, parse_run
+    run = copy.deepcopy(next(r for r in load_runs() if r["id"] == "llmfoundry-L75"))
+    run["cluster"].update(heterogeneous=True, gpu_mix="4x A100 + 2x V100")
+    case = parse_run(run)
+    assert case.scenario is None and any("gpu_mix" in gap for gap in case.data_gaps)
+
+
 def test_interleaving_needs_pipeline_stages(cases):
     flat = cases["megatron-sc21-t1-1.7B"]      # "interleaved schedule used", but pp = 1
     assert flat.virtual_stages == 1 and flat.strategy.micro_batch_size == 1 and unsupported(flat) == []

@@ -414,8 +414,11 @@ def _model_spec(model: dict, training: dict, notes: list[str]) -> dict:
 
 
 # Catalog GPU per run label, first match wins.
-_GPU_LABELS = (("GB300", "GB300"), ("GB200", "GB200"), ("B200", "B200"), ("GH200", "GH200"), ("H200", "H200"), ("H100", "H100"),
-               ("A100.*40GB", "A100-40GB"), ("A100", "A100-80GB"), ("T4", "T4"), ("V100", "V100"))
+_GPU_LABELS = (("GB300", "GB300"), ("GB200", "GB200"), ("B200", "B200"), ("GH200", "GH200"), ("H200", "H200"),
+               ("H100.*PCIe", "H100-PCIe"), ("H100|H800", "H100"), ("A100.*40GB", "A100-40GB"),
+               ("A100|A800", "A100-80GB"), ("4090", "RTX-4090"), ("3090", "RTX-3090"), ("3080", "RTX-3080"),
+               ("A6000", "RTX-A6000"), ("A5000", "RTX-A5000"), (r"\bA40\b", "A40"), ("L40S", "L40S"),
+               ("A10G", "A10G"), (r"\bL4\b", "L4"), ("T4", "T4"), ("V100.*32", "V100-32GB"), ("V100", "V100"))
 # Node figures (NVLink per GPU and direction, network per node) where a run names only the link
 # family ("NVLink", "NVSwitch") or no network: the DGX entries of presets/instances.yaml, and for
 # Blackwell NVIDIA's DGX B200 / GB200 NVL72 / GB300 NVL72 datasheets counted the same way (NVLink 5:
@@ -442,31 +445,78 @@ def _catalog_gpu(label: str) -> str:
 
 
 def _cluster_spec(cluster: dict, notes: list[str]) -> dict:
-    label = str(cluster.get("gpu") or "")
-    name = _catalog_gpu(label)
-    catalog = gpu_catalog()[name]
-    gpu: str | dict = name
-    memory_gb = cluster.get("gpu_mem_gb")
-    if memory_gb and abs(memory_gb * 1e9 / catalog.memory_bytes - 1) > 0.03 \
-            and abs(memory_gb * _GIB / catalog.memory_bytes - 1) > 0.03:
-        gpu = {"base": name, "name": f"{name} {memory_gb} GB", "memory": f"{memory_gb} GB"}
-        notes.append(f"GPU {label!r}: {name}'s figures with {memory_gb} GB")
+    """One node group, or one per entry of a heterogeneous run's `gpu_mix`, in the order given
+    (ranks fill them in that order)."""
     num_gpus = int(cluster["num_gpus"])
-    per_node = min(int(cluster.get("gpus_per_node") or num_gpus), num_gpus)
-    intra = _intra_bandwidth(str(cluster.get("intra_node") or ""), name)
-    inter = _inter_bandwidth(cluster.get("inter_node"), name, per_node, num_gpus, notes)
-    return {"name": str(cluster.get("name") or "cluster"),
-            "nodes": [{"count": num_gpus // per_node, "gpu": gpu, "gpus_per_node": per_node,
-                       "intra_node_bandwidth": intra, "inter_node_bandwidth": inter}]}
+    mix = _gpu_mix(cluster.get("gpu_mix"))
+    if not mix:
+        mix = [{"gpu": cluster.get("gpu"), "num_gpus": num_gpus}]
+    elif sum(entry["num_gpus"] for entry in mix) != num_gpus:
+        raise SpecError("cluster.gpu_mix", cluster.get("gpu_mix"), f"does not add up to num_gpus ({num_gpus})")
+    nodes = []
+    for entry in mix:
+        label = str(entry.get("gpu") or "")
+        name = _catalog_gpu(label)
+        catalog = gpu_catalog()[name]
+        gpu: str | dict = name
+        memory_gb = entry.get("gpu_mem_gb", cluster.get("gpu_mem_gb") if len(mix) == 1 else None)
+        if memory_gb and abs(memory_gb * 1e9 / catalog.memory_bytes - 1) > 0.03 \
+                and abs(memory_gb * _GIB / catalog.memory_bytes - 1) > 0.03:
+            gpu = {"base": name, "name": f"{name} {memory_gb} GB", "memory": f"{memory_gb} GB"}
+            notes.append(f"GPU {label!r}: {name}'s figures with {memory_gb} GB")
+        count = entry["num_gpus"]
+        per_node = min(int(entry.get("gpus_per_node") or cluster.get("gpus_per_node") or count), count)
+        if count % per_node:
+            raise SpecError("cluster.gpus_per_node", per_node, f"does not divide the {count} {label} GPUs")
+        intra = _intra_bandwidth(str(entry.get("intra_node") or cluster.get("intra_node") or ""), name)
+        inter = _inter_bandwidth(entry.get("inter_node", cluster.get("inter_node")), name, per_node, num_gpus, notes)
+        nodes.append({"count": count // per_node, "gpu": gpu, "gpus_per_node": per_node,
+                      "intra_node_bandwidth": intra, "inter_node_bandwidth": inter})
+    return {"name": str(cluster.get("name") or "cluster"), "nodes": nodes}
+
+
+def _gpu_mix(mix) -> list[dict]:
+    """A heterogeneous cluster's parts as [{gpu, num_gpus, ...}]: from a list of mappings (gpu with
+    count / num_gpus and optional gpus_per_node, intra_node, inter_node, gpu_mem_gb), a mapping of
+    GPU to count, or text such as '16x A100-40GB + 16x RTX 3090'."""
+    if not mix:
+        return []
+    if isinstance(mix, dict):
+        mix = [{"gpu": gpu, "num_gpus": count} for gpu, count in mix.items()]
+    elif isinstance(mix, str):
+        parts = re.findall(r"(\d+)\s*(?:x|\u00d7)?\s*([^+,;]+)", mix)
+        if not parts:
+            raise SpecError("cluster.gpu_mix", mix, "expected e.g. '16x A100 + 16x RTX 3090'")
+        mix = [{"gpu": label.strip(), "num_gpus": int(count)} for count, label in parts]
+    if not isinstance(mix, list):
+        raise SpecError("cluster.gpu_mix", mix, "expected a list, a mapping or text")
+    out = []
+    for entry in mix:
+        if not isinstance(entry, dict) or "gpu" not in entry:
+            raise SpecError("cluster.gpu_mix", entry, "each part needs a gpu")
+        count = entry.get("num_gpus", entry.get("count"))
+        if not isinstance(count, int) or count < 1:
+            raise SpecError("cluster.gpu_mix", entry, "each part needs a whole number of GPUs (num_gpus)")
+        out.append({**entry, "num_gpus": count})
+    return out
+
+
+_PCIE_GBPS = {"3": 128, "4": 256, "5": 512}   # x16, one direction
 
 
 def _intra_bandwidth(label: str, gpu: str) -> str:
     figures = _node_figures(gpu)
     if re.search(r"nvlink|nvswitch", label, re.I) and figures:
         return figures[0]
-    match = re.search(r"(\d+(?:\.\d+)?)\s*Gbps", label)
+    match = re.search(r"(\d+(?:\.\d+)?)\s*Gb(?:ps|/s)", label)
     if match:
         return f"{match.group(1)} Gbps"
+    match = re.search(r"(\d+(?:\.\d+)?)\s*GB/s", label)
+    if match:
+        return f"{match.group(1)} GB/s"
+    match = re.search(r"pcie\s*(?:gen\s*)?([345])?", label, re.I)
+    if match:
+        return f"{_PCIE_GBPS[match.group(1) or '4']} Gbps"
     raise SpecError("cluster.intra_node", label, "link not recognised")
 
 
