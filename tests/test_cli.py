@@ -72,7 +72,7 @@ def test_plan_json_shape_and_figures(capsys):
     data = run_json(capsys, "plan", "paper-het-cluster", "--top", "3")
     scenario = load_scenario("paper-het-cluster")
     assert set(data) == {"scenario", "search_time_s", "candidates", "statistics", "strategies", "infeasible",
-                         "baseline", "speedup_vs_baseline", "objective", "budget_usd_per_hour", "idle_search",
+                         "baseline", "speedup_vs_baseline", "objective", "budget_usd_per_hour", "idle_search", "uneven_search",
                          "uncertainty"}
     assert data["scenario"] == "paper-het-cluster"
     # candidates of every part of the cluster searched (the whole cluster's alone with --use-all-gpus)
