@@ -116,9 +116,14 @@ def test_shares_on_a_pipeline_match_brute_force(order):
 
 # -- per-stage degrees ---------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("degrees", [(1, 4, 4, 1), (2, 2, 4, 2), (4, 4, 1, 1), (2, 4, 2, 2)])
-def test_equal_per_stage_degrees_are_the_uniform_model(degrees):
+@pytest.mark.parametrize("training, degrees", [
+    ({}, (1, 4, 4, 1)), ({}, (2, 2, 4, 2)), ({}, (4, 4, 1, 1)), ({}, (2, 4, 2, 2)),
+    ({"zero_stage": 3}, (1, 4, 4, 1)), ({"zero_stage": 3}, (2, 2, 4, 2)),
+    ({"recompute": "full", "zero_stage": 1}, (2, 4, 2, 2)), ({"context_parallel": 2}, (2, 2, 2, 1))])
+def test_equal_per_stage_degrees_are_the_uniform_model(training, degrees):
+    """Per-stage degrees that are all equal cost exactly what the uniform model does, techniques too."""
     scenario = load_scenario("paper-het-cluster")
+    scenario = replace(scenario, training=replace(scenario.training, **training))
     cost = CostModel(scenario)
     tp, pp, dp, mbs = degrees
     p = evaluate(scenario, Strategy(tp, pp, dp, mbs), cost)
@@ -187,6 +192,39 @@ def test_per_stage_memory_binds_in_brute_force():
     best_time, _ = brute_force(model)
     partition, _ = model.best_partition()
     assert close(model.iteration_time(partition), best_time)
+
+
+def test_post_pass_per_stage_layouts_match_brute_force():
+    """The post-pass's per-stage step (layouts one GPU type per stage, pruned by the strategy's
+    time) finds the brute-force best over the same layouts, micro-batches and every partition."""
+    from amp_tui.core.stagewise import micro_batch_sizes, typed_stage_degrees
+    from amp_tui.core.uneven import _per_stage
+
+    scenario = _per_stage_case()        # 4 T4 then 8 V100
+    cost = CostModel(scenario)
+    strategy = Strategy(1, 2, 4, 1, partition=(4, 3), placement=(0, 1))   # pipeline micro-batch 4
+    layouts = typed_stage_degrees(scenario, 2, (0, 1))
+    assert layouts and all(len(set(t)) > 1 or len(set(d)) > 1 for t, d in layouts)
+    best = None
+    for tps, dps in layouts:
+        for mbs in micro_batch_sizes(scenario, dps):
+            if mbs * max(dps) not in (2, 4, 8):
+                continue
+            s = Strategy(max(tps), 2, max(dps), mbs, stage_tp=tps if len(set(tps)) > 1 else None,
+                         stage_dp=dps if len(set(dps)) > 1 else None, placement=(0, 1))
+            try:
+                validate_strategy(scenario, s)
+            except SpecError:
+                continue
+            time, _ = brute_force(StageWise(cost, s, (0, 1)))
+            if time is not None and (best is None or time < best):
+                best = time
+    found, tried = _per_stage(scenario, cost, strategy, float("inf"))
+    assert tried > 0
+    assert (found is None) == (best is None)
+    if best is not None:
+        assert close(found.iteration_time_s, best)
+        assert found.strategy.per_stage and all(len(st.gpu_types) == 1 for st in found.stages)
 
 
 # -- plan's post-pass -------------------------------------------------------------------------------
