@@ -43,7 +43,7 @@ def test_evaluate_accepts_shares_and_per_stage_lists(tmp_path, capsys):
 def test_bad_shares_exit_2_with_one_line(tmp_path, capsys):
     path = tmp_path / "s.yaml"
     path.write_text(dump_yaml([{"tp": 1, "pp": 1, "dp": 32, "micro_batch_size": 2, "batch_shares": SHARES[:-1]}]))
-    code, out, err = run(capsys, "evaluate", SCENARIO, path)
+    code, _, err = run(capsys, "evaluate", SCENARIO, path)
     assert code == 2 and err.count("\n") == 1 and "strategies[0].batch_shares" in err and "needs 32 entries" in err
 
 
@@ -62,7 +62,7 @@ def test_plan_files_round_trip_and_exports_refuse(tmp_path, capsys, strategy, fi
     plan = load_plan(path)
     assert plan.strategy == prediction.strategy
     assert evaluate(plan.scenario, plan.strategy).iteration_time_s == pytest.approx(prediction.iteration_time_s, rel=1e-12)
-    code, out, err = run(capsys, "export", path, "--format", fmt, "-o", tmp_path / "out")
+    code, _, err = run(capsys, "export", path, "--format", fmt, "-o", tmp_path / "out")
     if field is None:           # equal lists are the uniform strategy: exported as usual
         assert code == 0, err
         return

@@ -27,15 +27,27 @@ uneven batch shares are not combined with per-stage degrees.
 
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass, replace
 from functools import cached_property
 
 import numpy as np
 
-from amp_tui.core.cost import DP_BUCKET_BYTES, CostModel, Prediction, StagePrediction, _collective_steps, memory_reason
+from amp_tui.core.cost import (
+    DP_BUCKET_BYTES,
+    CostModel,
+    Prediction,
+    StagePrediction,
+    _collective_steps,
+    memory_reason,
+)
 from amp_tui.core.errors import SpecError
-from amp_tui.core.memory import MemoryBreakdown, optimizer_traffic_per_param, state_bytes_per_param
+from amp_tui.core.memory import (
+    MemoryBreakdown,
+    optimizer_traffic_per_param,
+    state_bytes_per_param,
+)
 from amp_tui.core.placement import Nodes
 from amp_tui.core.scenario import Scenario
 from amp_tui.core.strategy import Strategy
@@ -65,7 +77,7 @@ def validate_uneven(scenario: Scenario, strategy: Strategy, gpus: int, field: st
         if knobs.zero_stage >= 3:
             raise SpecError(f"{field}.batch_shares", list(shares), "uneven shares are not modelled with ZeRO-3")
         return
-    tps, dps, pp = strategy.tps, strategy.dps, strategy.pp
+    tps, dps = strategy.tps, strategy.dps
     if knobs.virtual_stages > 1:
         raise SpecError(f"{field}.virtual_stages", knobs.virtual_stages, "per-stage tp/dp needs virtual_stages 1")
     if knobs.ep > 1:
@@ -111,7 +123,7 @@ class StageWise:
         self.num_layers = L = cost.model.num_layers
         if self.order not in cost._nodes:
             cost._nodes[self.order] = Nodes(cost.scenario.cluster, self.order, cost.params)
-        nodes = self.nodes = cost._nodes[self.order]
+        self.nodes = cost._nodes[self.order]
         offsets = np.concatenate([[0], np.cumsum([t * cp * d for t, d in zip(self.tps, self.dps)])])
         self.ranks = [np.arange(offsets[s], offsets[s + 1]).reshape(d, t * cp)
                       for s, (t, d) in enumerate(zip(self.tps, self.dps))]
@@ -347,7 +359,7 @@ class StageWise:
             bounds.append(int(back[s][bounds[-1]]))
         bounds.append(0)
         bounds.reverse()
-        return float(f[L]), tuple(b - a for a, b in zip(bounds[:-1], bounds[1:]))
+        return float(f[L]), tuple(b - a for a, b in itertools.pairwise(bounds))
 
     def best_partition(self, limit: float = INF) -> tuple[tuple[int, ...] | None, bool]:
         """(the partition minimising the iteration time among those that fit, or None when none

@@ -182,9 +182,9 @@ def _per_stage(scenario: Scenario, cost: CostModel, strategy, time_s: float) -> 
 
 def _shares_beyond(scenario: Scenario, best: Prediction) -> tuple[list[Prediction], int]:
     """Strategies with batch shares among candidates whose replicas run on different GPU types."""
+    from amp_tui.core.orders import NodeOrders
     from amp_tui.core.partition import best_partition
     from amp_tui.core.search import enumerate_candidates
-    from amp_tui.core.orders import NodeOrders
     from amp_tui.core.shares import best_shares, predict_with_shares, replicas_differ
     from amp_tui.core.subclusters import part_scenario, to_part, to_whole
 

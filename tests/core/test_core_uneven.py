@@ -18,8 +18,16 @@ from amp_tui.core.shares import ReplicaTimes, best_shares, predict_with_shares
 from amp_tui.core.stagewise import StageWise
 from amp_tui.core.strategy import Strategy, parse_strategy, validate_strategy
 from amp_tui.core.terms import shares as terms
-from tests.core.core_builders import IDEAL, brute_force, build, close, compositions, examples, layer, node
-
+from tests.core.core_builders import (
+    IDEAL,
+    brute_force,
+    build,
+    close,
+    compositions,
+    examples,
+    layer,
+    node,
+)
 
 # -- the shares terms by hand -------------------------------------------------------------------------
 
@@ -107,9 +115,9 @@ def test_shares_on_a_pipeline_match_brute_force(order):
     assert times.differ()
     for partition in compositions(6, 2):
         chosen = best_shares(cost.candidate(1, 2, 2, 2, order), partition, times)
-        best = min(((lambda p: p.steady_state_s + p.fill_drain_s)(
-            predict_with_shares(cost.candidate(1, 2, 2, 2, order), partition, (2 * a, 16 - 2 * a), times)), a)
-            for a in range(1, 8))
+        runs = [predict_with_shares(cost.candidate(1, 2, 2, 2, order), partition, (2 * a, 16 - 2 * a), times)
+                for a in range(1, 8)]
+        best = min((p.steady_state_s + p.fill_drain_s, a) for a, p in zip(range(1, 8), runs))
         got = predict_with_shares(cost.candidate(1, 2, 2, 2, order), partition, chosen, times)
         assert close(got.steady_state_s + got.fill_drain_s, best[0])
 
