@@ -303,3 +303,33 @@ def test_equal_lists_are_the_uniform_strategy_and_lists_round_trip():
     s = parse_strategy({"tp": [1, 2], "pp": 2, "dp": [4, 2], "micro_batch_size": 1, "batch_shares": None})
     assert s.tps == (1, 2) and s.dps == (4, 2) and s.num_gpus == 8 and s.label == "1/2x2x4/2"
     assert parse_strategy(s.to_dict()) == s
+
+
+@settings(max_examples=examples(25), deadline=None)
+@given(st.lists(st.tuples(st.floats(1e6, 6e7), st.floats(1e10, 8e11), st.floats(1e6, 4e8), st.floats(1e4, 4e6)),
+                min_size=3, max_size=6),
+       st.sampled_from([((1, 2, 2), (4, 2, 2), 1), ((2, 1, 4), (2, 4, 1), 1), ((1, 4), (4, 2), 2),
+                        ((4, 2), (1, 4), 1), ((2, 2, 4), (2, 2, 1), 2)]),
+       st.sampled_from([(0, 1), (1, 0)]), st.sampled_from([0, 1, 3]), st.floats(0.05, 1.0))
+def test_per_stage_partition_matches_brute_force_on_random_models(shape, degrees, order, zero, memory_scale):
+    """Random layer sizes, per-stage degrees, placements, ZeRO stages and GPU memory: the exact walk
+    finds the brute-force best over every partition that fits (or that none fits)."""
+    tps, dps, mbs = degrees
+    if len(shape) < len(tps):
+        return
+    layers = [layer(params=p, flops=f, activation_bytes=a, output_bytes=o, tp_comm_bytes=o) for p, f, a, o in shape]
+    nodes = [node(1, "T4", gpus_per_node=4, intra=50.0, inter=50.0), node(2, "V100", gpus_per_node=4, intra=170.0)]
+    scenario = build(nodes, layers, 16, zero_stage=zero)
+    groups = tuple(replace(g, gpu=replace(g.gpu, usable_memory_bytes=g.gpu.usable_memory_bytes * memory_scale))
+                   for g in scenario.cluster.nodes)
+    scenario = replace(scenario, cluster=replace(scenario.cluster, nodes=groups))
+    strategy = Strategy(max(tps), len(tps), max(dps), mbs, stage_tp=tps, stage_dp=dps)
+    validate_strategy(scenario, strategy)
+    model = StageWise(CostModel(scenario), strategy, order)
+    best_time, _ = brute_force(model)
+    partition, exact = model.best_partition()
+    assert exact
+    if best_time is None:
+        assert partition is None
+    else:
+        assert close(model.iteration_time(partition), best_time, 1e-9) and model.fits(partition)
