@@ -8,14 +8,15 @@ For each of the best `POST_PASS_TOP` strategies the exact search returned (on th
   - batch shares beyond that top: on the nodes the best strategy uses, with its techniques, in rank
     order and its placement, every (tp, pp, dp, micro-batch) whose replicas of some stage run on
     different GPU types (shallowest pipelines first, at most SHARE_CANDIDATES): the uniform
-    model's exact partition, then the exact best shares for it;
+    model's exact partition, then the exact best shares for it, kept when it beats the best
+    strategy and its own even shares;
   - per-stage degrees: on clusters of several GPU types, every split of its pp stages over the runs
     of one GPU type in its placement order (each run's GPUs divided evenly among its stages, one
     (tp, dp) per run; at most POST_PASS_LAYOUTS), with pipeline micro-batches of a half, one and
     two times the strategy's; each with its exact best partition; the fastest that fits is kept
     when it beats the strategy.
-Strategies found are ranked with the others by the objective. Not searched: shares or per-stage
-degrees for strategies outside that top, shares with another micro-batch size or partition than
+Strategies found are ranked with the others by the objective. Not searched: per-stage degrees for
+strategies outside that top, shares with another micro-batch size or partition than
 the uniform optimum's, stages straddling two GPU types with per-stage degrees. No bound on the gap
 to the optimum over these dimensions is claimed.
 """
@@ -211,6 +212,10 @@ def _shares_beyond(scenario: Scenario, best: Prediction) -> tuple[list[Predictio
         if len(set(shares)) == 1:
             continue
         p = predict_with_shares(candidate, partition, shares)
-        if p.fits_memory and p.iteration_time_s < best.iteration_time_s * (1 - 1e-9):
+        if not p.fits_memory or p.iteration_time_s >= best.iteration_time_s * (1 - 1e-9):
+            continue
+        even = (part.training.global_batch_size // dp,) * dp      # shares, not the per-replica view, must win
+        if p.iteration_time_s < predict_with_shares(cost.candidate(tp, pp, dp, mbs, order), partition,
+                                                    even).iteration_time_s * (1 - 1e-9):
             out.append(priced(scenario, to_whole(scenario, counts, kept, p)))
     return out, min(len(keys), SHARE_CANDIDATES)
