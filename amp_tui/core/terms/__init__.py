@@ -5,4 +5,6 @@ tests; core/cost.py composes them.
                under each technique (sequence/context parallelism, recomputation), ZeRO-3's
                per-layer parameter traffic
   experts.py   mixture of experts: all-to-all dispatch and combine, expert memory over ep
+  shares.py    uneven data-parallel shares: each replica's pipeline time, the best whole
+               micro-batch counts per replica (composed in core/shares.py)
 """
