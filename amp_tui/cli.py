@@ -265,6 +265,9 @@ def cmd_plan(args) -> int:
         scenario = replace(scenario, search=replace(scenario.search, use_all_gpus=True))
     top = max(args.top or scenario.search.top, args.rank if args.save else 1)
     result, idle_search = search_parts(scenario, objective, top=top)
+    from amp_tui.core.uneven import improve
+
+    result, uneven = improve(scenario, result, objective)
     saved = None
     if args.save:
         from amp_tui.core.planfile import save_plan
@@ -278,9 +281,10 @@ def cmd_plan(args) -> int:
 
         print(_json({**result.to_dict(top=shown), "uncertainty": confidence(scenario).band, "objective": objective.kind,
                      "budget_usd_per_hour": objective.budget_usd_per_hour,
-                     "idle_search": idle_search.to_dict()}))
+                     "idle_search": idle_search.to_dict(), "uneven_search": uneven.to_dict()}))
     else:
         print(render_search(result, shown, objective, idle_search))
+        print(f"note: {uneven.note}")
     if args.sensitivity:
         from amp_tui.core.sensitivity import render, sensitivity
 
@@ -504,7 +508,7 @@ def _prediction_row(scenario, p, rank: str, best: float | None) -> list[str]:
 
     row += [resolve(s, scenario.training).short_label, _money(p.cost_per_hour_usd),
             _money(p.cost_per_million_tokens_usd), " ".join(str(n) for n in s.partition),
-            _placement_text(scenario, s) + _idle_text(scenario, s)]
+            _placement_text(scenario, s) + _idle_text(scenario, s) + _shares_text(s)]
     return row
 
 
@@ -523,6 +527,16 @@ def _idle_text(scenario, strategy) -> str:
         return ""
     groups = scenario.cluster.nodes
     return "; idle: " + ", ".join(f"{n} x {groups[g].label} (group {g})" for g, n in strategy.idle)
+
+
+def _shares_text(strategy) -> str:
+    """'; batch shares 16 x 12 + 16 x 4' for uneven data-parallel shares, runs of equal shares merged."""
+    if not strategy.batch_shares:
+        return ""
+    from amp_tui.core.placement import merge_runs
+
+    runs = merge_runs((share, 1) for share in strategy.batch_shares)
+    return "; batch shares " + " + ".join(f"{n} x {share}" if n > 1 else str(share) for share, n in runs)
 
 
 def _cost_headers(scenario) -> list[str]:

@@ -72,7 +72,7 @@ def test_plan_json_shape_and_figures(capsys):
     data = run_json(capsys, "plan", "paper-het-cluster", "--top", "3")
     scenario = load_scenario("paper-het-cluster")
     assert set(data) == {"scenario", "search_time_s", "candidates", "statistics", "strategies", "infeasible",
-                         "baseline", "speedup_vs_baseline", "objective", "budget_usd_per_hour", "idle_search",
+                         "baseline", "speedup_vs_baseline", "objective", "budget_usd_per_hour", "idle_search", "uneven_search",
                          "uncertainty"}
     assert data["scenario"] == "paper-het-cluster"
     # candidates of every part of the cluster searched (the whole cluster's alone with --use-all-gpus)
@@ -86,7 +86,11 @@ def test_plan_json_shape_and_figures(capsys):
         assert {"rank", *STRATEGY_KEYS, "num_micro_batches", "iteration_time_s", "samples_per_s", "fits_memory",
                 "peak_memory_bytes", "stages"} <= set(s)
         assert s["fits_memory"] is True
-        assert s["tp"] * s["pp"] * s["dp"] == s["gpus_used"] <= scenario.cluster.num_gpus == 16
+        if isinstance(s["tp"], list):       # per-stage degrees (the plan's post-pass): a stage is tp_s x dp_s
+            gpus = sum(t * d for t, d in zip(s["tp"], s["dp"]))
+        else:
+            gpus = s["tp"] * s["pp"] * s["dp"]
+        assert gpus == s["gpus_used"] <= scenario.cluster.num_gpus == 16
         # the GPUs a strategy does not use are on the nodes it names idle
         idle_gpus = sum(e["nodes"] * scenario.cluster.nodes[e["group"]].gpus_per_node for e in s.get("idle", []))
         assert s["gpus_used"] + idle_gpus == 16
@@ -160,7 +164,10 @@ def test_plan_text_top(capsys):
 def test_plan_save_force_and_rank(capsys, tmp_path):
     """--save writes the chosen rank; an existing file is kept without --force; a missing rank writes nothing."""
     path = tmp_path / "plan.yaml"
-    best = search_parts(load_scenario("paper-het-cluster"), top=2)[0].strategies   # as plan ranks them
+    from amp_tui.core.uneven import improve
+
+    scenario = load_scenario("paper-het-cluster")
+    best = improve(scenario, search_parts(scenario, top=scenario.search.top)[0])[0].strategies   # as plan ranks them
     code, out, _ = run(capsys, "plan", "paper-het-cluster", "--save", path, "--rank", "2")
     assert code == 0 and f"saved strategy 2 to {path}" in out
     assert load_plan(path).strategy == best[1].strategy

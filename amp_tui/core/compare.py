@@ -69,6 +69,8 @@ def term_links(scenario: Scenario, prediction: Prediction) -> dict[str, str]:
     """The effective per-flow bandwidth of the link each communication term runs over, for the
     sentence ('at 2.5 Gbps'); only terms that use a link are listed."""
     s = prediction.strategy
+    if s.per_stage:          # no one layout: each stage has its own links (stagewise.py)
+        return {}
     order = s.placement or tuple(range(len(scenario.cluster.nodes)))
     layout = CostModel(scenario).layout(s.tp, s.pp, s.dp, order)
     bottleneck = prediction.bottleneck_stage

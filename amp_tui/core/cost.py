@@ -337,6 +337,8 @@ class Prediction:
     cost_per_million_tokens_usd: float | None = None  # per million samples for a model without tokens
     iteration_overhead_s: float = 0.0   # the fixed cost of every iteration
     virtual_stages: int = 1         # interleaved chunks per pipeline rank (fill and drain / v)
+    # Under uneven batch shares (shares.py): each replica's pipeline time; the stages carry the slowest's.
+    replica_times_s: tuple[float, ...] | None = None
 
     def time_terms(self) -> dict[str, float]:
         """The iteration time as named terms that add up to it: each is what that kind of work
@@ -394,6 +396,8 @@ class Prediction:
                     "idle": [{"group": group, "nodes": nodes} for group, nodes in self.strategy.idle or ()],
                     "cost_per_hour_usd": self.cost_per_hour_usd,
                     "cost_per_million_tokens_usd": self.cost_per_million_tokens_usd})
+        if self.replica_times_s is not None:
+            out["replica_times_s"] = list(self.replica_times_s)
         if self.reason:
             out["reason"] = self.reason
         out["stages"] = [stage.to_dict() for stage in self.stages]

@@ -29,6 +29,14 @@ def evaluate(scenario: Scenario, strategy: Strategy, cost: CostModel | None = No
     if cost is None or cost.knobs != knobs:
         cost = CostModel(scenario, knobs)
     order = strategy.placement or rank_order(scenario)
+    if strategy.per_stage:
+        from amp_tui.core.stagewise import evaluate_stagewise
+
+        return priced(scenario, evaluate_stagewise(cost, strategy, order, field))
+    if strategy.batch_shares and len(set(strategy.batch_shares)) > 1:
+        from amp_tui.core.shares import evaluate_shares
+
+        return priced(scenario, evaluate_shares(cost, strategy, order))
     candidate = cost.candidate(strategy.tp, strategy.pp, strategy.dp, strategy.micro_batch_size, order)
     partition = strategy.partition
     if partition is None:

@@ -76,7 +76,8 @@ def save_plan(path: str | Path, scenario: Scenario, prediction: Prediction, *, o
     """Write the plan atomically. An existing file is kept (SpecError) unless `overwrite`."""
     data = plan_dict(scenario, prediction)
     strategy = prediction.strategy
-    header = (f"# amp-tui plan for {one_line(scenario.name)}: tp={strategy.tp} pp={strategy.pp} dp={strategy.dp} "
+    degrees = strategy.to_dict()     # per-stage degrees as lists
+    header = (f"# amp-tui plan for {one_line(scenario.name)}: tp={degrees['tp']} pp={strategy.pp} dp={degrees['dp']} "
               f"micro-batch {strategy.micro_batch_size}, predicted {prediction.iteration_time_s:.4g} s per iteration.\n"
               f"# Re-check with `amp-tui evaluate FILE`; turn into engine settings with `amp-tui export FILE`.\n")
     return atomic_write(path, header + dump_yaml(data), overwrite=overwrite)

@@ -34,21 +34,52 @@ class Strategy:
     # Nodes left out: (node-group index, how many of its nodes), ascending by group; None or empty:
     # every node is used. A group's used nodes are its first ones; ranks skip the idle ones.
     idle: tuple[tuple[int, int], ...] | None = None
+    # Per-stage degrees (Metis, core/stagewise.py): one tp and one dp per stage; None: `tp` and
+    # `dp` for every stage. When set, `tp` and `dp` hold the largest entry, and micro_batch_size
+    # counts a replica's samples on the stage with the largest dp (the pipeline's micro-batch is
+    # micro_batch_size x dp samples, split over each stage's own replicas).
+    stage_tp: tuple[int, ...] | None = None
+    stage_dp: tuple[int, ...] | None = None
+    # Uneven data-parallel shares (HetPipe/Whale/Cephalo, core/terms/shares.py): samples per
+    # replica per iteration, summing to the global batch; None: an even split.
+    batch_shares: tuple[int, ...] | None = None
 
     def num_micro_batches(self, global_batch_size: int) -> int:
+        """Micro-batches per iteration (of the replica with the most, under batch shares)."""
+        if self.batch_shares:
+            return max(self.batch_shares) // self.micro_batch_size
         return global_batch_size // (self.dp * self.micro_batch_size)
 
     @property
+    def tps(self) -> tuple[int, ...]:
+        """Tensor-parallel degree per stage."""
+        return self.stage_tp or (self.tp,) * self.pp
+
+    @property
+    def dps(self) -> tuple[int, ...]:
+        """Data-parallel degree per stage."""
+        return self.stage_dp or (self.dp,) * self.pp
+
+    @property
+    def per_stage(self) -> bool:
+        return self.stage_tp is not None or self.stage_dp is not None
+
+    @property
     def num_gpus(self) -> int:
-        return self.tp * (self.cp or 1) * self.pp * self.dp
+        return (self.cp or 1) * sum(t * d for t, d in zip(self.tps, self.dps))
 
     @property
     def label(self) -> str:
         cp = f"c{self.cp}" if self.cp and self.cp > 1 else ""
-        return f"{self.tp}x{self.pp}x{self.dp}{cp}"
+        tp = "/".join(map(str, self.stage_tp)) if self.stage_tp else str(self.tp)
+        dp = "/".join(map(str, self.stage_dp)) if self.stage_dp else str(self.dp)
+        return f"{tp}x{self.pp}x{dp}{cp}"
 
     def to_dict(self) -> dict:
-        out: dict = {"tp": self.tp, "pp": self.pp, "dp": self.dp, "micro_batch_size": self.micro_batch_size}
+        out: dict = {"tp": list(self.stage_tp) if self.stage_tp else self.tp, "pp": self.pp,
+                     "dp": list(self.stage_dp) if self.stage_dp else self.dp, "micro_batch_size": self.micro_batch_size}
+        if self.batch_shares:
+            out["batch_shares"] = list(self.batch_shares)
         if self.partition is not None:
             out["partition"] = list(self.partition)
         if self.placement is not None:
@@ -75,6 +106,7 @@ def parse_strategy(value: object, field: str = "strategy") -> Strategy:
     if not isinstance(value, dict):
         raise SpecError(field, value, "expected a mapping with tp, pp, dp, micro_batch_size")
     allowed = {"tp", "pp", "dp", "micro_batch_size", "partition", "placement", "ep", "hsdp_shard", "idle",
+               "batch_shares",
                *KNOB_FIELDS}
     for key in value:
         if key not in allowed and key not in _IGNORED_OUTPUT_KEYS:
@@ -94,10 +126,16 @@ def parse_strategy(value: object, field: str = "strategy") -> Strategy:
         placement = tuple(parse_int(n, f"{field}.placement[{i}]", minimum=0) for i, n in enumerate(placement))
     knobs = parse_knobs(value, field)
     idle = parse_idle(value.get("idle"), f"{field}.idle")
+    pp = parse_int(value["pp"], f"{field}.pp")
+    stage_tp = _per_stage(value["tp"], pp, f"{field}.tp")
+    stage_dp = _per_stage(value["dp"], pp, f"{field}.dp")
+    shares = value.get("batch_shares")
+    if shares is not None:
+        if not isinstance(shares, list) or not shares:
+            raise SpecError(f"{field}.batch_shares", shares, "expected a list of samples per data-parallel replica")
+        shares = tuple(parse_int(n, f"{field}.batch_shares[{i}]") for i, n in enumerate(shares))
     return Strategy(
-        tp=parse_int(value["tp"], f"{field}.tp"),
-        pp=parse_int(value["pp"], f"{field}.pp"),
-        dp=parse_int(value["dp"], f"{field}.dp"),
+        tp=max(stage_tp), pp=pp, dp=max(stage_dp),
         micro_batch_size=parse_int(value["micro_batch_size"], f"{field}.micro_batch_size"),
         partition=partition,
         placement=placement,
@@ -105,8 +143,20 @@ def parse_strategy(value: object, field: str = "strategy") -> Strategy:
         hsdp_shard=(parse_int(value["hsdp_shard"], f"{field}.hsdp_shard")
                     if value.get("hsdp_shard") is not None else None),
         idle=idle,
+        stage_tp=stage_tp if len(set(stage_tp)) > 1 else None,
+        stage_dp=stage_dp if len(set(stage_dp)) > 1 else None,
+        batch_shares=shares,
         **knobs,
     )
+
+
+def _per_stage(value: object, pp: int, field: str) -> tuple[int, ...]:
+    """A degree for every stage: one number for all, or a list of one per stage."""
+    if not isinstance(value, list):
+        return (parse_int(value, field),) * pp
+    if len(value) != pp:
+        raise SpecError(field, value, f"needs {pp} entries, one per stage (pp = {pp}), or one number for all")
+    return tuple(parse_int(n, f"{field}[{i}]") for i, n in enumerate(value))
 
 
 def parse_idle(value: object, field: str) -> tuple[tuple[int, int], ...] | None:
@@ -156,6 +206,10 @@ _IGNORED_OUTPUT_KEYS = {"rank", "num_micro_batches", "gpus_used"}
 def validate_strategy(scenario: Scenario, strategy: Strategy, field: str = "strategy") -> None:
     """Raise SpecError (field, value, what is allowed) unless the strategy can run on the scenario."""
     gpus = used_gpus(scenario, strategy, field)
+    if strategy.per_stage or strategy.batch_shares:
+        from amp_tui.core.stagewise import validate_uneven   # it imports this module
+
+        validate_uneven(scenario, strategy, gpus, field)
     layers = scenario.model.num_layers
     gbs = scenario.training.global_batch_size
     tp, pp, dp, mbs = strategy.tp, strategy.pp, strategy.dp, strategy.micro_batch_size
@@ -163,10 +217,12 @@ def validate_strategy(scenario: Scenario, strategy: Strategy, field: str = "stra
 
     knobs = resolve(strategy, scenario.training)
     cp, v = knobs.cp, knobs.virtual_stages
-    if cp > 1 and tp * cp * pp * dp != gpus:
+    if strategy.per_stage:
+        pass          # GPU count, heads and micro-batches per stage: checked by validate_uneven
+    elif cp > 1 and tp * cp * pp * dp != gpus:
         raise SpecError(f"{field}.tp*cp*pp*dp", f"{tp}*{cp}*{pp}*{dp}={tp * cp * pp * dp}",
                         f"must equal the GPU count it uses ({gpus})")
-    if tp * cp * pp * dp != gpus:
+    elif tp * cp * pp * dp != gpus:
         raise SpecError(f"{field}.tp*pp*dp", f"{tp}*{pp}*{dp}={tp * pp * dp}",
                         f"must equal the GPU count it uses ({gpus}"
                         f"{' of ' + str(scenario.cluster.num_gpus) + ', the rest idle' if strategy.idle else ''})")
@@ -179,7 +235,7 @@ def validate_strategy(scenario: Scenario, strategy: Strategy, field: str = "stra
         raise SpecError(f"{field}.virtual_stages", v, f"pp x virtual_stages ({pp * v}) exceeds the layers ({layers})")
     if pp > layers:
         raise SpecError(f"{field}.pp", pp, f"cannot exceed the number of layers ({layers})")
-    if gbs % (dp * mbs):
+    if gbs % (dp * mbs) and not strategy.batch_shares:
         raise SpecError(f"{field}.micro_batch_size", mbs,
                         f"dp*micro_batch_size ({dp * mbs}) must divide global_batch_size ({gbs})")
     heads = scenario.model.shape.get("num_heads")

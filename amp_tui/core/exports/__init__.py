@@ -33,6 +33,7 @@ def export_plan(plan: Plan, fmt: str) -> Export:
                  "torchrun": torchrun.export, "rankmap": rankmap.export}
     if not isinstance(fmt, str) or fmt not in exporters:
         raise SpecError("format", fmt, f"expected one of {', '.join(EXPORT_FORMATS)}")
+    refuse_inexpressible(plan.strategy, fmt)
     # The saved prediction is a record, not trusted: the files carry today's figures, and the notes
     # say when they differ from the saved ones.
     fresh = evaluate(plan.scenario, plan.strategy)
@@ -47,6 +48,27 @@ def export_plan(plan: Plan, fmt: str) -> Export:
         notes.append(note)
     export = exporters[fmt](plan)
     return Export(export.files, [*notes, *export.notes])
+
+
+# What each format's engine is, for refusals: none of them runs per-stage degrees or uneven shares.
+ENGINES = {"megatron": "stock Megatron-LM", "deepspeed": "DeepSpeed's pipeline engine", "torchtitan": "torchtitan",
+           "torchrun": "the torchrun launch (Megatron-LM's rank order)",
+           "rankmap": "the rank map (Megatron-LM's rank order, one tp and dp for all stages)"}
+
+
+def refuse_inexpressible(strategy, fmt: str) -> None:
+    """SpecError, one line naming what the engine cannot express: per-stage tp or dp (Metis-style
+    plans) and uneven data-parallel batch shares."""
+    engine = ENGINES[fmt]
+    if strategy.stage_tp:
+        raise SpecError("strategy.tp", list(strategy.stage_tp),
+                        f"cannot export to {fmt}: {engine} has one tensor-parallel degree for all stages")
+    if strategy.stage_dp:
+        raise SpecError("strategy.dp", list(strategy.stage_dp),
+                        f"cannot export to {fmt}: {engine} has one data-parallel degree for all stages")
+    if strategy.batch_shares and len(set(strategy.batch_shares)) > 1:
+        raise SpecError("strategy.batch_shares", list(strategy.batch_shares),
+                        f"cannot export to {fmt}: {engine} gives every data-parallel replica the same share of the batch")
 
 
 def _used_nodes_only(plan: Plan) -> tuple[Plan, str]:

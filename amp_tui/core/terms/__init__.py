@@ -7,4 +7,6 @@ tests; core/cost.py composes them.
   experts.py   mixture of experts: all-to-all dispatch and combine, expert memory over ep
   sharding.py  hybrid sharded data parallelism (HSDP): the shard group, its ring and the replica
                all-reduce of the gradient shard
+  shares.py    uneven data-parallel shares: each replica's pipeline time, the best whole
+               micro-batch counts per replica (composed in core/shares.py)
 """

@@ -66,7 +66,7 @@ def megatron_split_warning(plan: Plan, prediction: Prediction) -> str | None:
     except ImportError:  # pragma: no cover - the megatron export ships with amp-tui
         return None
     scenario, s = plan.scenario, plan.strategy
-    if s.partition is None or not has_megatron_shape(scenario.model):
+    if s.partition is None or s.per_stage or s.batch_shares or not has_megatron_shape(scenario.model):
         return None
     blocks = blocks_per_stage(scenario.model, s.partition)
     split = megatron_split(blocks)
