@@ -112,48 +112,82 @@ class SegmentTables:
         memory = windows(fixed) + in_flight[:, None, None] * windows(acts)
         self.feasible = memory <= capacity[:, None, None]
 
-        # Segment compute time: one (end, length) table per distinct stage hardware, then each
-        # stage's window of its table.
+        self._windows, self._j, self._start, self._valid, self._params = windows, j, start, valid, params
+
+    # The cost tables are built on first use: a candidate whose first bound loses needs only tau.
+    @functools.cached_property
+    def _compute(self) -> np.ndarray:
+        """Segment compute time: one (end, length) table per distinct stage hardware, then each
+        stage's window of its table."""
+        c, pp, R, W = self.candidate, self.pp, self.R, self.W
+        windows, j, start = self._windows, self._j, self._start
         prefix = c.time_prefix
         hardware = c.stage_hardware
         kinds = {kind: s for s, kind in reversed(list(enumerate(hardware)))}   # kind -> first stage
         if len(kinds) == 1:
-            compute = windows(prefix[0][j] - prefix[0][start])
-        else:
-            compute = np.empty((pp, R, W))
-            for kind, first in kinds.items():
-                mine = np.array([k == kind for k in hardware])
-                compute[mine] = windows(prefix[first][j] - prefix[first][start])[mine]
-        # Per segment: g = compute + the send after it, tau = g + the send before it, E = tail;
-        # every stage pays the engine's fixed cost per micro-batch. With v interleaved chunks
-        # per rank the fill and drain (sum g) shrink v-fold (see cost.Candidate._terms).
-        overhead = c.micro_batch_overhead
-        self.costs = np.empty((3, pp, R, W))
-        self.g, self.tau, self.e = self.costs
+            return windows(prefix[0][j] - prefix[0][start])
+        compute = np.empty((pp, R, W))
+        for kind, first in kinds.items():
+            mine = np.array([k == kind for k in hardware])
+            compute[mine] = windows(prefix[first][j] - prefix[first][start])[mine]
+        return compute
+
+    @functools.cached_property
+    def _busy(self) -> np.ndarray:
+        """Per segment, compute + the send after it + the engine's fixed cost per micro-batch."""
+        c, pp = self.candidate, self.pp
+        compute, overhead = self._compute, c.micro_batch_overhead
+        busy = np.empty(compute.shape)
         if pp > 1:
             unit = c.cut_unit                                           # (L + 1,): bytes sent per cut
             spb = c.layout.boundary_seconds_per_byte[:, None]
             latency = c.cut_latency[:, None]
             step = unit.itemsize             # ends[k, r]: bytes across boundary k after layer k + r
-            ends = np.ndarray((pp - 1, R), dtype=unit.dtype, buffer=unit, offset=step, strides=(step, step))
-            np.add(compute[:-1], (ends * spb + latency + overhead)[:, :, None], out=self.g[:-1])
-            self.g[-1] = compute[-1] + overhead
-            received = windows(np.where(valid, unit[start], 0.0))[1:] * spb[:, :, None] + latency[:, :, None]
-            np.add(self.g[1:], received, out=self.tau[1:])
-            self.tau[0] = self.g[0]
+            ends = np.ndarray((pp - 1, self.R), dtype=unit.dtype, buffer=unit, offset=step, strides=(step, step))
+            np.add(compute[:-1], (ends * spb + latency + overhead)[:, :, None], out=busy[:-1])
+            busy[-1] = compute[-1] + overhead
         else:
-            np.add(compute, overhead, out=self.g)
-            self.tau[:] = self.g
-        if c.knobs.virtual_stages > 1:
-            self.g /= c.knobs.virtual_stages
+            np.add(compute, overhead, out=busy)
+        return busy
+
+    @functools.cached_property
+    def g(self) -> np.ndarray:
+        """Per segment, its share of the fill and drain: with v interleaved chunks per rank they
+        shrink v-fold (see cost.Candidate._terms)."""
+        if self.candidate.knobs.virtual_stages > 1:
+            return self._busy / self.candidate.knobs.virtual_stages
+        return self._busy
+
+    @functools.cached_property
+    def tau(self) -> np.ndarray:
+        """Per segment, its busy time per micro-batch: g (before interleaving) + the send before it."""
+        c, busy = self.candidate, self._busy
+        if self.pp == 1:
+            return busy
+        tau = np.empty(busy.shape)
+        unit = c.cut_unit
+        spb = c.layout.boundary_seconds_per_byte[:, None]
+        latency = c.cut_latency[:, None]
+        received = self._windows(np.where(self._valid, unit[self._start], 0.0))[1:] * spb[:, :, None] + latency[:, :, None]
+        np.add(busy[1:], received, out=tau[1:])
+        tau[0] = busy[0]
+        return tau
+
+    @functools.cached_property
+    def e(self) -> np.ndarray:
+        """Per segment, the tail E after the last micro-batch: the exposed all-reduce and the
+        optimizer step, with the iteration's fixed cost."""
+        c = self.candidate
+        segment_params = self._windows(self._params)
         if c.hidden_share:      # the backward pass hides part of the all-reduce (cost.Candidate)
-            segment_params = windows(params)
             allreduce = c.dp_coef[:, None, None] * segment_params + c.last_bucket_latency[:, None, None]
-            np.add(c.exposed_allreduce(allreduce, compute), c.opt_coef[:, None, None] * segment_params, out=self.e)
-            self.e += c.iteration_overhead
-        else:
-            np.multiply(c.e_coef[:, None, None], windows(params), out=self.e)
-            self.e += c.e_const[:, None, None]
+            e = c.exposed_allreduce(allreduce, self._compute)
+            e += c.opt_coef[:, None, None] * segment_params
+            e += c.iteration_overhead
+            return e
+        e = c.e_coef[:, None, None] * segment_params
+        e += c.e_const[:, None, None]
+        return e
 
     def minsum(self, allowed: np.ndarray, g: np.ndarray | None = None) -> tuple[float, tuple[int, ...] | None]:
         """Minimum sum of g over partitions using only allowed segments, and one such partition.
@@ -208,9 +242,8 @@ class SegmentTables:
         for s, size in enumerate(partition):
             j += size
             flat.append((s * self.R + j - s - 1) * self.W + size - 1)
-        values = self.costs.reshape(3, -1)[:, flat]
-        high = np.maximum.reduce(values, axis=1)
-        return float(high[1]), float(np.add.reduce(values[0])), float(high[2])
+        return (float(self.tau.ravel()[flat].max()), float(np.add.reduce(self.g.ravel()[flat])),
+                float(self.e.ravel()[flat].max()))
 
 
 def partitions_fit(candidates: list[Candidate], should_cancel: Callable[[], bool] | None = None) -> np.ndarray:
@@ -418,11 +451,12 @@ def solve(tables: SegmentTables, upper_bound: float = INF,
             if (B - 1) * t_low + sigma + x_low >= best_j:
                 break
             t_limit = min(tau, (best_j - x_low - sigma) / (B - 1))
-        # Partitions with max E below the next limit have (B - 1) max tau + sum g >= inner_best,
-        # or were already shown to lose; stop if that cannot beat the best.
+        # Partitions with max E below the limit have (B - 1) max tau + sum g >= inner_best, or
+        # were already shown to lose: so those with max E >= best - inner_best lose too. Stop
+        # if that leaves none.
         if inner_e is None or inner_best + e_star >= best_j:
             break
-        e_limit = min(inner_e, best_j - (B - 1) * t_star - g_min)
+        e_limit = min(inner_e, best_j - inner_best)
     return PartitionResult(best_p, best_j if best_p is not None else INF, solves)
 
 
@@ -450,7 +484,7 @@ def _solve_by_enumeration(tables: SegmentTables, upper_bound: float) -> Partitio
     fits = tables.feasible[index].all(axis=0)
     if not fits.any():
         return PartitionResult(None, INF, 1, fits=False)
-    g, tau, e = (table[index] for table in tables.costs)
+    g, tau, e = (table[index] for table in (tables.g, tables.tau, tables.e))
     iteration = (B - 1) * tau.max(axis=0) + np.add.reduce(g, axis=0) + e.max(axis=0)
     iteration = np.where(fits, iteration, INF)
     best = int(np.argmin(iteration))
