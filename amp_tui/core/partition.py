@@ -107,10 +107,11 @@ class SegmentTables:
             self.feasible = np.zeros((pp, R, W), dtype=bool)
             return
         # Segments with r < w would start before layer s; they are never read (see _dp), so
-        # their entries are left as they fall.
+        # their entries are left as they fall, but marked infeasible: masks derived from
+        # `feasible` then tell the longest segment in play (_longest).
         windows = _stage_windows(pp, R, W)
         memory = windows(fixed) + in_flight[:, None, None] * windows(acts)
-        self.feasible = memory <= capacity[:, None, None]
+        self.feasible = (memory <= capacity[:, None, None]) & (np.arange(R)[:, None] >= np.arange(W))
 
         self._windows, self._j, self._start, self._valid, self._params = windows, j, start, valid, params
 
@@ -192,11 +193,13 @@ class SegmentTables:
     def minsum(self, allowed: np.ndarray, g: np.ndarray | None = None) -> tuple[float, tuple[int, ...] | None]:
         """Minimum sum of g over partitions using only allowed segments, and one such partition.
         `g` replaces the tables' g, e.g. with segments already excluded (set to INF)."""
-        return self._dp(np.where(allowed, self.g if g is None else g, INF), np.add)
+        W = _longest(allowed)
+        return self._dp(np.where(allowed[:, :, :W], (self.g if g is None else g)[:, :, :W], INF), np.add)
 
     def minmax(self, cost: np.ndarray, allowed: np.ndarray) -> tuple[float, tuple[int, ...] | None]:
         """Minimum over allowed partitions of the largest per-stage `cost`, and one such partition."""
-        return self._dp(np.where(allowed, cost, INF), np.maximum)
+        W = _longest(allowed)
+        return self._dp(np.where(allowed[:, :, :W], cost[:, :, :W], INF), np.maximum)
 
     def _dp(self, masked: np.ndarray, combine) -> tuple[float, tuple[int, ...] | None]:
         """The best value over partitions of `masked` (pp, R, W) segment costs combined stage by
@@ -207,8 +210,12 @@ class SegmentTables:
         before layer s (r < w) are impossible: positions below s hold INF when stage s reads them
         (each is cleared once no later stage may write it), so whatever the table holds there
         never wins. Stage 0 starts at layer 0, so its values are the diagonal; the last stage ends
-        at layer L, so only its last row is needed (and it has no r < w, as W <= R)."""
-        pp, L, R, W = self.pp, self.L, self.R, self.W
+        at layer L, so only its last row is needed (and it has no r < w, as W <= R). Tables may
+        be cut short of self.W: no segment is longer than their last column."""
+        pp, L, R = self.pp, self.L, self.R
+        W = masked.shape[2]
+        if W == 0:
+            return INF, None
         if pp == 1:
             v = float(masked[0, R - 1, R - 1]) if R <= W else INF
             return (v, (L,)) if v < INF else (INF, None)
@@ -244,6 +251,15 @@ class SegmentTables:
             flat.append((s * self.R + j - s - 1) * self.W + size - 1)
         return (float(self.tau.ravel()[flat].max()), float(np.add.reduce(self.g.ravel()[flat])),
                 float(self.e.ravel()[flat].max()))
+
+
+def _longest(allowed: np.ndarray) -> int:
+    """The length of the longest allowed segment (0 if none; `allowed` within `feasible`): the
+    DP need not look further, and with a tight tau limit that is often a fraction of the longest
+    that fits in memory."""
+    pp, R, W = allowed.shape
+    columns = np.flatnonzero(allowed.reshape(pp * R, W).any(axis=0))
+    return int(columns[-1]) + 1 if len(columns) else 0
 
 
 def partitions_fit(candidates: list[Candidate], should_cancel: Callable[[], bool] | None = None) -> np.ndarray:
@@ -396,6 +412,8 @@ def solve(tables: SegmentTables, upper_bound: float = INF,
         return PartitionResult(None, INF, 0, fits=False)
     if tables.pp <= 2:
         return _solve_by_enumeration(tables, upper_bound)
+    if not partitions_fit([tables.candidate])[0]:     # settled without building the tau table
+        return PartitionResult(None, INF, 0, fits=False)
     t_star, start = tables.minmax(tables.tau, tables.feasible)
     if start is None:
         return PartitionResult(None, INF, 1, fits=False)
@@ -415,7 +433,6 @@ def solve(tables: SegmentTables, upper_bound: float = INF,
     e_limit = best_j - (B - 1) * t_star - g_min
     while e_limit > e_star:                  # else no partition has max E below the limit
         e_ok = tables.feasible & (tables.e < e_limit)
-        g_e = np.where(e_ok, tables.g, INF)
         inner_best, inner_e = INF, None
         # t_low: the least max tau with every max E below the limit (t_star for the first limit).
         if solves > 3:
@@ -432,8 +449,8 @@ def solve(tables: SegmentTables, upper_bound: float = INF,
         while t_limit > t_low:              # else no partition has max tau below the limit
             if should_cancel is not None and should_cancel():
                 raise Cancelled
-            allowed = tables.tau < t_limit
-            sigma, p = tables.minsum(allowed, g_e)
+            allowed = e_ok & (tables.tau < t_limit)
+            sigma, p = tables.minsum(allowed)
             solves += 1
             if p is None or (B - 1) * t_low + sigma >= inner_best:
                 break
@@ -446,7 +463,7 @@ def solve(tables: SegmentTables, upper_bound: float = INF,
                 break
             # Refreshed, x_low prunes more, and lowers the next limit further when it does not.
             if (B - 1) * t_low + sigma + x_low < best_j:
-                x_low, _ = tables.minmax(tables.e, allowed & e_ok)
+                x_low, _ = tables.minmax(tables.e, allowed)
                 solves += 1
             if (B - 1) * t_low + sigma + x_low >= best_j:
                 break
