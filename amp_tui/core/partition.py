@@ -414,10 +414,12 @@ def solve(tables: SegmentTables, upper_bound: float = INF,
         return _solve_by_enumeration(tables, upper_bound)
     if not partitions_fit([tables.candidate])[0]:     # settled without building the tau table
         return PartitionResult(None, INF, 0, fits=False)
+    g_floor, e_floor = _sum_and_tail_floors(tables.candidate)
+    if B > 1 and upper_bound < INF and _bottleneck_exceeds(tables.candidate, (upper_bound - g_floor - e_floor) / (B - 1)):
+        return PartitionResult(None, INF, 0)          # likewise: min max tau cannot beat the bound
     t_star, start = tables.minmax(tables.tau, tables.feasible)
     if start is None:
         return PartitionResult(None, INF, 1, fits=False)
-    g_floor, e_floor = _sum_and_tail_floors(tables.candidate)
     if (B - 1) * t_star + g_floor + e_floor >= upper_bound:
         return PartitionResult(None, INF, 1)
     e_star, _ = tables.minmax(tables.e, tables.feasible)
@@ -475,6 +477,31 @@ def solve(tables: SegmentTables, upper_bound: float = INF,
             break
         e_limit = min(inner_e, best_j - inner_best)
     return PartitionResult(best_p, best_j if best_p is not None else INF, solves)
+
+
+def _bottleneck_exceeds(candidate: Candidate, limit: float) -> bool:
+    """Whether every partition has max tau above `limit` (a little above it, against rounding),
+    shown without tables: with each boundary at its cheapest cut, stage s may hold at most
+    limit - overhead - its cheapest sends of compute; filling stages greedily in order is exact
+    for that relaxation (a shorter segment never costs more), so if it leaves layers over, so
+    does every partition. O(pp log L)."""
+    limit = limit * (1 + 1e-9)
+    pp, L = candidate.pp, candidate.num_layers
+    prefix = candidate.time_prefix
+    sends = np.zeros(pp)
+    if pp > 1:
+        cheapest = candidate.cut_cost[:, 1:-1].min(axis=1)
+        sends[:-1] += cheapest
+        sends[1:] += cheapest
+    room = limit - candidate.micro_batch_overhead - sends
+    if np.any(room < 0):
+        return True
+    i = 0
+    for s in range(pp):
+        i = int(np.searchsorted(prefix[s], prefix[s][i] + room[s], side="right")) - 1
+        if i >= L:
+            return False
+    return True
 
 
 def _sum_and_tail_floors(candidate: Candidate) -> tuple[float, float]:

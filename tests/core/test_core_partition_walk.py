@@ -10,10 +10,11 @@ from hypothesis import assume, event, given, settings
 from hypothesis import strategies as st
 
 from amp_tui.core.cost import CostModel
-from amp_tui.core.partition import INF, SegmentTables, _solve_by_enumeration, _sum_and_tail_floors, solve
+from amp_tui.core.partition import (INF, SegmentTables, _bottleneck_exceeds, _solve_by_enumeration,
+                                    _sum_and_tail_floors, solve)
 from amp_tui.core.scenario import load_scenario, parse_scenario
 from amp_tui.core.search import enumerate_candidates
-from core_builders import close, examples, scenario_dicts
+from core_builders import close, compositions, examples, scenario_dicts
 
 
 def reference_solve(tables: SegmentTables, upper_bound: float = INF) -> tuple[float, tuple[int, ...] | None]:
@@ -110,3 +111,25 @@ def test_walk_equals_the_reference_on_the_paper_settings(name):
         assert (result.iteration_time_s == expected_time == INF) or close(result.iteration_time_s, expected_time), key
         walked += result.solves > 3
     assert walked >= 5      # the walk itself ran, not only its first DPs
+
+
+@st.composite
+def small_pipelines(draw):
+    spec = draw(scenario_dicts(max_layers=9, max_gpus=8, max_groups=3, binding_memory=False))
+    scn = parse_scenario(spec)
+    keys = [k for k in enumerate_candidates(scn) if 2 <= k[1] <= 4]
+    assume(keys)
+    return CostModel(scn).candidate(*draw(st.sampled_from(keys)))
+
+
+@settings(max_examples=examples(60), deadline=None)
+@given(candidate=small_pipelines(), scale=st.sampled_from([0.5, 0.9, 1.0, 1.0, 1.5]))
+def test_bottleneck_bound_never_rules_out_a_reachable_limit(candidate, scale):
+    """_bottleneck_exceeds(limit) only when every partition (memory aside) has a stage busier
+    than limit per micro-batch; at the least max busy time itself it never does."""
+    least = min(max(stage.stage_time_s for stage in candidate.predict(p).stages)
+                for p in compositions(candidate.num_layers, candidate.pp))
+    exceeds = _bottleneck_exceeds(candidate, least * scale)
+    event(f"exceeds={exceeds}")
+    if scale >= 1.0:
+        assert not exceeds
