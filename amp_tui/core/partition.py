@@ -90,6 +90,7 @@ class SegmentTables:
         R = L - pp + 1
         self.candidate = c
         self.pp, self.L, self.R = pp, L, R
+        self.poll: Callable[[], None] | None = None     # called between the DPs' stages (solve sets it)
         # Per (end j, length w + 1) over all ends first: memory needs no stage index but in-flight.
         j, start, valid = _segment_grid(L, R)
         params = c.param_prefix[j] - c.param_prefix[start]
@@ -227,6 +228,8 @@ class SegmentTables:
         totals = np.empty((pp, R, W))
         best = np.minimum.reduce
         for s in range(1, pp - 1):
+            if self.poll is not None:
+                self.poll()
             value[s + W - 2] = INF            # position s - 1: no segment of stage s starts there
             combine(starts[s], masked[s], out=totals[s])
             best(totals[s], axis=1, out=value[s + W:s + W + R])
@@ -408,8 +411,14 @@ def solve(tables: SegmentTables, upper_bound: float = INF,
     (best - min max E - sigma) / (B - 1), cannot beat the best found, so those are skipped too.
     """
     B = tables.candidate.num_micro_batches
+
+    def poll() -> None:
+        if should_cancel is not None and should_cancel():
+            raise Cancelled
+
     if not tables.feasible.any():
         return PartitionResult(None, INF, 0, fits=False)
+    tables.poll = poll
     if tables.pp <= 2:
         return _solve_by_enumeration(tables, upper_bound)
     if not partitions_fit([tables.candidate])[0]:     # settled without building the tau table
@@ -417,14 +426,22 @@ def solve(tables: SegmentTables, upper_bound: float = INF,
     g_floor, e_floor = _sum_and_tail_floors(tables.candidate)
     if B > 1 and upper_bound < INF and _bottleneck_exceeds(tables.candidate, (upper_bound - g_floor - e_floor) / (B - 1)):
         return PartitionResult(None, INF, 0)          # likewise: min max tau cannot beat the bound
+    for table in ("_compute", "_busy", "tau"):      # built in steps, so that a cancel waits less
+        poll()
+        getattr(tables, table)
+    poll()
     t_star, start = tables.minmax(tables.tau, tables.feasible)
     if start is None:
         return PartitionResult(None, INF, 1, fits=False)
     if (B - 1) * t_star + g_floor + e_floor >= upper_bound:
         return PartitionResult(None, INF, 1)
+    poll()
+    tables.e
+    poll()
     e_star, _ = tables.minmax(tables.e, tables.feasible)
     if (B - 1) * t_star + g_floor + e_star >= upper_bound:
         return PartitionResult(None, INF, 2)
+    poll()
     g_min, part = tables.minsum(tables.feasible)
     solves = 3
     best_j, best_p = upper_bound, None
@@ -437,6 +454,7 @@ def solve(tables: SegmentTables, upper_bound: float = INF,
         e_ok = tables.feasible & (tables.e < e_limit)
         inner_best, inner_e = INF, None
         # t_low: the least max tau with every max E below the limit (t_star for the first limit).
+        poll()
         if solves > 3:
             t_low, _ = tables.minmax(tables.tau, e_ok)
             solves += 1
@@ -449,8 +467,7 @@ def solve(tables: SegmentTables, upper_bound: float = INF,
         x_low = e_star
         t_limit = INF if B == 1 else (best_j - g_min - x_low) / (B - 1)
         while t_limit > t_low:              # else no partition has max tau below the limit
-            if should_cancel is not None and should_cancel():
-                raise Cancelled
+            poll()
             allowed = e_ok & (tables.tau < t_limit)
             sigma, p = tables.minsum(allowed)
             solves += 1
@@ -465,6 +482,7 @@ def solve(tables: SegmentTables, upper_bound: float = INF,
                 break
             # Refreshed, x_low prunes more, and lowers the next limit further when it does not.
             if (B - 1) * t_low + sigma + x_low < best_j:
+                poll()
                 x_low, _ = tables.minmax(tables.e, allowed)
                 solves += 1
             if (B - 1) * t_low + sigma + x_low >= best_j:
