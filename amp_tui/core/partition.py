@@ -91,28 +91,45 @@ class SegmentTables:
         self.candidate = c
         self.pp, self.L, self.R = pp, L, R
         self.poll: Callable[[], None] | None = None     # called between the DPs' stages (solve sets it)
+
+    # Built on first use, as the cost tables below: solve can rule a candidate out without them.
+    @functools.cached_property
+    def feasible(self) -> np.ndarray:
+        """Whether each segment fits its stage's memory (segments starting before their stage: no)."""
+        self._build()
+        return self._feasible
+
+    @property
+    def W(self) -> int:
+        return self.feasible.shape[2]
+
+    def _build(self) -> None:
+        c, pp, L, R = self.candidate, self.pp, self.L, self.R
         # Per (end j, length w + 1) over all ends first: memory needs no stage index but in-flight.
         j, start, valid = _segment_grid(L, R)
         params = c.param_prefix[j] - c.param_prefix[start]
         act_prefix, peak, in_flight = c.memory_arrays
         acts = act_prefix[j] - act_prefix[start]
         seg_peak = np.maximum.accumulate(np.where(valid, peak[start], 0.0), axis=1)
+        if self.poll is not None:
+            self.poll()
         fixed = c.state.total * params + seg_peak + c.cost.training.runtime_reserve_bytes
         # No stage holds a longer segment than the longest that fits on the roomiest stage with the
         # fewest micro-batches in flight; cutting the tables there drops only infeasible segments.
         capacity = c.layout.stage_capacity
         fits_somewhere = valid & (fixed + in_flight.min() * acts <= capacity.max())
         W = int(np.nonzero(fits_somewhere.any(axis=0))[0].max()) + 1 if fits_somewhere.any() else 0
-        self.W = W
         if W == 0 or W * pp < L:
-            self.feasible = np.zeros((pp, R, W), dtype=bool)
+            self._feasible = np.zeros((pp, R, W), dtype=bool)
             return
+        if self.poll is not None:
+            self.poll()
         # Segments with r < w would start before layer s; they are never read (see _dp), so
         # their entries are left as they fall, but marked infeasible: masks derived from
         # `feasible` then tell the longest segment in play (_longest).
         windows = _stage_windows(pp, R, W)
         memory = windows(fixed) + in_flight[:, None, None] * windows(acts)
-        self.feasible = (memory <= capacity[:, None, None]) & (np.arange(R)[:, None] >= np.arange(W))
+        self._feasible = (memory <= capacity[:, None, None]) & (np.arange(R)[:, None] >= np.arange(W))
 
         self._windows, self._j, self._start, self._valid, self._params = windows, j, start, valid, params
 
@@ -130,6 +147,8 @@ class SegmentTables:
             return windows(prefix[0][j] - prefix[0][start])
         compute = np.empty((pp, R, W))
         for kind, first in kinds.items():
+            if self.poll is not None:
+                self.poll()
             mine = np.array([k == kind for k in hardware])
             compute[mine] = windows(prefix[first][j] - prefix[first][start])[mine]
         return compute
@@ -183,7 +202,11 @@ class SegmentTables:
         segment_params = self._windows(self._params)
         if c.hidden_share:      # the backward pass hides part of the all-reduce (cost.Candidate)
             allreduce = c.dp_coef[:, None, None] * segment_params + c.last_bucket_latency[:, None, None]
+            if self.poll is not None:
+                self.poll()
             e = c.exposed_allreduce(allreduce, self._compute)
+            if self.poll is not None:
+                self.poll()
             e += c.opt_coef[:, None, None] * segment_params
             e += c.iteration_overhead
             return e
@@ -416,16 +439,21 @@ def solve(tables: SegmentTables, upper_bound: float = INF,
         if should_cancel is not None and should_cancel():
             raise Cancelled
 
-    if not tables.feasible.any():
-        return PartitionResult(None, INF, 0, fits=False)
     tables.poll = poll
     if tables.pp <= 2:
+        if not tables.feasible.any():
+            return PartitionResult(None, INF, 0, fits=False)
         return _solve_by_enumeration(tables, upper_bound)
-    if not partitions_fit([tables.candidate])[0]:     # settled without building the tau table
+    # Settled without building the tables: no partition fits, or none has a bottleneck that
+    # could beat the bound.
+    if not partitions_fit([tables.candidate])[0]:
         return PartitionResult(None, INF, 0, fits=False)
     g_floor, e_floor = _sum_and_tail_floors(tables.candidate)
     if B > 1 and upper_bound < INF and _bottleneck_exceeds(tables.candidate, (upper_bound - g_floor - e_floor) / (B - 1)):
-        return PartitionResult(None, INF, 0)          # likewise: min max tau cannot beat the bound
+        return PartitionResult(None, INF, 0)
+    poll()
+    if not tables.feasible.any():
+        return PartitionResult(None, INF, 0, fits=False)
     for table in ("_compute", "_busy", "tau"):      # built in steps, so that a cancel waits less
         poll()
         getattr(tables, table)
