@@ -478,20 +478,12 @@ def solve(tables: SegmentTables, upper_bound: float = INF,
         if (B - 1) * tau + g_sum + e_max < best_j:
             best_j, best_p = (B - 1) * tau + g_sum + e_max, p
     e_limit = best_j - (B - 1) * t_star - g_min
+    t_low = t_star          # the least max tau with every max E below the limit
+    e_ok = tables.feasible & (tables.e < e_limit)
     while e_limit > e_star:                  # else no partition has max E below the limit
-        e_ok = tables.feasible & (tables.e < e_limit)
         inner_best, inner_e = INF, None
-        # t_low: the least max tau with every max E below the limit (t_star for the first limit).
-        poll()
-        if solves > 3:
-            t_low, _ = tables.minmax(tables.tau, e_ok)
-            solves += 1
-            if (B - 1) * t_low + g_min + e_star >= best_j:
-                break
-        else:
-            t_low = t_star
         # x_low: a lower bound on max E over the partitions left (max tau below t_limit, max E
-        # below e_limit); it only rises as t_limit falls, so it is refreshed only when needed.
+        # below e_limit); it only rises as t_limit falls, and is refreshed while it prunes nothing.
         x_low = e_star
         t_limit = INF if B == 1 else (best_j - g_min - x_low) / (B - 1)
         while t_limit > t_low:              # else no partition has max tau below the limit
@@ -522,6 +514,14 @@ def solve(tables: SegmentTables, upper_bound: float = INF,
         if inner_e is None or inner_best + e_star >= best_j:
             break
         e_limit = min(inner_e, best_j - inner_best)
+        if e_limit <= e_star:
+            break
+        e_ok = tables.feasible & (tables.e < e_limit)
+        poll()
+        t_low, _ = tables.minmax(tables.tau, e_ok)
+        solves += 1
+        if (B - 1) * t_low + g_min + e_star >= best_j:
+            break
     return PartitionResult(best_p, best_j if best_p is not None else INF, solves)
 
 
