@@ -48,6 +48,10 @@ BENCHMARKS = (
     Benchmark("bench-1024-gpus", 1.0, idle_nodes=True),
     Benchmark("bench-1024-gpus-6-types", 2.0),
     Benchmark("bench-2048-gpus-8-groups", 5.0, idle_nodes=True),
+    # The modern-space issue's targets: today's models and clusters, and many uneven layers.
+    Benchmark("bench-1024-h100-llama3-70b", 1.0),
+    Benchmark("llama3.1-405b-16384-h100", 5.0),
+    Benchmark("bench-1024-gpus-1000-layers", 2.0, 500 * 2**20),
 )
 
 

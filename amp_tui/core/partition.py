@@ -15,6 +15,12 @@ rule out a plain dynamic program, so we walk Pareto frontiers, each step a vecto
   the best. (E has few distinct values when layers repeat, tau many: walking E outside takes
   fewer DPs than the other way round, e.g. 95 against 116 in paper-het-cluster.)
 
+  Both walks prune with bounds on what is left, not only the global t* = min max tau and
+  e* = min max E: each E limit starts from t_low, the least max tau with every E below it, and
+  the tau walk keeps x_low, the least max E with every tau and E below the limits (one minmax DP
+  each). With uneven layers the Pareto frontier is long and the global bounds stop nothing until
+  the walk reaches t*: 1,000 uneven layers on mixed GPUs took 1,681 DPs for one candidate, 52 now.
+
 Every step removes only partitions proven no better than one already found, so the result is exact;
 tests/core/test_core_partition.py checks it against brute force over all partitions.
 
@@ -84,79 +90,140 @@ class SegmentTables:
         R = L - pp + 1
         self.candidate = c
         self.pp, self.L, self.R = pp, L, R
+        self.poll: Callable[[], None] | None = None     # called between the DPs' stages (solve sets it)
+
+    # Built on first use, as the cost tables below: solve can rule a candidate out without them.
+    @functools.cached_property
+    def feasible(self) -> np.ndarray:
+        """Whether each segment fits its stage's memory (segments starting before their stage: no)."""
+        self._build()
+        return self._feasible
+
+    @property
+    def W(self) -> int:
+        return self.feasible.shape[2]
+
+    def _build(self) -> None:
+        c, pp, L, R = self.candidate, self.pp, self.L, self.R
         # Per (end j, length w + 1) over all ends first: memory needs no stage index but in-flight.
         j, start, valid = _segment_grid(L, R)
         params = c.param_prefix[j] - c.param_prefix[start]
         act_prefix, peak, in_flight = c.memory_arrays
         acts = act_prefix[j] - act_prefix[start]
         seg_peak = np.maximum.accumulate(np.where(valid, peak[start], 0.0), axis=1)
+        if self.poll is not None:
+            self.poll()
         fixed = c.state.total * params + seg_peak + c.cost.training.runtime_reserve_bytes
         # No stage holds a longer segment than the longest that fits on the roomiest stage with the
         # fewest micro-batches in flight; cutting the tables there drops only infeasible segments.
         capacity = c.layout.stage_capacity
         fits_somewhere = valid & (fixed + in_flight.min() * acts <= capacity.max())
         W = int(np.nonzero(fits_somewhere.any(axis=0))[0].max()) + 1 if fits_somewhere.any() else 0
-        self.W = W
         if W == 0 or W * pp < L:
-            self.feasible = np.zeros((pp, R, W), dtype=bool)
+            self._feasible = np.zeros((pp, R, W), dtype=bool)
             return
+        if self.poll is not None:
+            self.poll()
         # Segments with r < w would start before layer s; they are never read (see _dp), so
-        # their entries are left as they fall.
+        # their entries are left as they fall, but marked infeasible: masks derived from
+        # `feasible` then tell the longest segment in play (_longest).
         windows = _stage_windows(pp, R, W)
         memory = windows(fixed) + in_flight[:, None, None] * windows(acts)
-        self.feasible = memory <= capacity[:, None, None]
+        self._feasible = (memory <= capacity[:, None, None]) & (np.arange(R)[:, None] >= np.arange(W))
 
-        # Segment compute time: one (end, length) table per distinct stage hardware, then each
-        # stage's window of its table.
+        self._windows, self._j, self._start, self._valid, self._params = windows, j, start, valid, params
+
+    # The cost tables are built on first use: a candidate whose first bound loses needs only tau.
+    @functools.cached_property
+    def _compute(self) -> np.ndarray:
+        """Segment compute time: one (end, length) table per distinct stage hardware, then each
+        stage's window of its table."""
+        c, pp, R, W = self.candidate, self.pp, self.R, self.W
+        windows, j, start = self._windows, self._j, self._start
         prefix = c.time_prefix
         hardware = c.stage_hardware
         kinds = {kind: s for s, kind in reversed(list(enumerate(hardware)))}   # kind -> first stage
         if len(kinds) == 1:
-            compute = windows(prefix[0][j] - prefix[0][start])
-        else:
-            compute = np.empty((pp, R, W))
-            for kind, first in kinds.items():
-                mine = np.array([k == kind for k in hardware])
-                compute[mine] = windows(prefix[first][j] - prefix[first][start])[mine]
-        # Per segment: g = compute + the send after it, tau = g + the send before it, E = tail;
-        # every stage pays the engine's fixed cost per micro-batch. With v interleaved chunks
-        # per rank the fill and drain (sum g) shrink v-fold (see cost.Candidate._terms).
-        overhead = c.micro_batch_overhead
-        self.costs = np.empty((3, pp, R, W))
-        self.g, self.tau, self.e = self.costs
+            return windows(prefix[0][j] - prefix[0][start])
+        compute = np.empty((pp, R, W))
+        for kind, first in kinds.items():
+            if self.poll is not None:
+                self.poll()
+            mine = np.array([k == kind for k in hardware])
+            compute[mine] = windows(prefix[first][j] - prefix[first][start])[mine]
+        return compute
+
+    @functools.cached_property
+    def _busy(self) -> np.ndarray:
+        """Per segment, compute + the send after it + the engine's fixed cost per micro-batch."""
+        c, pp = self.candidate, self.pp
+        compute, overhead = self._compute, c.micro_batch_overhead
+        busy = np.empty(compute.shape)
         if pp > 1:
             unit = c.cut_unit                                           # (L + 1,): bytes sent per cut
             spb = c.layout.boundary_seconds_per_byte[:, None]
             latency = c.cut_latency[:, None]
             step = unit.itemsize             # ends[k, r]: bytes across boundary k after layer k + r
-            ends = np.ndarray((pp - 1, R), dtype=unit.dtype, buffer=unit, offset=step, strides=(step, step))
-            np.add(compute[:-1], (ends * spb + latency + overhead)[:, :, None], out=self.g[:-1])
-            self.g[-1] = compute[-1] + overhead
-            received = windows(np.where(valid, unit[start], 0.0))[1:] * spb[:, :, None] + latency[:, :, None]
-            np.add(self.g[1:], received, out=self.tau[1:])
-            self.tau[0] = self.g[0]
+            ends = np.ndarray((pp - 1, self.R), dtype=unit.dtype, buffer=unit, offset=step, strides=(step, step))
+            np.add(compute[:-1], (ends * spb + latency + overhead)[:, :, None], out=busy[:-1])
+            busy[-1] = compute[-1] + overhead
         else:
-            np.add(compute, overhead, out=self.g)
-            self.tau[:] = self.g
-        if c.knobs.virtual_stages > 1:
-            self.g /= c.knobs.virtual_stages
+            np.add(compute, overhead, out=busy)
+        return busy
+
+    @functools.cached_property
+    def g(self) -> np.ndarray:
+        """Per segment, its share of the fill and drain: with v interleaved chunks per rank they
+        shrink v-fold (see cost.Candidate._terms)."""
+        if self.candidate.knobs.virtual_stages > 1:
+            return self._busy / self.candidate.knobs.virtual_stages
+        return self._busy
+
+    @functools.cached_property
+    def tau(self) -> np.ndarray:
+        """Per segment, its busy time per micro-batch: g (before interleaving) + the send before it."""
+        c, busy = self.candidate, self._busy
+        if self.pp == 1:
+            return busy
+        tau = np.empty(busy.shape)
+        unit = c.cut_unit
+        spb = c.layout.boundary_seconds_per_byte[:, None]
+        latency = c.cut_latency[:, None]
+        received = self._windows(np.where(self._valid, unit[self._start], 0.0))[1:] * spb[:, :, None] + latency[:, :, None]
+        np.add(busy[1:], received, out=tau[1:])
+        tau[0] = busy[0]
+        return tau
+
+    @functools.cached_property
+    def e(self) -> np.ndarray:
+        """Per segment, the tail E after the last micro-batch: the exposed all-reduce and the
+        optimizer step, with the iteration's fixed cost."""
+        c = self.candidate
+        segment_params = self._windows(self._params)
         if c.hidden_share:      # the backward pass hides part of the all-reduce (cost.Candidate)
-            segment_params = windows(params)
             allreduce = c.dp_coef[:, None, None] * segment_params + c.last_bucket_latency[:, None, None]
-            np.add(c.exposed_allreduce(allreduce, compute), c.opt_coef[:, None, None] * segment_params, out=self.e)
-            self.e += c.iteration_overhead
-        else:
-            np.multiply(c.e_coef[:, None, None], windows(params), out=self.e)
-            self.e += c.e_const[:, None, None]
+            if self.poll is not None:
+                self.poll()
+            e = c.exposed_allreduce(allreduce, self._compute)
+            if self.poll is not None:
+                self.poll()
+            e += c.opt_coef[:, None, None] * segment_params
+            e += c.iteration_overhead
+            return e
+        e = c.e_coef[:, None, None] * segment_params
+        e += c.e_const[:, None, None]
+        return e
 
     def minsum(self, allowed: np.ndarray, g: np.ndarray | None = None) -> tuple[float, tuple[int, ...] | None]:
         """Minimum sum of g over partitions using only allowed segments, and one such partition.
         `g` replaces the tables' g, e.g. with segments already excluded (set to INF)."""
-        return self._dp(np.where(allowed, self.g if g is None else g, INF), np.add)
+        W = _longest(allowed)
+        return self._dp(np.where(allowed[:, :, :W], (self.g if g is None else g)[:, :, :W], INF), np.add)
 
     def minmax(self, cost: np.ndarray, allowed: np.ndarray) -> tuple[float, tuple[int, ...] | None]:
         """Minimum over allowed partitions of the largest per-stage `cost`, and one such partition."""
-        return self._dp(np.where(allowed, cost, INF), np.maximum)
+        W = _longest(allowed)
+        return self._dp(np.where(allowed[:, :, :W], cost[:, :, :W], INF), np.maximum)
 
     def _dp(self, masked: np.ndarray, combine) -> tuple[float, tuple[int, ...] | None]:
         """The best value over partitions of `masked` (pp, R, W) segment costs combined stage by
@@ -167,8 +234,12 @@ class SegmentTables:
         before layer s (r < w) are impossible: positions below s hold INF when stage s reads them
         (each is cleared once no later stage may write it), so whatever the table holds there
         never wins. Stage 0 starts at layer 0, so its values are the diagonal; the last stage ends
-        at layer L, so only its last row is needed (and it has no r < w, as W <= R)."""
-        pp, L, R, W = self.pp, self.L, self.R, self.W
+        at layer L, so only its last row is needed (and it has no r < w, as W <= R). Tables may
+        be cut short of self.W: no segment is longer than their last column."""
+        pp, L, R = self.pp, self.L, self.R
+        W = masked.shape[2]
+        if W == 0:
+            return INF, None
         if pp == 1:
             v = float(masked[0, R - 1, R - 1]) if R <= W else INF
             return (v, (L,)) if v < INF else (INF, None)
@@ -180,6 +251,8 @@ class SegmentTables:
         totals = np.empty((pp, R, W))
         best = np.minimum.reduce
         for s in range(1, pp - 1):
+            if self.poll is not None:
+                self.poll()
             value[s + W - 2] = INF            # position s - 1: no segment of stage s starts there
             combine(starts[s], masked[s], out=totals[s])
             best(totals[s], axis=1, out=value[s + W:s + W + R])
@@ -202,9 +275,17 @@ class SegmentTables:
         for s, size in enumerate(partition):
             j += size
             flat.append((s * self.R + j - s - 1) * self.W + size - 1)
-        values = self.costs.reshape(3, -1)[:, flat]
-        high = np.maximum.reduce(values, axis=1)
-        return float(high[1]), float(np.add.reduce(values[0])), float(high[2])
+        return (float(self.tau.ravel()[flat].max()), float(np.add.reduce(self.g.ravel()[flat])),
+                float(self.e.ravel()[flat].max()))
+
+
+def _longest(allowed: np.ndarray) -> int:
+    """The length of the longest allowed segment (0 if none; `allowed` within `feasible`): the
+    DP need not look further, and with a tight tau limit that is often a fraction of the longest
+    that fits in memory."""
+    pp, R, W = allowed.shape
+    columns = np.flatnonzero(allowed.reshape(pp * R, W).any(axis=0))
+    return int(columns[-1]) + 1 if len(columns) else 0
 
 
 def partitions_fit(candidates: list[Candidate], should_cancel: Callable[[], bool] | None = None) -> np.ndarray:
@@ -353,19 +434,42 @@ def solve(tables: SegmentTables, upper_bound: float = INF,
     (best - min max E - sigma) / (B - 1), cannot beat the best found, so those are skipped too.
     """
     B = tables.candidate.num_micro_batches
+
+    def poll() -> None:
+        if should_cancel is not None and should_cancel():
+            raise Cancelled
+
+    tables.poll = poll
+    if tables.pp <= 2:
+        if not tables.feasible.any():
+            return PartitionResult(None, INF, 0, fits=False)
+        return _solve_by_enumeration(tables, upper_bound)
+    # Settled without building the tables: no partition fits, or none has a bottleneck that
+    # could beat the bound.
+    if not partitions_fit([tables.candidate])[0]:
+        return PartitionResult(None, INF, 0, fits=False)
+    g_floor, e_floor = _sum_and_tail_floors(tables.candidate)
+    if B > 1 and upper_bound < INF and _bottleneck_exceeds(tables.candidate, (upper_bound - g_floor - e_floor) / (B - 1)):
+        return PartitionResult(None, INF, 0)
+    poll()
     if not tables.feasible.any():
         return PartitionResult(None, INF, 0, fits=False)
-    if tables.pp <= 2:
-        return _solve_by_enumeration(tables, upper_bound)
+    for table in ("_compute", "_busy", "tau"):      # built in steps, so that a cancel waits less
+        poll()
+        getattr(tables, table)
+    poll()
     t_star, start = tables.minmax(tables.tau, tables.feasible)
     if start is None:
         return PartitionResult(None, INF, 1, fits=False)
-    g_floor, e_floor = _sum_and_tail_floors(tables.candidate)
     if (B - 1) * t_star + g_floor + e_floor >= upper_bound:
         return PartitionResult(None, INF, 1)
+    poll()
+    tables.e
+    poll()
     e_star, _ = tables.minmax(tables.e, tables.feasible)
     if (B - 1) * t_star + g_floor + e_star >= upper_bound:
         return PartitionResult(None, INF, 2)
+    poll()
     g_min, part = tables.minsum(tables.feasible)
     solves = 3
     best_j, best_p = upper_bound, None
@@ -374,17 +478,20 @@ def solve(tables: SegmentTables, upper_bound: float = INF,
         if (B - 1) * tau + g_sum + e_max < best_j:
             best_j, best_p = (B - 1) * tau + g_sum + e_max, p
     e_limit = best_j - (B - 1) * t_star - g_min
+    t_low = t_star          # the least max tau with every max E below the limit
+    e_ok = tables.feasible & (tables.e < e_limit)
     while e_limit > e_star:                  # else no partition has max E below the limit
-        g_e = np.where(tables.feasible & (tables.e < e_limit), tables.g, INF)
         inner_best, inner_e = INF, None
-        t_limit = INF if B == 1 else (best_j - g_min - e_star) / (B - 1)
-        while t_limit > t_star:              # else no partition has max tau below the limit
-            if should_cancel is not None and should_cancel():
-                raise Cancelled
-            sigma, p = tables.minsum(tables.tau < t_limit, g_e)
+        # x_low: a lower bound on max E over the partitions left (max tau below t_limit, max E
+        # below e_limit); it only rises as t_limit falls, and is refreshed while it prunes nothing.
+        x_low = e_star
+        t_limit = INF if B == 1 else (best_j - g_min - x_low) / (B - 1)
+        while t_limit > t_low:              # else no partition has max tau below the limit
+            poll()
+            allowed = e_ok & (tables.tau < t_limit)
+            sigma, p = tables.minsum(allowed)
             solves += 1
-            if (p is None or (B - 1) * t_star + sigma + e_star >= best_j
-                    or (B - 1) * t_star + sigma >= inner_best):
+            if p is None or (B - 1) * t_low + sigma >= inner_best:
                 break
             tau, g_sum, e_max = tables.measures(p)
             if (B - 1) * tau + g_sum < inner_best:
@@ -393,13 +500,54 @@ def solve(tables: SegmentTables, upper_bound: float = INF,
                 best_j, best_p = (B - 1) * tau + g_sum + e_max, p
             if B == 1:                       # tau does not count: the first S is the inner best
                 break
-            t_limit = min(tau, (best_j - e_star - sigma) / (B - 1))
-        # Partitions with max E below the next limit have (B - 1) max tau + sum g >= inner_best,
-        # or were already shown to lose; stop if that cannot beat the best.
+            # Refreshed, x_low prunes more, and lowers the next limit further when it does not.
+            if (B - 1) * t_low + sigma + x_low < best_j:
+                poll()
+                x_low, _ = tables.minmax(tables.e, allowed)
+                solves += 1
+            if (B - 1) * t_low + sigma + x_low >= best_j:
+                break
+            t_limit = min(tau, (best_j - x_low - sigma) / (B - 1))
+        # Partitions with max E below the limit have (B - 1) max tau + sum g >= inner_best, or
+        # were already shown to lose: so those with max E >= best - inner_best lose too. Stop
+        # if that leaves none.
         if inner_e is None or inner_best + e_star >= best_j:
             break
-        e_limit = min(inner_e, best_j - (B - 1) * t_star - g_min)
+        e_limit = min(inner_e, best_j - inner_best)
+        if e_limit <= e_star:
+            break
+        e_ok = tables.feasible & (tables.e < e_limit)
+        poll()
+        t_low, _ = tables.minmax(tables.tau, e_ok)
+        solves += 1
+        if (B - 1) * t_low + g_min + e_star >= best_j:
+            break
     return PartitionResult(best_p, best_j if best_p is not None else INF, solves)
+
+
+def _bottleneck_exceeds(candidate: Candidate, limit: float) -> bool:
+    """Whether every partition has max tau above `limit` (a little above it, against rounding),
+    shown without tables: with each boundary at its cheapest cut, stage s may hold at most
+    limit - overhead - its cheapest sends of compute; filling stages greedily in order is exact
+    for that relaxation (a shorter segment never costs more), so if it leaves layers over, so
+    does every partition. O(pp log L)."""
+    limit = limit * (1 + 1e-9)
+    pp, L = candidate.pp, candidate.num_layers
+    prefix = candidate.time_prefix
+    sends = np.zeros(pp)
+    if pp > 1:
+        cheapest = candidate.cut_cost[:, 1:-1].min(axis=1)
+        sends[:-1] += cheapest
+        sends[1:] += cheapest
+    room = limit - candidate.micro_batch_overhead - sends
+    if np.any(room < 0):
+        return True
+    i = 0
+    for s in range(pp):
+        i = int(np.searchsorted(prefix[s], prefix[s][i] + room[s], side="right")) - 1
+        if i >= L:
+            return False
+    return True
 
 
 def _sum_and_tail_floors(candidate: Candidate) -> tuple[float, float]:
@@ -426,7 +574,7 @@ def _solve_by_enumeration(tables: SegmentTables, upper_bound: float) -> Partitio
     fits = tables.feasible[index].all(axis=0)
     if not fits.any():
         return PartitionResult(None, INF, 1, fits=False)
-    g, tau, e = (table[index] for table in tables.costs)
+    g, tau, e = (table[index] for table in (tables.g, tables.tau, tables.e))
     iteration = (B - 1) * tau.max(axis=0) + np.add.reduce(g, axis=0) + e.max(axis=0)
     iteration = np.where(fits, iteration, INF)
     best = int(np.argmin(iteration))
