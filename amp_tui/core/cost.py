@@ -31,8 +31,8 @@ import numpy as np
 
 from amp_tui.core.hardware import GPU
 from amp_tui.core.knobs import Knobs, default_knobs
-from amp_tui.core.memory import (MemoryBreakdown, micro_batches_in_flight, optimizer_traffic_per_param,
-                                 state_bytes_per_param)
+from amp_tui.core.memory import (MemoryBreakdown, StateBytes, micro_batches_in_flight,
+                                 optimizer_traffic_per_param, state_bytes_per_param)
 from amp_tui.core.placement import Layout, Nodes, build_layout
 from amp_tui.core.scenario import Scenario
 from amp_tui.core.strategy import Strategy
@@ -571,14 +571,43 @@ class Candidate:
         """(activation prefix per micro-batch per GPU, per-layer transient peak, in-flight per stage)."""
         return self.cost.memory_arrays(self.tp, self.pp, self.mbs, self.num_micro_batches)
 
+    @cached_property
+    def expert_state(self) -> StateBytes:
+        """Bytes per expert parameter on one GPU: ZeRO shards the experts over their own
+        data-parallel group, the shard group's ranks that hold the same experts (1/ep of them;
+        Megatron's expert data parallelism), not over the whole shard group."""
+        ep = self.knobs.ep
+        if ep <= 1:
+            return self.state
+        return state_bytes_per_param(self.cost.training, max(self.shard_group // ep, 1), self.knobs.zero_stage,
+                                     self.pp)
+
+    @cached_property
+    def expert_prefix(self) -> np.ndarray:
+        """(L + 1,): prefix sums of the expert parameters one GPU keeps (1/ep of them, / tp)."""
+        experts = self.cost.model.columns["expert_params"] / (self.knobs.ep * self.tp)
+        return np.concatenate([[0.0], np.cumsum(experts)])
+
+    @cached_property
+    def state_prefix(self) -> np.ndarray:
+        """(L + 1,): prefix sums of the weight, gradient and optimizer bytes one GPU holds per layer."""
+        if self.expert_state is self.state:
+            return self.param_prefix * self.state.total
+        experts = self.expert_prefix
+        return (self.param_prefix - experts) * self.state.total + experts * self.expert_state.total
+
     def memory_terms(self, stages: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, ...]:
         """(weights, gradients, optimizer state, activations, workspace) bytes per GPU of each
         segment [starts, ends) held by `stages`: the memory model's terms bar the reserve."""
         act_prefix, peak, in_flight = self.memory_arrays
         params = self.param_prefix[ends] - self.param_prefix[starts]
+        experts = self.expert_prefix[ends] - self.expert_prefix[starts] if self.expert_state is not self.state else 0.0
+        dense, state, expert_state = params - experts, self.state, self.expert_state
         pairs = np.column_stack([starts, ends]).ravel()
         workspace = np.maximum.reduceat(np.append(peak, 0.0), pairs)[::2]   # max over each segment
-        return (params * self.state.weights, params * self.state.gradients, params * self.state.optimizer,
+        return (dense * state.weights + experts * expert_state.weights,
+                dense * state.gradients + experts * expert_state.gradients,
+                dense * state.optimizer + experts * expert_state.optimizer,
                 in_flight[stages] * (act_prefix[ends] - act_prefix[starts]), workspace)
 
     def stage_memory(self, s: int, i: int, j: int) -> MemoryBreakdown:

@@ -108,12 +108,13 @@ class SegmentTables:
         # Per (end j, length w + 1) over all ends first: memory needs no stage index but in-flight.
         j, start, valid = _segment_grid(L, R)
         params = c.param_prefix[j] - c.param_prefix[start]
+        state = c.state_prefix[j] - c.state_prefix[start]
         act_prefix, peak, in_flight = c.memory_arrays
         acts = act_prefix[j] - act_prefix[start]
         seg_peak = np.maximum.accumulate(np.where(valid, peak[start], 0.0), axis=1)
         if self.poll is not None:
             self.poll()
-        fixed = c.state.total * params + seg_peak + c.cost.training.runtime_reserve_bytes
+        fixed = state + seg_peak + c.cost.training.runtime_reserve_bytes
         # No stage holds a longer segment than the longest that fits on the roomiest stage with the
         # fewest micro-batches in flight; cutting the tables there drops only infeasible segments.
         capacity = c.layout.stage_capacity
@@ -352,10 +353,10 @@ class _SegmentMemory:
         shared: dict[tuple, tuple] = {}
         for c in candidates:
             if (c.tp, c.mbs) not in shared:
-                shared[c.tp, c.mbs] = (c.param_prefix, c.memory_arrays[0], _peak_levels(c))
+                shared[c.tp, c.mbs] = (c.memory_arrays[0], _peak_levels(c))
         layer_rows = [shared[c.tp, c.mbs] for c in candidates]
-        self.params, self.acts, self.levels = (np.array(column) for column in zip(*layer_rows))
-        self.state = np.array([c.state.total for c in candidates])[:, None]
+        self.acts, self.levels = (np.array(column) for column in zip(*layer_rows))
+        self.state = np.array([c.state_prefix for c in candidates])     # weights, gradients, optimizer
         self.capacity = np.full((len(candidates), int(self.pp.max())), np.inf)
         self.in_flight = np.zeros(self.capacity.shape)
         for i, c in enumerate(candidates):
@@ -365,7 +366,7 @@ class _SegmentMemory:
 
     def keep(self, rows: np.ndarray) -> None:
         """Keep only these rows (a mask or indices), in their order."""
-        for name in ("pp", "params", "acts", "levels", "state", "capacity", "in_flight"):
+        for name in ("pp", "acts", "levels", "state", "capacity", "in_flight"):
             setattr(self, name, getattr(self, name)[rows])
 
     def need(self, n: int, stage: int | None, start: np.ndarray, end: np.ndarray | slice) -> np.ndarray:
@@ -375,18 +376,18 @@ class _SegmentMemory:
         L = self.L
         row = np.arange(n)[:, None]
         if isinstance(end, slice):
-            params_end, acts_end = self.params[:n, end], self.acts[:n, end]
-            end = np.broadcast_to(np.arange(L + 1)[end], params_end.shape)
+            state_end, acts_end = self.state[:n, end], self.acts[:n, end]
+            end = np.broadcast_to(np.arange(L + 1)[end], state_end.shape)
         else:
-            params_end, acts_end = self.params[row, end], self.acts[row, end]
+            state_end, acts_end = self.state[row, end], self.acts[row, end]
         k = self.floor_log2[np.maximum(end - start, 0)]
         at = row * self.levels.shape[1] + k * L                     # the row's level k, flattened
         levels = self.levels.ravel()
         seg_peak = np.maximum(levels[at + np.minimum(start, L - 1)], levels[at + np.maximum(end - (1 << k), 0)])
-        params = params_end - self.params[row, start]
+        state = state_end - self.state[row, start]
         acts = acts_end - self.acts[row, start]
         in_flight = self.in_flight[:n] if stage is None else self.in_flight[:n, stage:stage + 1]
-        return (self.state[:n] * params + seg_peak + self.reserve) + in_flight * acts
+        return (state + seg_peak + self.reserve) + in_flight * acts
 
 
 def even_split_memory(candidates: list[Candidate]) -> tuple[np.ndarray, np.ndarray]:

@@ -183,10 +183,11 @@ def _memory_totals(candidate: Candidate) -> tuple[float, float, float, float, fl
     micro-batch in flight, the most micro-batches in flight), each cached as far as it is shared."""
     cost, layout = candidate.cost, candidate.layout
     cache = cost.floor_cache
-    state_key = ("state", candidate.tp, candidate.dp)
+    state_key = ("state", candidate.tp, candidate.dp, candidate.pp)
     if state_key not in cache:
-        # per GPU: expert parallelism keeps 1/ep of each MoE layer's experts (the memory terms' count)
-        state = candidate.state.total * (cost._params / candidate.tp)
+        # per GPU and layer (the memory terms' count: 1/ep of each MoE layer's experts, their state
+        # sharded over the expert data-parallel group)
+        state = np.diff(candidate.state_prefix)
         cache[state_key] = (float(state.sum()), float(state.max()))
     in_flight = candidate.memory_arrays[2]
     room_key = ("room", layout.tp, layout.pp, layout.dp, layout.order, in_flight.tobytes())

@@ -379,3 +379,19 @@ def test_expert_parallelism_shards_experts_and_pays_the_all_to_all():
     same_split = evaluate(scn, Strategy(1, 9, 8, 1, partition=sharded.strategy.partition))
     assert stage.compute_s - same_split.stages[0].compute_s == pytest.approx(2 * moved * per_byte, rel=1e-9)
     assert sharded.strategy.ep == 4
+
+
+def test_zero_shards_expert_state_over_the_expert_data_parallel_group():
+    """Under ZeRO-1 with ep = 4 of dp = 8, a GPU keeps 1/4 of the experts, and their optimizer
+    state is sharded over the 2 ranks that hold the same experts, not over all 8."""
+    scn = parse_scenario({**load_preset("scenarios", "gb200-nvl72-mixtral-8x22b"), "calibration": IDEAL})
+    scn = scn.with_training(zero_stage=1)
+    p = evaluate(scn, Strategy(1, 9, 8, 1, partition=None, ep=4))
+    cols = scn.model.columns
+    stage = p.stages[0]
+    layers = slice(stage.first_layer, stage.last_layer + 1)
+    experts = float(cols["expert_params"][layers].sum()) / 4
+    dense = float(cols["params"][layers].sum()) - float(cols["expert_params"][layers].sum())
+    optimizer = scn.training.state_bytes_per_param - 2 * scn.training.bytes_per_element
+    assert stage.memory.optimizer_bytes == pytest.approx(dense * optimizer / 8 + experts * optimizer / 2, rel=1e-9)
+    assert stage.memory.weights_bytes == pytest.approx((dense + experts) * scn.training.bytes_per_element, rel=1e-9)
