@@ -39,6 +39,9 @@ INF = float("inf")
 POST_PASS_TOP = 5        # strategies of the exact search's top tried with shares and per-stage degrees
 POST_PASS_LAYOUTS = 48   # per-stage degree layouts per strategy
 POST_PASS_TIME_S = 1.0   # after the best strategy's turn, the pass stops here (and says so)
+# Stock Megatron-LM, DeepSpeed and torchtitan express neither uneven shares nor per-stage degrees:
+# such a plan is listed only where it beats the best uniform plan by at least this share.
+MIN_GAIN = 0.01
 SHARE_CANDIDATES = 64    # (tp, pp, dp, micro-batch, order) with mixed replicas tried with shares
 
 
@@ -90,6 +93,9 @@ def improve(scenario: Scenario, result: SearchResult, objective: Objective | Non
         if _key(p) not in seen:
             seen.add(_key(p))
             unique.append(p)
+    if result.strategies:
+        bar = objective.key(result.strategies[0])[0] * (1.0 - MIN_GAIN)
+        unique = [p for p in unique if objective.key(p)[0] <= bar]
     found = unique
     ranked = objective.rank([*result.strategies, *found])[:max(len(result.strategies), 1)]
     added = sum(1 for p in ranked if any(p is f for f in found))

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from amp_tui.core.cost import CostModel
 from amp_tui.core.errors import SpecError
 from amp_tui.core.evaluate import evaluate
-from amp_tui.core.scenario import load_scenario
+from amp_tui.core.scenario import load_scenario, parse_scenario
 from amp_tui.core.shares import ReplicaTimes, best_shares, predict_with_shares
 from amp_tui.core.stagewise import StageWise
 from amp_tui.core.strategy import Strategy, parse_strategy, validate_strategy
@@ -254,17 +254,24 @@ def test_plan_finds_batch_shares_where_they_win():
 
 
 def test_plan_finds_per_stage_degrees_where_they_win():
-    """On AMP's mixed cluster (12 V100 + 4 T4) with every GPU used, stages with their own tp and dp,
-    each on one GPU type, beat every uniform strategy the exact search finds."""
+    """On 8 A100 + 8 A10G with every GPU used (GPT-3 1.3B, global batch 32), stages with their own
+    tp and dp, each on one GPU type, beat every uniform strategy the exact search finds by more
+    than MIN_GAIN; on AMP's mixed cluster the per-stage plan's 0.1% is not worth listing."""
     from amp_tui.core.search import search
-    from amp_tui.core.uneven import improve
+    from amp_tui.core.uneven import MIN_GAIN, improve
 
-    scenario = load_scenario("paper-het-cluster")
-    scenario = replace(scenario, search=replace(scenario.search, use_all_gpus=True))
+    het = replace(load_scenario("paper-het-cluster"), search=replace(load_scenario("paper-het-cluster").search,
+                                                                      use_all_gpus=True))
+    het_result = search(het, top=5, details=False)
+    assert improve(het, het_result)[0].strategies[0] is het_result.strategies[0]
+    scenario = parse_scenario({"name": "t", "cluster": {"nodes": [{"instance": "p4de.24xlarge", "count": 1},
+                                                                  {"instance": "g5.12xlarge", "count": 2}]},
+                               "model": {"preset": "gpt3-1.3b"}, "training": {"global_batch_size": 32},
+                               "search": {"use_all_gpus": True}})
     result = search(scenario, top=5, details=False)
     improved, _ = improve(scenario, result)
     per_stage = [p for p in improved.strategies if p.strategy.per_stage]
-    assert per_stage and per_stage[0].iteration_time_s < result.strategies[0].iteration_time_s
+    assert per_stage and per_stage[0].iteration_time_s < result.strategies[0].iteration_time_s * (1 - MIN_GAIN)
     s = per_stage[0].strategy
     assert all(len(st.gpu_types) == 1 for st in per_stage[0].stages)
     assert close(evaluate(scenario, s).iteration_time_s, per_stage[0].iteration_time_s)
