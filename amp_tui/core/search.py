@@ -236,6 +236,22 @@ def _time_floors(candidates: list[Candidate], cancel: Callable[[], bool]) -> lis
         # ((v (B - 1) + 1 - 1) M + S) / v, the same problem with more micro-batches.
         v = np.array([c.knobs.virtual_stages for c in group], dtype=np.float64)
         pipeline = _pipeline_floors(rho, sends, work, m_floor, v * (B - 1) + 1) / v
+        # The same with the least slow-down over the core layers only (the most common kind, e.g.
+        # transformer blocks; an embedding may run nearly as fast on a slow GPU): a stage's C_s is
+        # at least rho'_s x (its share of sum b less the other layers' b, E), so the stages must
+        # absorb work - E at the pace rho'.
+        core_rho = np.where(serves, np.array([t[4] for t in times])[:, None, :], 0.0).max(axis=2)
+        core_work = work - np.array([t[5] for t in times])
+        pipeline = np.maximum(pipeline, _pipeline_floors(core_rho, sends, core_work, m_floor, v * (B - 1) + 1) / v)
+        # Memory caps the layers a stage can hold (a slow GPU with little memory often holds fewer
+        # layers than its speed would give it, and the others must take the rest): with interleaving
+        # a stage's layers are spread over its chunks, so the caps are applied without it only.
+        plain = v == 1
+        if plain.any():
+            caps = np.array([_stage_caps(c, t[0]) for c, t in zip(group, times)])   # (n, pp)
+            capped = np.maximum(_capped_floors(rho, sends, work, caps, B),
+                                _capped_floors(core_rho, sends, core_work, caps, B))
+            pipeline = np.where(plain, np.maximum(pipeline, capped), pipeline)
         for index, value in zip(members, pipeline + cheapest_cut.sum(axis=1) / v + tail):
             floors[index] = float(value)
     return floors
@@ -265,6 +281,55 @@ def _pipeline_floors(rho: np.ndarray, sends: np.ndarray, work: np.ndarray, m_flo
     return np.where(m >= lowest[:, None], total, np.inf).min(axis=1)
 
 
+def _stage_caps(candidate: Candidate, fastest: np.ndarray) -> np.ndarray:
+    """Per stage, the most work (in the fastest serving GPU's layer times) any partition can give
+    it without overfilling its memory: a stage holding k layers holds at least the k with the
+    least memory there (weights, gradients, optimizer state and activations in flight; the
+    transient peak is at least the smallest layer's), so k is at most the count of those that
+    fit, and its work at most the k largest layer times."""
+    layout = candidate.layout
+    key = ("caps", candidate.tp, candidate.pp, candidate.dp, candidate.mbs, candidate.num_micro_batches,
+           layout.stage_capacity.tobytes())
+    cache = candidate.cost.floor_cache
+    if key not in cache:
+        act_prefix, peak, in_flight = candidate.memory_arrays
+        params = np.diff(candidate.param_prefix) * candidate.state.total        # (L,)
+        acts = np.diff(act_prefix)
+        room = layout.stage_capacity - candidate.cost.training.runtime_reserve_bytes - float(peak.min())
+        need = np.sort(params[None, :] + in_flight[:, None] * acts[None, :], axis=1)     # (pp, L)
+        cache[key] = (np.cumsum(need, axis=1) <= room[:, None]).sum(axis=1)
+    most = np.concatenate([[0.0], np.cumsum(np.sort(fastest)[::-1])])
+    return most[cache[key]]
+
+
+def _capped_floors(rho: np.ndarray, sends: np.ndarray, work: np.ndarray, caps: np.ndarray,
+                   B: np.ndarray) -> np.ndarray:
+    """Per row, a lower bound on (B - 1) M + S with each stage's work also capped by memory
+    (`caps`, see _stage_caps): M is at least the least bottleneck at which the stages can take
+    all the work, sum_s min((M - f_s) / rho_s, cap_s) >= work (found by bisection, keeping the
+    lower end), and S at least the cheapest fill of the work into the caps, fastest stages
+    first; inf where the caps cannot hold the work at all."""
+    n, pp = rho.shape
+    need = work * (1.0 - 1e-9)          # rounding must not make the bound overshoot
+    fits = caps.sum(axis=1) >= need
+    lo = np.zeros(n)
+    hi = np.where(fits, (sends + rho * caps).max(axis=1), 0.0)
+    for _ in range(60):
+        mid = (lo + hi) / 2
+        with np.errstate(divide="ignore", invalid="ignore"):
+            take = np.minimum(np.maximum(mid[:, None] - sends, 0.0) / rho, caps).sum(axis=1)
+        enough = take >= need
+        hi = np.where(enough, mid, hi)
+        lo = np.where(enough, lo, mid)
+    order = np.argsort(rho, axis=1, kind="stable")
+    rho_sorted = np.take_along_axis(rho, order, axis=1)
+    caps_sorted = np.take_along_axis(caps, order, axis=1)
+    before = np.cumsum(caps_sorted, axis=1) - caps_sorted
+    placed = np.clip(need[:, None] - before, 0.0, caps_sorted)
+    fill = (placed * rho_sorted).sum(axis=1)
+    return np.where(fits, (B - 1) * lo + fill, np.inf)
+
+
 def _layout_floor_terms(candidate: Candidate) -> tuple[np.ndarray, float, float]:
     """(cheapest send per boundary per sample of micro-batch, all-reduce floor, fastest
     tensor-parallel link's seconds per byte): they depend on the layout alone, so candidates
@@ -278,9 +343,12 @@ def _layout_floor_terms(candidate: Candidate) -> tuple[np.ndarray, float, float]
     return cache[key]
 
 
-def _fastest_times(candidate: Candidate, spb: float) -> tuple[np.ndarray, np.ndarray, float, np.ndarray]:
+def _fastest_times(candidate: Candidate, spb: float
+                   ) -> tuple[np.ndarray, np.ndarray, float, np.ndarray, np.ndarray, float]:
     """Per layer, the fastest serving GPU's time; per node group, its least slow-down against
-    that (0 if it serves no stage); their sum; the times in descending order. Shared by every
+    that (0 if it serves no stage); their sum; the times in descending order; per node group, its
+    least slow-down over the core layers (those of the most common kind), and the sum of the
+    other layers' fastest times. Shared by every
     candidate with the same tp, micro-batch, serving groups and tensor-parallel link (`spb`, the
     fastest one's s/byte)."""
     cost, layout = candidate.cost, candidate.layout
@@ -296,7 +364,13 @@ def _fastest_times(candidate: Candidate, spb: float) -> tuple[np.ndarray, np.nda
         busy = fastest > 0
         slowdown = np.zeros(len(cost.gpus))    # per node group; 0 where the group serves no stage
         slowdown[list(layout.serving_groups)] = (times[:, busy] / fastest[busy]).min(axis=1) if busy.any() else 1.0
-        cache[key] = (fastest, slowdown, float(fastest.sum()), np.sort(fastest)[::-1])
+        kinds = [layer.kind for layer in cost.model.layers]
+        common = max(dict.fromkeys(kinds), key=kinds.count)
+        core = np.array([kind == common for kind in kinds]) & busy
+        core_slowdown = np.zeros(len(cost.gpus))
+        core_slowdown[list(layout.serving_groups)] = (times[:, core] / fastest[core]).min(axis=1) if core.any() else 1.0
+        rest = float(fastest[~core].sum()) if core.any() else float(fastest.sum())
+        cache[key] = (fastest, slowdown, float(fastest.sum()), np.sort(fastest)[::-1], core_slowdown, rest)
     return cache[key]
 
 
