@@ -48,11 +48,26 @@ class SearchStats:
     node_orders: int      # orders of node groups along the pipeline
     all_node_orders: bool  # False: too many distinct orders; rank order and by GPU speed only
     search_time_s: float
+    # Not every order searched: a lower bound on every candidate of an order left out (inf: none
+    # can beat the N-th best found, so the ranking is exact all the same).
+    orders_floor: float = math.inf
+
+    @property
+    def exact(self) -> bool:
+        """Whether the ranking is the best over every node order."""
+        return self.all_node_orders or self.orders_floor == math.inf
+
+    def orders_gap(self, best: float | None) -> float | None:
+        """Not exact: the most the best found (`best` seconds) can be above the optimum."""
+        if self.exact or best is None:
+            return None
+        return max(best / self.orders_floor - 1.0, 0.0)
 
     def to_dict(self) -> dict:
         return {"candidates": self.candidates, "pruned": self.pruned, "evaluated": self.evaluated,
                 "infeasible": self.infeasible, "solves": self.solves, "node_orders": self.node_orders,
-                "all_node_orders": self.all_node_orders, "search_time_s": self.search_time_s}
+                "all_node_orders": self.all_node_orders, "exact": self.exact,
+                "orders_floor": None if self.exact else self.orders_floor, "search_time_s": self.search_time_s}
 
 
 @dataclass(frozen=True)
@@ -222,7 +237,8 @@ def _time_floors(candidates: list[Candidate], cancel: Callable[[], bool]) -> lis
         descending = np.array([t[3] for t in times])                     # (n, L)
         work = np.array([t[2] for t in times])
         mbs = np.array([c.mbs for c in group], dtype=np.float64)
-        cheapest_cut = np.array([t[0] for t in layout_terms]).reshape(len(group), pp - 1) * mbs[:, None]
+        cheapest_cut = (np.array([t[0][0] for t in layout_terms]).reshape(len(group), pp - 1) * mbs[:, None]
+                        + np.array([t[0][1] for t in layout_terms]).reshape(len(group), pp - 1))
         tail = np.array([t[1] for t in layout_terms])
         serves = np.array([c.layout.serves for c in group])             # (n, pp, node groups)
         rho = np.where(serves, slowdown[:, None, :], 0.0).max(axis=2)
@@ -281,6 +297,60 @@ def _pipeline_floors(rho: np.ndarray, sends: np.ndarray, work: np.ndarray, m_flo
     return np.where(m >= lowest[:, None], total, np.inf).min(axis=1)
 
 
+def _order_free_floors(cost: CostModel, families: list[tuple[int, int, int, int]],
+                       cancel: Callable[[], bool]) -> list[float]:
+    """Per (tp, pp, dp, micro-batch size), a lower bound on the iteration time of every node order
+    (the bound of _time_floors, relaxed to hold whatever the order): every group serves a stage
+    (all GPUs are used); no tensor-parallel link is faster than the fastest link of any node, so
+    b and the slow-downs are taken there; no more stages can be served by the k least slowed-down
+    groups alone than their GPUs make up, so each stage's slow-down is at least the one of the
+    sorted multiset that this count allows (the pipeline floor only falls as slow-downs fall);
+    each stage sends across at least one boundary, the cheapest cut over the fastest link; the
+    memory caps and the all-reduce are left out (zero), the iteration's fixed cost kept."""
+    from amp_tui.core.placement import Nodes
+
+    scenario = cost.scenario
+    groups = scenario.cluster.nodes
+    nodes = Nodes(scenario.cluster, tuple(range(len(groups))), cost.params)
+    fastest_link = 1.0 / max(float(nodes.intra.max()), float(nodes.inter.max()))
+    least_latency = min(float(nodes.intra_latency.min()), float(nodes.inter_latency.min()))
+    least_output = float(cost._output[:-1].min()) if len(cost._output) > 1 else 0.0
+    gpus = np.array([group.gpus_per_node * group.count for group in groups])
+    kinds = [layer.kind for layer in cost.model.layers]
+    common = max(dict.fromkeys(kinds), key=kinds.count)
+    out = []
+    for tp, pp, dp, mbs in families:
+        if cancel():
+            raise Cancelled
+        spb = fastest_link if tp * cost.knobs.cp > 1 else 0.0
+        times = np.array([compute + tp_bytes * spb for compute, tp_bytes in
+                          (cost.layer_times(g, tp, mbs) for g in range(len(groups)))])
+        fastest = times.min(axis=0)
+        busy = fastest > 0
+        core = np.array([kind == common for kind in kinds]) & busy
+        per_stage = tp * cost.knobs.cp * dp
+        B = scenario.training.global_batch_size // (dp * mbs)
+        v = cost.knobs.virtual_stages
+        k = np.arange(1, len(fastest) + 1)
+        m_floor = float((np.ceil(k / pp) * np.sort(fastest)[::-1]).max())
+        # every stage sends across one boundary at least, each at least the cheapest cut over the
+        # fastest link (as Candidate.cut_cost prices it)
+        cut = 2.0 * v * (mbs / cost.knobs.cp * least_output * fastest_link + least_latency) if pp > 1 else 0.0
+        best = 0.0
+        for mask, work in ((busy, float(fastest.sum())), (core, float(fastest[core].sum()))):
+            if not mask.any():
+                continue
+            slowdown = (times[:, mask] / fastest[mask]).min(axis=1)
+            ascending = np.argsort(slowdown, kind="stable")
+            stages = np.minimum(np.cumsum(gpus[ascending]) // per_stage, pp)
+            rho = np.repeat(slowdown[ascending], np.diff(stages, prepend=0))
+            floor = _pipeline_floors(rho[None, :], np.full((1, pp), cut), np.array([work]), np.array([m_floor]),
+                                     np.array([v * (B - 1) + 1.0])) / v
+            best = max(best, float(floor[0]) + cut * (pp - 1) / v)
+        out.append(best + cost.params("iteration_overhead_s"))
+    return out
+
+
 def _stage_caps(candidate: Candidate, fastest: np.ndarray) -> np.ndarray:
     """Per stage, the most work (in the fastest serving GPU's layer times) any partition can give
     it without overfilling its memory: a stage holding k layers holds at least the k with the
@@ -330,16 +400,21 @@ def _capped_floors(rho: np.ndarray, sends: np.ndarray, work: np.ndarray, caps: n
     return np.where(fits, (B - 1) * lo + fill, np.inf)
 
 
-def _layout_floor_terms(candidate: Candidate) -> tuple[np.ndarray, float, float]:
-    """(cheapest send per boundary per sample of micro-batch, all-reduce floor, fastest
-    tensor-parallel link's seconds per byte): they depend on the layout alone, so candidates
-    differing only in micro-batch size share them."""
+def _layout_floor_terms(candidate: Candidate) -> tuple[tuple[np.ndarray, np.ndarray], float, float]:
+    """((cheapest send per boundary per sample of micro-batch, latency left out; that latency),
+    all-reduce floor, fastest tensor-parallel link's seconds per byte): they depend on the layout
+    alone, so candidates differing only in micro-batch size share them. (Scaling the latency
+    with the micro-batch too overstated the floor of a larger micro-batch.)"""
     layout = candidate.layout
     key = ("layout", layout.tp, layout.pp, layout.dp, layout.order)
     cache = candidate.cost.floor_cache
     if key not in cache:
-        unit_cut = candidate.cut_cost[:, 1:-1].min(axis=1) / candidate.mbs if layout.pp > 1 else np.zeros(0)
-        cache[key] = (unit_cut, candidate.tail_floor, float(layout.stage_tp_seconds_per_byte.min()))
+        # the bytes part scales with the micro-batch, the per-message latency does not
+        unit_cut, latency = np.zeros(0), np.zeros(0)
+        if layout.pp > 1:
+            latency = candidate.cut_latency
+            unit_cut = (candidate.cut_cost[:, 1:-1] - latency[:, None]).min(axis=1) / candidate.mbs
+        cache[key] = ((unit_cut, latency), candidate.tail_floor, float(layout.stage_tp_seconds_per_byte.min()))
     return cache[key]
 
 
@@ -446,6 +521,17 @@ def search(scenario: Scenario, *, top: int | None = None,
                 heapq.heappush(best, entry)
             else:
                 heapq.heappushpop(best, entry)
+    orders_floor = math.inf
+    if not orders.complete:     # the orders left out: is any family of them within reach?
+        limit = min(-best[0][0] if len(best) >= top else INF, cutoff)
+        families: dict[int, list[tuple[int, int, int, int]]] = {}
+        for tp, pp, dp, mbs, _, k in keys:
+            if pp > 1 or dp > 1:
+                families.setdefault(k, []).append((tp, pp, dp, mbs))
+        for k, members in families.items():
+            for floor in _order_free_floors(costs[k], list(dict.fromkeys(members)), cancel):
+                if floor < limit:
+                    orders_floor = min(orders_floor, floor)
     # Whether a pruned candidate fits decides only whether it is listed as infeasible, so that the
     # list does not depend on `top`.
     if details:
@@ -465,7 +551,7 @@ def search(scenario: Scenario, *, top: int | None = None,
         baseline_prediction = priced(scenario, candidate.predict(even_partition(candidate.num_layers, candidate.pp)))
     stats = SearchStats(candidates=len(keys), pruned=len(pruned), evaluated=evaluated, infeasible=len(infeasible),
                         solves=solves, node_orders=len(orders.orders), all_node_orders=orders.complete,
-                        search_time_s=time.perf_counter() - started)
+                        search_time_s=time.perf_counter() - started, orders_floor=orders_floor)
     infeasible.sort(key=lambda entry: (entry.strategy.tp, entry.strategy.pp, entry.strategy.micro_batch_size,
                                        entry.strategy.placement or ()))
     return SearchResult(scenario, tuple(strategies), tuple(infeasible), baseline_prediction, stats)

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 from amp_tui.core.cost import CostModel
 from amp_tui.core.knobs import knob_choices
 from amp_tui.core.scenario import parse_scenario
-from amp_tui.core.search import _time_floors, enumerate_candidates, search
+from amp_tui.core.search import _order_free_floors, _time_floors, enumerate_candidates, search
 from core_builders import brute_force, close, examples, node, scenario_dicts
 from test_core_subclusters import _check_against_brute_force
 
@@ -95,3 +95,46 @@ def test_the_floors_leave_few_candidates_to_solve_on_a_large_cluster():
     result = search(load_scenario("bench-1024-gpus"))
     assert result.stats.evaluated * 10 < result.stats.candidates, result.stats
     assert result.stats.all_node_orders
+
+
+@settings(max_examples=examples(25), deadline=None)
+@given(spec=heterogeneous(max_groups=4, max_layers=5))
+def test_the_order_free_floor_is_below_every_orders_best(spec):
+    """_order_free_floors bounds every node order of a (tp, pp, dp, micro-batch size) family."""
+    spec["search"]["use_all_gpus"] = True
+    scn = parse_scenario(spec)
+    for knobs in knob_choices(scn.training):
+        cost = CostModel(scn, knobs)
+        keys = enumerate_candidates(scn, knobs=knobs)
+        families = sorted({key[:4] for key in keys})
+        floors = dict(zip(families, _order_free_floors(cost, families, lambda: False)))
+        for key in keys:
+            best, _ = brute_force(cost.candidate(*key))
+            if best is not None:
+                assert floors[key[:4]] <= best * (1 + 1e-9), (key, floors[key[:4]], best)
+
+
+@settings(max_examples=examples(15), deadline=None)
+@given(spec=heterogeneous(min_groups=3, max_groups=4, max_layers=4), top=st.integers(1, 3))
+def test_a_search_over_few_orders_is_exact_only_when_it_says_so(spec, top):
+    """With the orders capped at one, `exact` holds only where the ranking equals the search over
+    every order, and otherwise the best found is within the stated gap of the optimum."""
+    import amp_tui.core.search as search_module
+
+    spec["search"]["use_all_gpus"] = True
+    scn = parse_scenario(spec)
+    full = search(scn, top=top)
+    original = search_module.node_orders
+    search_module.node_orders = lambda scenario: original(scenario, limit=1)
+    try:
+        capped = search(scn, top=top)
+    finally:
+        search_module.node_orders = original
+    got = [p.iteration_time_s for p in capped.strategies]
+    want = [p.iteration_time_s for p in full.strategies]
+    if capped.stats.exact:
+        assert len(got) == len(want) and all(close(a, b) for a, b in zip(got, want)), (got, want)
+    elif want:
+        assert got, "a fitting strategy was missed"
+        gap = capped.stats.orders_gap(got[0])
+        assert gap is not None and got[0] <= want[0] * (1 + gap) * (1 + 1e-9)
