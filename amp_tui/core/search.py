@@ -248,27 +248,42 @@ def _time_floors(candidates: list[Candidate], cancel: Callable[[], bool]) -> lis
         k = np.arange(1, descending.shape[1] + 1)
         m_floor = (np.ceil(k / pp)[None, :] * descending).max(axis=1)
         B = np.array([c.num_micro_batches for c in group], dtype=np.float64)
-        # With v interleaved chunks the fill and drain count 1/v: (B - 1) M + S / v is
-        # ((v (B - 1) + 1 - 1) M + S) / v, the same problem with more micro-batches.
         v = np.array([c.knobs.virtual_stages for c in group], dtype=np.float64)
-        pipeline = _pipeline_floors(rho, sends, work, m_floor, v * (B - 1) + 1) / v
-        # The same with the least slow-down over the core layers only (the most common kind, e.g.
-        # transformer blocks; an embedding may run nearly as fast on a slow GPU): a stage's C_s is
-        # at least rho'_s x (its share of sum b less the other layers' b, E), so the stages must
-        # absorb work - E at the pace rho'.
         core_rho = np.where(serves, np.array([t[4] for t in times])[:, None, :], 0.0).max(axis=2)
         core_work = work - np.array([t[5] for t in times])
-        pipeline = np.maximum(pipeline, _pipeline_floors(core_rho, sends, core_work, m_floor, v * (B - 1) + 1) / v)
-        # Memory caps the layers a stage can hold (a slow GPU with little memory often holds fewer
-        # layers than its speed would give it, and the others must take the rest): with interleaving
-        # a stage's layers are spread over its chunks, so the caps are applied without it only.
         plain = v == 1
-        if plain.any():
-            caps = np.array([_stage_caps(c, t[0]) for c, t in zip(group, times)])   # (n, pp)
-            capped = np.maximum(_capped_floors(rho, sends, work, caps, B),
-                                _capped_floors(core_rho, sends, core_work, caps, B))
-            pipeline = np.where(plain, np.maximum(pipeline, capped), pipeline)
-        for index, value in zip(members, pipeline + cheapest_cut.sum(axis=1) / v + tail):
+        caps = np.array([_stage_caps(c, t[0]) for c, t in zip(group, times)]) if plain.any() else None
+
+        def pipeline_floor(steps: np.ndarray) -> np.ndarray:
+            """min over M of steps x M + S(M) / v, the strongest of the variants below."""
+            # With v interleaved chunks the fill and drain count 1/v: steps M + S / v is
+            # ((v steps + 1 - 1) M + S) / v, the same problem with more micro-batches.
+            out = _pipeline_floors(rho, sends, work, m_floor, v * steps + 1) / v
+            # The same with the least slow-down over the core layers only (the most common kind,
+            # e.g. transformer blocks; an embedding may run nearly as fast on a slow GPU): a
+            # stage's C_s is at least rho'_s x (its share of sum b less the other layers' b, E),
+            # so the stages must absorb work - E at the pace rho'.
+            out = np.maximum(out, _pipeline_floors(core_rho, sends, core_work, m_floor, v * steps + 1) / v)
+            # Memory caps the layers a stage can hold (a slow GPU with little memory often holds
+            # fewer layers than its speed would give it, and the others must take the rest): with
+            # interleaving a stage's layers are spread over its chunks, so only without it.
+            if caps is not None:
+                capped = np.maximum(_capped_floors(rho, sends, work, caps, steps + 1),
+                                    _capped_floors(core_rho, sends, core_work, caps, steps + 1))
+                out = np.where(plain, np.maximum(out, capped), out)
+            return out
+
+        pipeline = pipeline_floor(B - 1) + tail
+        # Where backward hides part of the all-reduce, E_s >= e_s P_s + latency - h C_s with
+        # C_s <= max tau = M: the tail is at least all parameters / sum_s (1 / e_s) less h M, so
+        # the steady state counts B - 1 - h bottlenecks and the full tail is added (while B - 1 >= h).
+        hidden = np.array([t[3] for t in layout_terms])
+        steps = B - 1 - hidden
+        if (hidden > 0).any() and (steps >= 0).any():
+            full_tail = np.array([t[4] for t in layout_terms])
+            with_tail = pipeline_floor(np.maximum(steps, 0.0)) + full_tail
+            pipeline = np.where((hidden > 0) & (steps >= 0), np.maximum(pipeline, with_tail), pipeline)
+        for index, value in zip(members, pipeline + cheapest_cut.sum(axis=1) / v):
             floors[index] = float(value)
     return floors
 
@@ -400,9 +415,10 @@ def _capped_floors(rho: np.ndarray, sends: np.ndarray, work: np.ndarray, caps: n
     return np.where(fits, (B - 1) * lo + fill, np.inf)
 
 
-def _layout_floor_terms(candidate: Candidate) -> tuple[tuple[np.ndarray, np.ndarray], float, float]:
+def _layout_floor_terms(candidate: Candidate) -> tuple[tuple[np.ndarray, np.ndarray], float, float, float, float]:
     """((cheapest send per boundary per sample of micro-batch, latency left out; that latency),
-    all-reduce floor, fastest tensor-parallel link's seconds per byte): they depend on the layout
+    all-reduce floor, fastest tensor-parallel link's seconds per byte, the share of a stage's
+    compute that hides its all-reduce, the all-reduce floor were none of it hidden): they depend on the layout
     alone, so candidates differing only in micro-batch size share them. (Scaling the latency
     with the micro-batch too overstated the floor of a larger micro-batch.)"""
     layout = candidate.layout
@@ -414,7 +430,11 @@ def _layout_floor_terms(candidate: Candidate) -> tuple[tuple[np.ndarray, np.ndar
         if layout.pp > 1:
             latency = candidate.cut_latency
             unit_cut = (candidate.cut_cost[:, 1:-1] - latency[:, None]).min(axis=1) / candidate.mbs
-        cache[key] = ((unit_cut, latency), candidate.tail_floor, float(layout.stage_tp_seconds_per_byte.min()))
+        coef = candidate.e_coef
+        full_tail = (float(candidate.param_prefix[-1]) / float(np.sum(1.0 / coef)) if np.all(coef > 0) else 0.0) \
+            + float(candidate.last_bucket_latency.min()) + candidate.iteration_overhead
+        cache[key] = ((unit_cut, latency), candidate.tail_floor, float(layout.stage_tp_seconds_per_byte.min()),
+                      float(candidate.hidden_share), full_tail)
     return cache[key]
 
 
