@@ -99,7 +99,7 @@ class SearchResult:
 
 
 PREPARATION = 0.2  # share of the progress bar for enumerating and bounding candidates
-FLOOR_BATCH = 128  # candidates bounded in one vectorised pass, between cancellation polls
+FLOOR_BATCH = 64   # candidates bounded in one vectorised pass, between cancellation polls
 
 
 @functools.lru_cache(maxsize=256)
@@ -252,7 +252,7 @@ def _time_floors(candidates: list[Candidate], cancel: Callable[[], bool]) -> lis
         core_rho = np.where(serves, np.array([t[4] for t in times])[:, None, :], 0.0).max(axis=2)
         core_work = work - np.array([t[5] for t in times])
         plain = v == 1
-        caps = np.array([_stage_caps(c, t[0]) for c, t in zip(group, times)]) if plain.any() else None
+        caps = np.array([_stage_caps(c, t[3]) for c, t in zip(group, times)]) if plain.any() else None
 
         def pipeline_floor(steps: np.ndarray) -> np.ndarray:
             """min over M of steps x M + S(M) / v, the strongest of the variants below."""
@@ -280,6 +280,8 @@ def _time_floors(candidates: list[Candidate], cancel: Callable[[], bool]) -> lis
         hidden = np.array([t[3] for t in layout_terms])
         steps = B - 1 - hidden
         if (hidden > 0).any() and (steps >= 0).any():
+            if cancel():
+                raise Cancelled
             full_tail = np.array([t[4] for t in layout_terms])
             with_tail = pipeline_floor(np.maximum(steps, 0.0)) + full_tail
             pipeline = np.where((hidden > 0) & (steps >= 0), np.maximum(pipeline, with_tail), pipeline)
@@ -366,12 +368,13 @@ def _order_free_floors(cost: CostModel, families: list[tuple[int, int, int, int]
     return out
 
 
-def _stage_caps(candidate: Candidate, fastest: np.ndarray) -> np.ndarray:
+def _stage_caps(candidate: Candidate, descending: np.ndarray) -> np.ndarray:
     """Per stage, the most work (in the fastest serving GPU's layer times) any partition can give
     it without overfilling its memory: a stage holding k layers holds at least the k with the
     least memory there (weights, gradients, optimizer state and activations in flight; the
     transient peak is at least the smallest layer's), so k is at most the count of those that
-    fit, and its work at most the k largest layer times."""
+    fit, and its work at most the k largest layer times (`descending`: the fastest serving GPU's
+    layer times, largest first)."""
     layout = candidate.layout
     key = ("caps", candidate.tp, candidate.pp, candidate.dp, candidate.mbs, candidate.num_micro_batches,
            layout.stage_capacity.tobytes())
@@ -383,8 +386,7 @@ def _stage_caps(candidate: Candidate, fastest: np.ndarray) -> np.ndarray:
         room = layout.stage_capacity - candidate.cost.training.runtime_reserve_bytes - float(peak.min())
         need = np.sort(params[None, :] + in_flight[:, None] * acts[None, :], axis=1)     # (pp, L)
         cache[key] = (np.cumsum(need, axis=1) <= room[:, None]).sum(axis=1)
-    most = np.concatenate([[0.0], np.cumsum(np.sort(fastest)[::-1])])
-    return most[cache[key]]
+    return np.concatenate([[0.0], np.cumsum(descending)])[cache[key]]
 
 
 def _capped_floors(rho: np.ndarray, sends: np.ndarray, work: np.ndarray, caps: np.ndarray,
@@ -399,7 +401,7 @@ def _capped_floors(rho: np.ndarray, sends: np.ndarray, work: np.ndarray, caps: n
     fits = caps.sum(axis=1) >= need
     lo = np.zeros(n)
     hi = np.where(fits, (sends + rho * caps).max(axis=1), 0.0)
-    for _ in range(60):
+    for _ in range(40):       # the lower end stays below the least M; 2^-40 of it is close enough
         mid = (lo + hi) / 2
         with np.errstate(divide="ignore", invalid="ignore"):
             take = np.minimum(np.maximum(mid[:, None] - sends, 0.0) / rho, caps).sum(axis=1)
@@ -494,6 +496,8 @@ def search(scenario: Scenario, *, top: int | None = None,
         sizes.setdefault((k, tp), []).append(mbs)
     for group in range(len(scenario.cluster.nodes)):
         for (k, tp), micro_batch_sizes in sizes.items():
+            if cancel():
+                raise Cancelled
             costs[k].prepare_layer_times(group, tp, micro_batch_sizes)
 
     no_fit: list[tuple[Candidate, str | None]] = []     # no partition fits: why, if known
@@ -571,7 +575,7 @@ def search(scenario: Scenario, *, top: int | None = None,
         baseline_prediction = priced(scenario, candidate.predict(even_partition(candidate.num_layers, candidate.pp)))
     stats = SearchStats(candidates=len(keys), pruned=len(pruned), evaluated=evaluated, infeasible=len(infeasible),
                         solves=solves, node_orders=len(orders.orders), all_node_orders=orders.complete,
-                        search_time_s=time.perf_counter() - started, orders_floor=orders_floor)
+                        search_time_s=time.perf_counter() - started, orders_floor=float(orders_floor))
     infeasible.sort(key=lambda entry: (entry.strategy.tp, entry.strategy.pp, entry.strategy.micro_batch_size,
                                        entry.strategy.placement or ()))
     return SearchResult(scenario, tuple(strategies), tuple(infeasible), baseline_prediction, stats)
