@@ -100,6 +100,8 @@ class SearchResult:
 
 PREPARATION = 0.2  # share of the progress bar for enumerating and bounding candidates
 FLOOR_BATCH = 64   # candidates bounded in one vectorised pass, between cancellation polls
+REFINE_BATCH = 16  # candidates at the head of the queue given the refined bound together
+REFINE_MIN_LAYERS = 64   # ... on models this deep (on shallower ones the partition solve is cheaper)
 
 
 @functools.lru_cache(maxsize=256)
@@ -208,7 +210,7 @@ def _memory_totals(candidate: Candidate) -> tuple[float, float, float, float, fl
     return cache[state_key] + cache[room_key]
 
 
-def _time_floors(candidates: list[Candidate], cancel: Callable[[], bool]) -> list[float]:
+def _time_floors(candidates: list[Candidate], cancel: Callable[[], bool], refine: bool = True) -> list[float]:
     """A lower bound on each candidate's iteration time over every partition (terms as in cost.py).
 
     With b_l a layer's time on the fastest GPU serving the pipeline, rho_s the least slow-down of
@@ -219,7 +221,8 @@ def _time_floors(candidates: list[Candidate], cancel: Callable[[], bool]) -> lis
         and M >= ceil(k / pp) x (k-th largest b) since k layers that slow must share pp stages;
       fill adds the cheapest cut at every boundary; tail >= all parameters / sum_s (1 / e_coef_s).
     Candidates with the same pp are solved together, up to FLOOR_BATCH at a time; `cancel` is
-    polled between batches.
+    polled between batches. Without `refine`, only this bound (cheaper); with it, the strongest
+    of the variants in pipeline_floor below and the exposed all-reduce.
     """
     floors = [0.0] * len(candidates)
     by_pp: dict[int, list[int]] = {}
@@ -252,13 +255,15 @@ def _time_floors(candidates: list[Candidate], cancel: Callable[[], bool]) -> lis
         core_rho = np.where(serves, np.array([t[4] for t in times])[:, None, :], 0.0).max(axis=2)
         core_work = work - np.array([t[5] for t in times])
         plain = v == 1
-        caps = np.array([_stage_caps(c, t[3]) for c, t in zip(group, times)]) if plain.any() else None
+        caps = np.array([_stage_caps(c, t[3]) for c, t in zip(group, times)]) if refine and plain.any() else None
 
         def pipeline_floor(steps: np.ndarray) -> np.ndarray:
             """min over M of steps x M + S(M) / v, the strongest of the variants below."""
             # With v interleaved chunks the fill and drain count 1/v: steps M + S / v is
             # ((v steps + 1 - 1) M + S) / v, the same problem with more micro-batches.
             out = _pipeline_floors(rho, sends, work, m_floor, v * steps + 1) / v
+            if not refine:
+                return out
             # The same with the least slow-down over the core layers only (the most common kind,
             # e.g. transformer blocks; an embedding may run nearly as fast on a slow GPU): a
             # stage's C_s is at least rho'_s x (its share of sum b less the other layers' b, E),
@@ -267,7 +272,7 @@ def _time_floors(candidates: list[Candidate], cancel: Callable[[], bool]) -> lis
             # Memory caps the layers a stage can hold (a slow GPU with little memory often holds
             # fewer layers than its speed would give it, and the others must take the rest): with
             # interleaving a stage's layers are spread over its chunks, so only without it.
-            if caps is not None:
+            if caps is not None and (caps < work[:, None] * (1 - 1e-9)).any():     # else no cap binds
                 capped = np.maximum(_capped_floors(rho, sends, work, caps, steps + 1),
                                     _capped_floors(core_rho, sends, core_work, caps, steps + 1))
                 out = np.where(plain, np.maximum(out, capped), out)
@@ -279,7 +284,7 @@ def _time_floors(candidates: list[Candidate], cancel: Callable[[], bool]) -> lis
         # the steady state counts B - 1 - h bottlenecks and the full tail is added (while B - 1 >= h).
         hidden = np.array([t[3] for t in layout_terms])
         steps = B - 1 - hidden
-        if (hidden > 0).any() and (steps >= 0).any():
+        if refine and (hidden > 0).any() and (steps >= 0).any():
             if cancel():
                 raise Cancelled
             full_tail = np.array([t[4] for t in layout_terms])
@@ -381,11 +386,15 @@ def _stage_caps(candidate: Candidate, descending: np.ndarray) -> np.ndarray:
     cache = candidate.cost.floor_cache
     if key not in cache:
         act_prefix, peak, in_flight = candidate.memory_arrays
-        params = np.diff(candidate.param_prefix) * candidate.state.total        # (L,)
-        acts = np.diff(act_prefix)
         room = layout.stage_capacity - candidate.cost.training.runtime_reserve_bytes - float(peak.min())
-        need = np.sort(params[None, :] + in_flight[:, None] * acts[None, :], axis=1)     # (pp, L)
-        cache[key] = (np.cumsum(need, axis=1) <= room[:, None]).sum(axis=1)
+        state = _memory_totals(candidate)[0]
+        if state + float(in_flight.max()) * float(act_prefix[-1]) <= float(room.min()):
+            cache[key] = np.full(candidate.pp, candidate.num_layers)     # every stage holds every layer
+        else:
+            params = np.diff(candidate.param_prefix) * candidate.state.total        # (L,)
+            acts = np.diff(act_prefix)
+            need = np.sort(params[None, :] + in_flight[:, None] * acts[None, :], axis=1)     # (pp, L)
+            cache[key] = (np.cumsum(need, axis=1) <= room[:, None]).sum(axis=1)
     return np.concatenate([[0.0], np.cumsum(descending)])[cache[key]]
 
 
@@ -393,21 +402,25 @@ def _capped_floors(rho: np.ndarray, sends: np.ndarray, work: np.ndarray, caps: n
                    B: np.ndarray) -> np.ndarray:
     """Per row, a lower bound on (B - 1) M + S with each stage's work also capped by memory
     (`caps`, see _stage_caps): M is at least the least bottleneck at which the stages can take
-    all the work, sum_s min((M - f_s) / rho_s, cap_s) >= work (found by bisection, keeping the
-    lower end), and S at least the cheapest fill of the work into the caps, fastest stages
-    first; inf where the caps cannot hold the work at all."""
+    all the work, sum_s min((M - f_s) / rho_s, cap_s) >= work, and S at least the cheapest fill
+    of the work into the caps, fastest stages first; inf where the caps cannot hold the work."""
     n, pp = rho.shape
     need = work * (1.0 - 1e-9)          # rounding must not make the bound overshoot
     fits = caps.sum(axis=1) >= need
-    lo = np.zeros(n)
-    hi = np.where(fits, (sends + rho * caps).max(axis=1), 0.0)
-    for _ in range(40):       # the lower end stays below the least M; 2^-40 of it is close enough
-        mid = (lo + hi) / 2
-        with np.errstate(divide="ignore", invalid="ignore"):
-            take = np.minimum(np.maximum(mid[:, None] - sends, 0.0) / rho, caps).sum(axis=1)
-        enough = take >= need
-        hi = np.where(enough, mid, hi)
-        lo = np.where(enough, lo, mid)
+    # g(M) = sum_s min((M - f_s)+ / rho_s, cap_s) is piecewise linear and rising, with kinks at
+    # M = f_s and M = f_s + rho_s cap_s: find the kink where it first reaches the work and go back
+    # along the segment before it.
+    kinks = np.sort(np.concatenate([sends, sends + rho * caps], axis=1), axis=1)       # (n, 2 pp)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        reach = np.minimum(np.maximum(kinks[:, :, None] - sends[:, None, :], 0.0) / rho[:, None, :],
+                           caps[:, None, :]).sum(axis=2)                                # (n, 2 pp)
+    at = np.minimum(np.argmax(reach >= need[:, None], axis=1), kinks.shape[1] - 1)
+    before = np.maximum(at - 1, 0)
+    pick = lambda a, i: np.take_along_axis(a, i[:, None], axis=1)[:, 0]                 # noqa: E731
+    m0, m1, g0, g1 = pick(kinks, before), pick(kinks, at), pick(reach, before), pick(reach, at)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        slope = np.where(g1 > g0, (m1 - m0) / (g1 - g0), 0.0)
+    lo = np.where((at > 0) & (g0 < need), m0 + (need - g0) * slope, m1) * (1.0 - 1e-12)
     order = np.argsort(rho, axis=1, kind="stable")
     rho_sorted = np.take_along_axis(rho, order, axis=1)
     caps_sorted = np.take_along_axis(caps, order, axis=1)
@@ -513,19 +526,42 @@ def search(scenario: Scenario, *, top: int | None = None,
             no_fit.append((candidate, shortfall))
             continue
         fitting.append((key, candidate))
-    floors = _time_floors([candidate for _, candidate in fitting], cancel)
-    queue = [(floor, key, candidate) for floor, (key, candidate) in zip(floors, fitting)]
-    queue.sort(key=lambda item: (item[0], item[1]))
+    # Every candidate gets the cheap floor now; the refined one (memory caps, core layers, the
+    # exposed all-reduce) only when it reaches the head of the queue still below the limit, a few
+    # at a time, and goes back in line with it.
+    floors = _time_floors([candidate for _, candidate in fitting], cancel, refine=False)
+    queue = [(floor, key, False, candidate) for floor, (key, candidate) in zip(floors, fitting)]
+    heapq.heapify(queue)
+    total = len(queue)
 
     best: list[tuple[float, tuple, tuple[int, ...], Candidate]] = []  # max-heap by -J of the top N
     baseline: tuple[float, tuple, Candidate] | None = None
     evaluated = solves = 0
     pruned: list[Candidate] = []
-    for index, (floor, key, candidate) in enumerate(queue):
+    settled = 0
+    while queue:
         if cancel():
             raise Cancelled
-        report(PREPARATION + (1 - PREPARATION) * (len(keys) - len(queue) + index) / max(len(keys), 1))
         limit = min(-best[0][0] if len(best) >= top else INF, cutoff)
+        floor, key, refined, candidate = heapq.heappop(queue)
+        # (with no limit yet it is solved whatever its bound; on shallow models a solve costs less
+        # than refining the bound)
+        if not refined and floor < limit < INF and candidate.num_layers >= REFINE_MIN_LAYERS:
+            batch, aside = [(floor, key, candidate)], []
+            while queue and len(batch) < REFINE_BATCH:
+                item = heapq.heappop(queue)
+                if not item[2] and item[0] < limit:
+                    batch.append((item[0], item[1], item[3]))
+                else:
+                    aside.append(item)
+            finer = _time_floors([c for _, _, c in batch], cancel)
+            for (old, k, c), new in zip(batch, finer):
+                heapq.heappush(queue, (max(old, new), k, True, c))
+            for item in aside:
+                heapq.heappush(queue, item)
+            continue
+        report(PREPARATION + (1 - PREPARATION) * (len(keys) - total + settled) / max(len(keys), 1))
+        settled += 1
         if details and key[4] == rank and (baseline is None or floor < baseline[0]):   # could be the best uniform one
             uniform, _, over = candidate.quick_evaluate(even_partition(candidate.num_layers, candidate.pp))
             if over <= 0 and (baseline is None or (uniform, key) < baseline[:2]):
