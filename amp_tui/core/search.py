@@ -282,12 +282,13 @@ def _time_floors(candidates: list[Candidate], cancel: Callable[[], bool], refine
         # Where backward hides part of the all-reduce, E_s >= e_s P_s + latency - h C_s with
         # C_s <= max tau = M: the tail is at least all parameters / sum_s (1 / e_s) less h M, so
         # the steady state counts B - 1 - h bottlenecks and the full tail is added (while B - 1 >= h).
-        hidden = np.array([t[3] for t in layout_terms])
+        exposed = [_exposed_tail_terms(c) for c in group] if refine else [(0.0, 0.0)] * len(group)
+        hidden = np.array([t[0] for t in exposed])
         steps = B - 1 - hidden
         if refine and (hidden > 0).any() and (steps >= 0).any():
             if cancel():
                 raise Cancelled
-            full_tail = np.array([t[4] for t in layout_terms])
+            full_tail = np.array([t[1] for t in exposed])
             with_tail = pipeline_floor(np.maximum(steps, 0.0)) + full_tail
             pipeline = np.where((hidden > 0) & (steps >= 0), np.maximum(pipeline, with_tail), pipeline)
         for index, value in zip(members, pipeline + cheapest_cut.sum(axis=1) / v):
@@ -430,10 +431,9 @@ def _capped_floors(rho: np.ndarray, sends: np.ndarray, work: np.ndarray, caps: n
     return np.where(fits, (B - 1) * lo + fill, np.inf)
 
 
-def _layout_floor_terms(candidate: Candidate) -> tuple[tuple[np.ndarray, np.ndarray], float, float, float, float]:
+def _layout_floor_terms(candidate: Candidate) -> tuple[tuple[np.ndarray, np.ndarray], float, float]:
     """((cheapest send per boundary per sample of micro-batch, latency left out; that latency),
-    all-reduce floor, fastest tensor-parallel link's seconds per byte, the share of a stage's
-    compute that hides its all-reduce, the all-reduce floor were none of it hidden): they depend on the layout
+    all-reduce floor, fastest tensor-parallel link's seconds per byte): they depend on the layout
     alone, so candidates differing only in micro-batch size share them. (Scaling the latency
     with the micro-batch too overstated the floor of a larger micro-batch.)"""
     layout = candidate.layout
@@ -445,11 +445,21 @@ def _layout_floor_terms(candidate: Candidate) -> tuple[tuple[np.ndarray, np.ndar
         if layout.pp > 1:
             latency = candidate.cut_latency
             unit_cut = (candidate.cut_cost[:, 1:-1] - latency[:, None]).min(axis=1) / candidate.mbs
+        cache[key] = ((unit_cut, latency), candidate.tail_floor, float(layout.stage_tp_seconds_per_byte.min()))
+    return cache[key]
+
+
+def _exposed_tail_terms(candidate: Candidate) -> tuple[float, float]:
+    """(the share of a stage's compute that hides its all-reduce, the all-reduce floor were none
+    of it hidden): per layout, as _layout_floor_terms."""
+    layout = candidate.layout
+    key = ("exposed tail", layout.tp, layout.pp, layout.dp, layout.order)
+    cache = candidate.cost.floor_cache
+    if key not in cache:
         coef = candidate.e_coef
         full_tail = (float(candidate.param_prefix[-1]) / float(np.sum(1.0 / coef)) if np.all(coef > 0) else 0.0) \
             + float(candidate.last_bucket_latency.min()) + candidate.iteration_overhead
-        cache[key] = ((unit_cut, latency), candidate.tail_floor, float(layout.stage_tp_seconds_per_byte.min()),
-                      float(candidate.hidden_share), full_tail)
+        cache[key] = (float(candidate.hidden_share), full_tail)
     return cache[key]
 
 
@@ -474,9 +484,11 @@ def _fastest_times(candidate: Candidate, spb: float
         busy = fastest > 0
         slowdown = np.zeros(len(cost.gpus))    # per node group; 0 where the group serves no stage
         slowdown[list(layout.serving_groups)] = (times[:, busy] / fastest[busy]).min(axis=1) if busy.any() else 1.0
-        kinds = [layer.kind for layer in cost.model.layers]
-        common = max(dict.fromkeys(kinds), key=kinds.count)
-        core = np.array([kind == common for kind in kinds]) & busy
+        if "core layers" not in cache:
+            kinds = [layer.kind for layer in cost.model.layers]
+            common = max(dict.fromkeys(kinds), key=kinds.count)
+            cache["core layers"] = np.array([kind == common for kind in kinds])
+        core = cache["core layers"] & busy
         core_slowdown = np.zeros(len(cost.gpus))
         core_slowdown[list(layout.serving_groups)] = (times[:, core] / fastest[core]).min(axis=1) if core.any() else 1.0
         rest = float(fastest[~core].sum()) if core.any() else float(fastest.sum())
