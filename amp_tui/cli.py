@@ -599,7 +599,14 @@ def render_search(result, top: int, objective=None, idle_search=None) -> str:
         if idle_search.note:
             out.append(f"note: {idle_search.note}")
     if not st.all_node_orders:
-        out.append(f"note: {ORDERS_NOTE}")
+        gap = st.orders_gap(result.strategies[0].iteration_time_s if result.strategies else None)
+        if st.exact:
+            out.append(f"note: {ORDERS_NOTE}; a lower bound over every other order shows that none enters "
+                       "the ranking, so it is exact")
+        elif gap is not None and idle_search is None:
+            out.append(f"note: {ORDERS_NOTE}; another order could be at most {gap:.1%} better")
+        else:
+            out.append(f"note: {ORDERS_NOTE}")
     skipped = depths_not_searched(scenario.model.num_layers, scenario.cluster.num_gpus)
     if skipped:
         out.append(f"note: pipelines of {', '.join(map(str, skipped))} stages were not searched: with "

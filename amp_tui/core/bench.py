@@ -102,8 +102,8 @@ def run_bench(names: list[str], runs: int = 5, progress: Callable[[str], None] |
                       if top and top.strategy.idle else ""),
             # idle nodes: parts of the cluster searched, and the gap when the search stopped early
             "parts_searched": parts.searched if parts else None,
-            "exact": parts.exact if parts else result.stats.all_node_orders,
-            "gap": parts.gap if parts else None,
+            "exact": parts.exact if parts else result.stats.exact,
+            "gap": parts.gap if parts else result.stats.orders_gap(top.iteration_time_s if top else None),
         }
         rows.append(row)
         if progress:

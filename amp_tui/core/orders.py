@@ -9,7 +9,8 @@ distinct sequence is searched once, as the smallest group order that gives it.
 The orders are generated class by class (a class: groups with equal hardware and count), never by
 permuting all groups, so a cluster written one node per group with few distinct kinds of node
 stays cheap. Beyond MAX_ORDERS distinct sequences, only rank order and the groups sorted by GPU
-speed (both ways) are searched, and NodeOrders.complete says so.
+speed (both ways) are searched, and NodeOrders.complete says so; the search then bounds every order
+left out (search._order_free_floors) and says whether its ranking is exact all the same, or the gap.
 """
 
 from __future__ import annotations

@@ -48,11 +48,26 @@ class SearchStats:
     node_orders: int      # orders of node groups along the pipeline
     all_node_orders: bool  # False: too many distinct orders; rank order and by GPU speed only
     search_time_s: float
+    # Not every order searched: a lower bound on every candidate of an order left out (inf: none
+    # can beat the N-th best found, so the ranking is exact all the same).
+    orders_floor: float = math.inf
+
+    @property
+    def exact(self) -> bool:
+        """Whether the ranking is the best over every node order."""
+        return self.all_node_orders or self.orders_floor == math.inf
+
+    def orders_gap(self, best: float | None) -> float | None:
+        """Not exact: the most the best found (`best` seconds) can be above the optimum."""
+        if self.exact or best is None:
+            return None
+        return max(best / self.orders_floor - 1.0, 0.0)
 
     def to_dict(self) -> dict:
         return {"candidates": self.candidates, "pruned": self.pruned, "evaluated": self.evaluated,
                 "infeasible": self.infeasible, "solves": self.solves, "node_orders": self.node_orders,
-                "all_node_orders": self.all_node_orders, "search_time_s": self.search_time_s}
+                "all_node_orders": self.all_node_orders, "exact": self.exact,
+                "orders_floor": None if self.exact else self.orders_floor, "search_time_s": self.search_time_s}
 
 
 @dataclass(frozen=True)
@@ -84,7 +99,9 @@ class SearchResult:
 
 
 PREPARATION = 0.2  # share of the progress bar for enumerating and bounding candidates
-FLOOR_BATCH = 128  # candidates bounded in one vectorised pass, between cancellation polls
+FLOOR_BATCH = 64   # candidates bounded in one vectorised pass, between cancellation polls
+REFINE_BATCH = 16  # candidates at the head of the queue given the refined bound together
+REFINE_MIN_LAYERS = 64   # ... on models this deep (on shallower ones the partition solve is cheaper)
 
 
 @functools.lru_cache(maxsize=256)
@@ -198,7 +215,7 @@ def _memory_totals(candidate: Candidate) -> tuple[float, float, float, float, fl
     return cache[state_key] + cache[room_key]
 
 
-def _time_floors(candidates: list[Candidate], cancel: Callable[[], bool]) -> list[float]:
+def _time_floors(candidates: list[Candidate], cancel: Callable[[], bool], refine: bool = True) -> list[float]:
     """A lower bound on each candidate's iteration time over every partition (terms as in cost.py).
 
     With b_l a layer's time on the fastest GPU serving the pipeline, rho_s the least slow-down of
@@ -209,7 +226,8 @@ def _time_floors(candidates: list[Candidate], cancel: Callable[[], bool]) -> lis
         and M >= ceil(k / pp) x (k-th largest b) since k layers that slow must share pp stages;
       fill adds the cheapest cut at every boundary; tail >= all parameters / sum_s (1 / e_coef_s).
     Candidates with the same pp are solved together, up to FLOOR_BATCH at a time; `cancel` is
-    polled between batches.
+    polled between batches. Without `refine`, only this bound (cheaper); with it, the strongest
+    of the variants in pipeline_floor below and the exposed all-reduce.
     """
     floors = [0.0] * len(candidates)
     by_pp: dict[int, list[int]] = {}
@@ -227,7 +245,8 @@ def _time_floors(candidates: list[Candidate], cancel: Callable[[], bool]) -> lis
         descending = np.array([t[3] for t in times])                     # (n, L)
         work = np.array([t[2] for t in times])
         mbs = np.array([c.mbs for c in group], dtype=np.float64)
-        cheapest_cut = np.array([t[0] for t in layout_terms]).reshape(len(group), pp - 1) * mbs[:, None]
+        cheapest_cut = (np.array([t[0][0] for t in layout_terms]).reshape(len(group), pp - 1) * mbs[:, None]
+                        + np.array([t[0][1] for t in layout_terms]).reshape(len(group), pp - 1))
         tail = np.array([t[1] for t in layout_terms])
         serves = np.array([c.layout.serves for c in group])             # (n, pp, node groups)
         rho = np.where(serves, slowdown[:, None, :], 0.0).max(axis=2)
@@ -237,11 +256,47 @@ def _time_floors(candidates: list[Candidate], cancel: Callable[[], bool]) -> lis
         k = np.arange(1, descending.shape[1] + 1)
         m_floor = (np.ceil(k / pp)[None, :] * descending).max(axis=1)
         B = np.array([c.num_micro_batches for c in group], dtype=np.float64)
-        # With v interleaved chunks the fill and drain count 1/v: (B - 1) M + S / v is
-        # ((v (B - 1) + 1 - 1) M + S) / v, the same problem with more micro-batches.
         v = np.array([c.knobs.virtual_stages for c in group], dtype=np.float64)
-        pipeline = _pipeline_floors(rho, sends, work, m_floor, v * (B - 1) + 1) / v
-        for index, value in zip(members, pipeline + cheapest_cut.sum(axis=1) / v + tail):
+        core_rho = np.where(serves, np.array([t[4] for t in times])[:, None, :], 0.0).max(axis=2)
+        core_work = work - np.array([t[5] for t in times])
+        plain = v == 1
+        caps = np.array([_stage_caps(c, t[3]) for c, t in zip(group, times)]) if refine and plain.any() else None
+
+        def pipeline_floor(steps: np.ndarray) -> np.ndarray:
+            """min over M of steps x M + S(M) / v, the strongest of the variants below."""
+            # With v interleaved chunks the fill and drain count 1/v: steps M + S / v is
+            # ((v steps + 1 - 1) M + S) / v, the same problem with more micro-batches.
+            out = _pipeline_floors(rho, sends, work, m_floor, v * steps + 1) / v
+            if not refine:
+                return out
+            # The same with the least slow-down over the core layers only (the most common kind,
+            # e.g. transformer blocks; an embedding may run nearly as fast on a slow GPU): a
+            # stage's C_s is at least rho'_s x (its share of sum b less the other layers' b, E),
+            # so the stages must absorb work - E at the pace rho'.
+            out = np.maximum(out, _pipeline_floors(core_rho, sends, core_work, m_floor, v * steps + 1) / v)
+            # Memory caps the layers a stage can hold (a slow GPU with little memory often holds
+            # fewer layers than its speed would give it, and the others must take the rest): with
+            # interleaving a stage's layers are spread over its chunks, so only without it.
+            if caps is not None and (caps < work[:, None] * (1 - 1e-9)).any():     # else no cap binds
+                capped = np.maximum(_capped_floors(rho, sends, work, caps, steps + 1),
+                                    _capped_floors(core_rho, sends, core_work, caps, steps + 1))
+                out = np.where(plain, np.maximum(out, capped), out)
+            return out
+
+        pipeline = pipeline_floor(B - 1) + tail
+        # Where backward hides part of the all-reduce, E_s >= e_s P_s + latency - h C_s with
+        # C_s <= max tau = M: the tail is at least all parameters / sum_s (1 / e_s) less h M, so
+        # the steady state counts B - 1 - h bottlenecks and the full tail is added (while B - 1 >= h).
+        exposed = [_exposed_tail_terms(c) for c in group] if refine else [(0.0, 0.0)] * len(group)
+        hidden = np.array([t[0] for t in exposed])
+        steps = B - 1 - hidden
+        if refine and (hidden > 0).any() and (steps >= 0).any():
+            if cancel():
+                raise Cancelled
+            full_tail = np.array([t[1] for t in exposed])
+            with_tail = pipeline_floor(np.maximum(steps, 0.0)) + full_tail
+            pipeline = np.where((hidden > 0) & (steps >= 0), np.maximum(pipeline, with_tail), pipeline)
+        for index, value in zip(members, pipeline + cheapest_cut.sum(axis=1) / v):
             floors[index] = float(value)
     return floors
 
@@ -270,22 +325,155 @@ def _pipeline_floors(rho: np.ndarray, sends: np.ndarray, work: np.ndarray, m_flo
     return np.where(m >= lowest[:, None], total, np.inf).min(axis=1)
 
 
-def _layout_floor_terms(candidate: Candidate) -> tuple[np.ndarray, float, float]:
-    """(cheapest send per boundary per sample of micro-batch, all-reduce floor, fastest
-    tensor-parallel link's seconds per byte): they depend on the layout alone, so candidates
-    differing only in micro-batch size share them."""
+def _order_free_floors(cost: CostModel, families: list[tuple[int, int, int, int]],
+                       cancel: Callable[[], bool]) -> list[float]:
+    """Per (tp, pp, dp, micro-batch size), a lower bound on the iteration time of every node order
+    (the bound of _time_floors, relaxed to hold whatever the order): every group serves a stage
+    (all GPUs are used); no tensor-parallel link is faster than the fastest link of any node, so
+    b and the slow-downs are taken there; no more stages can be served by the k least slowed-down
+    groups alone than their GPUs make up, so each stage's slow-down is at least the one of the
+    sorted multiset that this count allows (the pipeline floor only falls as slow-downs fall);
+    each stage sends across at least one boundary, the cheapest cut over the fastest link; the
+    memory caps and the all-reduce are left out (zero), the iteration's fixed cost kept."""
+    from amp_tui.core.placement import Nodes
+
+    scenario = cost.scenario
+    groups = scenario.cluster.nodes
+    nodes = Nodes(scenario.cluster, tuple(range(len(groups))), cost.params)
+    fastest_link = 1.0 / max(float(nodes.intra.max()), float(nodes.inter.max()))
+    least_latency = min(float(nodes.intra_latency.min()), float(nodes.inter_latency.min()))
+    least_output = float(cost._output[:-1].min()) if len(cost._output) > 1 else 0.0
+    gpus = np.array([group.gpus_per_node * group.count for group in groups])
+    kinds = [layer.kind for layer in cost.model.layers]
+    common = max(dict.fromkeys(kinds), key=kinds.count)
+    out = []
+    for tp, pp, dp, mbs in families:
+        if cancel():
+            raise Cancelled
+        spb = fastest_link if tp * cost.knobs.cp > 1 else 0.0
+        times = np.array([compute + tp_bytes * spb for compute, tp_bytes in
+                          (cost.layer_times(g, tp, mbs) for g in range(len(groups)))])
+        fastest = times.min(axis=0)
+        busy = fastest > 0
+        core = np.array([kind == common for kind in kinds]) & busy
+        per_stage = tp * cost.knobs.cp * dp
+        B = scenario.training.global_batch_size // (dp * mbs)
+        v = cost.knobs.virtual_stages
+        k = np.arange(1, len(fastest) + 1)
+        m_floor = float((np.ceil(k / pp) * np.sort(fastest)[::-1]).max())
+        # every stage sends across one boundary at least, each at least the cheapest cut over the
+        # fastest link (as Candidate.cut_cost prices it)
+        cut = 2.0 * v * (mbs / cost.knobs.cp * least_output * fastest_link + least_latency) if pp > 1 else 0.0
+        best = 0.0
+        for mask, work in ((busy, float(fastest.sum())), (core, float(fastest[core].sum()))):
+            if not mask.any():
+                continue
+            slowdown = (times[:, mask] / fastest[mask]).min(axis=1)
+            ascending = np.argsort(slowdown, kind="stable")
+            stages = np.minimum(np.cumsum(gpus[ascending]) // per_stage, pp)
+            rho = np.repeat(slowdown[ascending], np.diff(stages, prepend=0))
+            floor = _pipeline_floors(rho[None, :], np.full((1, pp), cut), np.array([work]), np.array([m_floor]),
+                                     np.array([v * (B - 1) + 1.0])) / v
+            best = max(best, float(floor[0]) + cut * (pp - 1) / v)
+        out.append(best + cost.params("iteration_overhead_s"))
+    return out
+
+
+def _stage_caps(candidate: Candidate, descending: np.ndarray) -> np.ndarray:
+    """Per stage, the most work (in the fastest serving GPU's layer times) any partition can give
+    it without overfilling its memory: a stage holding k layers holds at least the k with the
+    least memory there (weights, gradients, optimizer state and activations in flight; the
+    transient peak is at least the smallest layer's), so k is at most the count of those that
+    fit, and its work at most the k largest layer times (`descending`: the fastest serving GPU's
+    layer times, largest first)."""
+    layout = candidate.layout
+    key = ("caps", candidate.tp, candidate.pp, candidate.dp, candidate.mbs, candidate.num_micro_batches,
+           layout.stage_capacity.tobytes())
+    cache = candidate.cost.floor_cache
+    if key not in cache:
+        act_prefix, peak, in_flight = candidate.memory_arrays
+        room = layout.stage_capacity - candidate.cost.training.runtime_reserve_bytes - float(peak.min())
+        state = _memory_totals(candidate)[0]
+        if state + float(in_flight.max()) * float(act_prefix[-1]) <= float(room.min()):
+            cache[key] = np.full(candidate.pp, candidate.num_layers)     # every stage holds every layer
+        else:
+            params = np.diff(candidate.param_prefix) * candidate.state.total        # (L,)
+            acts = np.diff(act_prefix)
+            need = np.sort(params[None, :] + in_flight[:, None] * acts[None, :], axis=1)     # (pp, L)
+            cache[key] = (np.cumsum(need, axis=1) <= room[:, None]).sum(axis=1)
+    return np.concatenate([[0.0], np.cumsum(descending)])[cache[key]]
+
+
+def _capped_floors(rho: np.ndarray, sends: np.ndarray, work: np.ndarray, caps: np.ndarray,
+                   B: np.ndarray) -> np.ndarray:
+    """Per row, a lower bound on (B - 1) M + S with each stage's work also capped by memory
+    (`caps`, see _stage_caps): M is at least the least bottleneck at which the stages can take
+    all the work, sum_s min((M - f_s) / rho_s, cap_s) >= work, and S at least the cheapest fill
+    of the work into the caps, fastest stages first; inf where the caps cannot hold the work."""
+    n, pp = rho.shape
+    need = work * (1.0 - 1e-9)          # rounding must not make the bound overshoot
+    fits = caps.sum(axis=1) >= need
+    # g(M) = sum_s min((M - f_s)+ / rho_s, cap_s) is piecewise linear and rising, with kinks at
+    # M = f_s and M = f_s + rho_s cap_s: find the kink where it first reaches the work and go back
+    # along the segment before it.
+    kinks = np.sort(np.concatenate([sends, sends + rho * caps], axis=1), axis=1)       # (n, 2 pp)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        reach = np.minimum(np.maximum(kinks[:, :, None] - sends[:, None, :], 0.0) / rho[:, None, :],
+                           caps[:, None, :]).sum(axis=2)                                # (n, 2 pp)
+    at = np.minimum(np.argmax(reach >= need[:, None], axis=1), kinks.shape[1] - 1)
+    before = np.maximum(at - 1, 0)
+    pick = lambda a, i: np.take_along_axis(a, i[:, None], axis=1)[:, 0]                 # noqa: E731
+    m0, m1, g0, g1 = pick(kinks, before), pick(kinks, at), pick(reach, before), pick(reach, at)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        slope = np.where(g1 > g0, (m1 - m0) / (g1 - g0), 0.0)
+    lo = np.where((at > 0) & (g0 < need), m0 + (need - g0) * slope, m1) * (1.0 - 1e-12)
+    order = np.argsort(rho, axis=1, kind="stable")
+    rho_sorted = np.take_along_axis(rho, order, axis=1)
+    caps_sorted = np.take_along_axis(caps, order, axis=1)
+    before = np.cumsum(caps_sorted, axis=1) - caps_sorted
+    placed = np.clip(need[:, None] - before, 0.0, caps_sorted)
+    fill = (placed * rho_sorted).sum(axis=1)
+    return np.where(fits, (B - 1) * lo + fill, np.inf)
+
+
+def _layout_floor_terms(candidate: Candidate) -> tuple[tuple[np.ndarray, np.ndarray], float, float]:
+    """((cheapest send per boundary per sample of micro-batch, latency left out; that latency),
+    all-reduce floor, fastest tensor-parallel link's seconds per byte): they depend on the layout
+    alone, so candidates differing only in micro-batch size share them. (Scaling the latency
+    with the micro-batch too overstated the floor of a larger micro-batch.)"""
     layout = candidate.layout
     key = ("layout", layout.tp, layout.pp, layout.dp, layout.order)
     cache = candidate.cost.floor_cache
     if key not in cache:
-        unit_cut = candidate.cut_cost[:, 1:-1].min(axis=1) / candidate.mbs if layout.pp > 1 else np.zeros(0)
-        cache[key] = (unit_cut, candidate.tail_floor, float(layout.stage_tp_seconds_per_byte.min()))
+        # the bytes part scales with the micro-batch, the per-message latency does not
+        unit_cut, latency = np.zeros(0), np.zeros(0)
+        if layout.pp > 1:
+            latency = candidate.cut_latency
+            unit_cut = (candidate.cut_cost[:, 1:-1] - latency[:, None]).min(axis=1) / candidate.mbs
+        cache[key] = ((unit_cut, latency), candidate.tail_floor, float(layout.stage_tp_seconds_per_byte.min()))
     return cache[key]
 
 
-def _fastest_times(candidate: Candidate, spb: float) -> tuple[np.ndarray, np.ndarray, float, np.ndarray]:
+def _exposed_tail_terms(candidate: Candidate) -> tuple[float, float]:
+    """(the share of a stage's compute that hides its all-reduce, the all-reduce floor were none
+    of it hidden): per layout, as _layout_floor_terms."""
+    layout = candidate.layout
+    key = ("exposed tail", layout.tp, layout.pp, layout.dp, layout.order)
+    cache = candidate.cost.floor_cache
+    if key not in cache:
+        coef = candidate.e_coef
+        full_tail = (float(candidate.param_prefix[-1]) / float(np.sum(1.0 / coef)) if np.all(coef > 0) else 0.0) \
+            + float(candidate.last_bucket_latency.min()) + candidate.iteration_overhead
+        cache[key] = (float(candidate.hidden_share), full_tail)
+    return cache[key]
+
+
+def _fastest_times(candidate: Candidate, spb: float
+                   ) -> tuple[np.ndarray, np.ndarray, float, np.ndarray, np.ndarray, float]:
     """Per layer, the fastest serving GPU's time; per node group, its least slow-down against
-    that (0 if it serves no stage); their sum; the times in descending order. Shared by every
+    that (0 if it serves no stage); their sum; the times in descending order; per node group, its
+    least slow-down over the core layers (those of the most common kind), and the sum of the
+    other layers' fastest times. Shared by every
     candidate with the same tp, micro-batch, serving groups and tensor-parallel link (`spb`, the
     fastest one's s/byte)."""
     cost, layout = candidate.cost, candidate.layout
@@ -301,7 +489,15 @@ def _fastest_times(candidate: Candidate, spb: float) -> tuple[np.ndarray, np.nda
         busy = fastest > 0
         slowdown = np.zeros(len(cost.gpus))    # per node group; 0 where the group serves no stage
         slowdown[list(layout.serving_groups)] = (times[:, busy] / fastest[busy]).min(axis=1) if busy.any() else 1.0
-        cache[key] = (fastest, slowdown, float(fastest.sum()), np.sort(fastest)[::-1])
+        if "core layers" not in cache:
+            kinds = [layer.kind for layer in cost.model.layers]
+            common = max(dict.fromkeys(kinds), key=kinds.count)
+            cache["core layers"] = np.array([kind == common for kind in kinds])
+        core = cache["core layers"] & busy
+        core_slowdown = np.zeros(len(cost.gpus))
+        core_slowdown[list(layout.serving_groups)] = (times[:, core] / fastest[core]).min(axis=1) if core.any() else 1.0
+        rest = float(fastest[~core].sum()) if core.any() else float(fastest.sum())
+        cache[key] = (fastest, slowdown, float(fastest.sum()), np.sort(fastest)[::-1], core_slowdown, rest)
     return cache[key]
 
 
@@ -330,6 +526,8 @@ def search(scenario: Scenario, *, top: int | None = None,
         sizes.setdefault((k, tp), []).append(mbs)
     for group in range(len(scenario.cluster.nodes)):
         for (k, tp), micro_batch_sizes in sizes.items():
+            if cancel():
+                raise Cancelled
             costs[k].prepare_layer_times(group, tp, micro_batch_sizes)
 
     no_fit: list[tuple[Candidate, str | None]] = []     # no partition fits: why, if known
@@ -345,19 +543,42 @@ def search(scenario: Scenario, *, top: int | None = None,
             no_fit.append((candidate, shortfall))
             continue
         fitting.append((key, candidate))
-    floors = _time_floors([candidate for _, candidate in fitting], cancel)
-    queue = [(floor, key, candidate) for floor, (key, candidate) in zip(floors, fitting)]
-    queue.sort(key=lambda item: (item[0], item[1]))
+    # Every candidate gets the cheap floor now; the refined one (memory caps, core layers, the
+    # exposed all-reduce) only when it reaches the head of the queue still below the limit, a few
+    # at a time, and goes back in line with it.
+    floors = _time_floors([candidate for _, candidate in fitting], cancel, refine=False)
+    queue = [(floor, key, False, candidate) for floor, (key, candidate) in zip(floors, fitting)]
+    heapq.heapify(queue)
+    total = len(queue)
 
     best: list[tuple[float, tuple, tuple[int, ...], Candidate]] = []  # max-heap by -J of the top N
     baseline: tuple[float, tuple, Candidate] | None = None
     evaluated = solves = 0
     pruned: list[Candidate] = []
-    for index, (floor, key, candidate) in enumerate(queue):
+    settled = 0
+    while queue:
         if cancel():
             raise Cancelled
-        report(PREPARATION + (1 - PREPARATION) * (len(keys) - len(queue) + index) / max(len(keys), 1))
         limit = min(-best[0][0] if len(best) >= top else INF, cutoff)
+        floor, key, refined, candidate = heapq.heappop(queue)
+        # (with no limit yet it is solved whatever its bound; on shallow models a solve costs less
+        # than refining the bound)
+        if not refined and floor < limit < INF and candidate.num_layers >= REFINE_MIN_LAYERS:
+            batch, aside = [(floor, key, candidate)], []
+            while queue and len(batch) < REFINE_BATCH:
+                item = heapq.heappop(queue)
+                if not item[2] and item[0] < limit:
+                    batch.append((item[0], item[1], item[3]))
+                else:
+                    aside.append(item)
+            finer = _time_floors([c for _, _, c in batch], cancel)
+            for (old, k, c), new in zip(batch, finer):
+                heapq.heappush(queue, (max(old, new), k, True, c))
+            for item in aside:
+                heapq.heappush(queue, item)
+            continue
+        report(PREPARATION + (1 - PREPARATION) * (len(keys) - total + settled) / max(len(keys), 1))
+        settled += 1
         if details and key[4] == rank and (baseline is None or floor < baseline[0]):   # could be the best uniform one
             uniform, _, over = candidate.quick_evaluate(even_partition(candidate.num_layers, candidate.pp))
             if over <= 0 and (baseline is None or (uniform, key) < baseline[:2]):
@@ -377,6 +598,17 @@ def search(scenario: Scenario, *, top: int | None = None,
                 heapq.heappush(best, entry)
             else:
                 heapq.heappushpop(best, entry)
+    orders_floor = math.inf
+    if not orders.complete:     # the orders left out: is any family of them within reach?
+        limit = min(-best[0][0] if len(best) >= top else INF, cutoff)
+        families: dict[int, list[tuple[int, int, int, int]]] = {}
+        for tp, pp, dp, mbs, _, k in keys:
+            if pp > 1 or dp > 1:
+                families.setdefault(k, []).append((tp, pp, dp, mbs))
+        for k, members in families.items():
+            for floor in _order_free_floors(costs[k], list(dict.fromkeys(members)), cancel):
+                if floor < limit:
+                    orders_floor = min(orders_floor, floor)
     # Whether a pruned candidate fits decides only whether it is listed as infeasible, so that the
     # list does not depend on `top`.
     if details:
@@ -396,7 +628,7 @@ def search(scenario: Scenario, *, top: int | None = None,
         baseline_prediction = priced(scenario, candidate.predict(even_partition(candidate.num_layers, candidate.pp)))
     stats = SearchStats(candidates=len(keys), pruned=len(pruned), evaluated=evaluated, infeasible=len(infeasible),
                         solves=solves, node_orders=len(orders.orders), all_node_orders=orders.complete,
-                        search_time_s=time.perf_counter() - started)
+                        search_time_s=time.perf_counter() - started, orders_floor=float(orders_floor))
     infeasible.sort(key=lambda entry: (entry.strategy.tp, entry.strategy.pp, entry.strategy.micro_batch_size,
                                        entry.strategy.placement or ()))
     return SearchResult(scenario, tuple(strategies), tuple(infeasible), baseline_prediction, stats)

@@ -304,12 +304,13 @@ def search_parts(scenario: Scenario, objective: Objective | None = None, *, top:
     whole_result: SearchResult | None = None
     searched = candidates = pruned = evaluated = solves = 0
     all_orders = True
+    orders_floor = math.inf     # objective weight x a lower bound on every order left out
 
     def cutoff() -> float:
         return ranked[top - 1][0] if len(ranked) >= top else math.inf
 
     def search_part(i: int) -> None:
-        nonlocal whole_result, searched, candidates, pruned, evaluated, solves, all_orders
+        nonlocal whole_result, searched, candidates, pruned, evaluated, solves, all_orders, orders_floor
         counts = tuple(rows[i].tolist())
         part, kept = part_scenario(scenario, counts)
         result = search(part, top=top, should_cancel=cancel, cutoff=cutoff() / weights[i], details=counts == whole)
@@ -318,6 +319,7 @@ def search_parts(scenario: Scenario, objective: Objective | None = None, *, top:
         candidates, pruned, evaluated, solves = (candidates + stats.candidates, pruned + stats.pruned,
                                                  evaluated + stats.evaluated, solves + stats.solves)
         all_orders &= stats.all_node_orders
+        orders_floor = min(orders_floor, weights[i] * stats.orders_floor)
         if counts == whole:
             whole_result = result
         for prediction in result.strategies:
@@ -360,7 +362,9 @@ def search_parts(scenario: Scenario, objective: Objective | None = None, *, top:
     report(1.0)
 
     best = ranked[0][0] if ranked else None
-    exact = stopped_at is None and complete
+    if best is not None and orders_floor >= cutoff():
+        orders_floor = math.inf     # found since: nothing left out can enter the top N
+    exact = stopped_at is None and complete and orders_floor == math.inf
     gap, notes = None, []
     if not complete:
         notes.append("too many ways to leave nodes idle: only counts near 0 and near each group's size were tried")
@@ -369,12 +373,17 @@ def search_parts(scenario: Scenario, objective: Objective | None = None, *, top:
         notes.append(f"searched the {searched} most promising parts of the cluster"
                      f"{' in the time allowed' if out_of_time else ''}; another part"
                      f"{' of those tried' if not complete else ''} could be at most {gap:.1%} better")
+    if orders_floor < math.inf and best is not None:
+        orders_gap = float(max(best / orders_floor - 1.0, 0.0))
+        gap = max(gap or 0.0, orders_gap)
+        notes.append(f"too many orders of the node groups to search all: another order could be at most "
+                     f"{orders_gap:.1%} better")
     note = "; ".join(notes) or None
     strategies = tuple(objective.rank(p for _, p in ranked))
     base = whole_result
     stats = SearchStats(candidates=candidates, pruned=pruned, evaluated=evaluated,
                         infeasible=base.stats.infeasible if base else 0, solves=solves,
                         node_orders=base.stats.node_orders if base else 0, all_node_orders=all_orders,
-                        search_time_s=time.perf_counter() - started)
+                        search_time_s=time.perf_counter() - started, orders_floor=float(orders_floor))
     result = SearchResult(scenario, strategies, base.infeasible if base else (), base.baseline if base else None, stats)
     return result, IdleSearch(parts=len(rows), searched=searched, exact=exact, gap=gap, note=note)
