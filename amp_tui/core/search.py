@@ -397,7 +397,7 @@ def _stage_caps(candidate: Candidate, descending: np.ndarray) -> np.ndarray:
         if state + float(in_flight.max()) * float(act_prefix[-1]) <= float(room.min()):
             cache[key] = np.full(candidate.pp, candidate.num_layers)     # every stage holds every layer
         else:
-            params = np.diff(candidate.param_prefix) * candidate.state.total        # (L,)
+            params = np.diff(candidate.state_prefix)        # (L,) state bytes per layer
             acts = np.diff(act_prefix)
             need = np.sort(params[None, :] + in_flight[:, None] * acts[None, :], axis=1)     # (pp, L)
             cache[key] = (np.cumsum(need, axis=1) <= room[:, None]).sum(axis=1)
