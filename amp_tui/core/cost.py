@@ -45,6 +45,29 @@ from amp_tui.core.units import format_bytes
 DP_BUCKET_BYTES = 25e6
 
 
+_SHARED_MODELS = 8     # (model, training, techniques, calibration) whose layer times are kept
+_shared: dict[tuple, tuple[object, dict]] = {}
+
+
+def _shared_layer_times(model, training, knobs, calibration) -> dict:
+    """The layer-time cache of one model, training, set of techniques and calibration, shared by
+    every cost model built for them (the newest few are kept). Keyed by the model's identity, and
+    holding the model so that the identity cannot be reused while the entry lives."""
+    key = (id(model), training, knobs, calibration)
+    entry = _shared.pop(key, None)
+    if entry is None or entry[0] is not model:
+        entry = (model, {})
+    _shared[key] = entry
+    while len(_shared) > _SHARED_MODELS:
+        del _shared[next(iter(_shared))]
+    return entry[1]
+
+
+def clear_shared_caches() -> None:
+    """Forget every shared layer-time cache (the benchmark times each search from cold)."""
+    _shared.clear()
+
+
 class CostModel:
     """Per-scenario caches of layer times and layouts; candidates are built from these."""
 
@@ -55,13 +78,13 @@ class CostModel:
         self.params = scenario.params
         self.knobs = knobs or default_knobs(scenario.training)
         self.gpus: list[GPU] = [group.gpu for group in scenario.cluster.nodes]
-        # Groups with the same GPU in the same kind of node share layer times: key the cache by the
-        # first such group (a measured tp > 1 time is split by the node's link, and expert
-        # all-to-alls run over its GPUs and links).
-        node_keys = [(g.gpu, g.gpus_per_node, g.intra_node_bandwidth, g.intra_link_class, g.inter_node_bandwidth,
-                      g.inter_link_class) for g in scenario.cluster.nodes]
-        self._gpu_id = [node_keys.index(key) for key in node_keys]
-        self._layer_times: dict[tuple, tuple[np.ndarray, np.ndarray]] = {}
+        # Groups with the same GPU in the same kind of node share layer times (a measured tp > 1
+        # time is split by the node's link, and expert all-to-alls run over its GPUs and links),
+        # and so do the cost models of one model and training on other clusters (the parts of a
+        # cluster the idle-node search tries): the cache is keyed by the kind of node.
+        self._node_kind = [(g.gpu, g.gpus_per_node, g.intra_node_bandwidth, g.intra_link_class,
+                            g.inter_node_bandwidth, g.inter_link_class) for g in scenario.cluster.nodes]
+        self._layer_times = _shared_layer_times(self.model, self.training, self.knobs, scenario.calibration)
         self._layouts: dict[tuple, Layout] = {}
         self._nodes: dict[tuple[int, ...], Nodes] = {}   # per placement order, shared by its layouts
         cols = self.model.columns
@@ -90,7 +113,7 @@ class CostModel:
         """Per layer, measured / analytic forward time at tp = 1, micro-batch 1 on this GPU (1 where
         not measured): applied to the analytic time at other tp degrees, it keeps the
         measurement's efficiency."""
-        key = ("calibration", self._gpu_id[group])
+        key = ("calibration", self._node_kind[group])
         if key not in self._profiles:
             gpu = self.gpus[group]
             base = self._measured(gpu.name, 1)
@@ -102,7 +125,7 @@ class CostModel:
     def layer_times(self, group: int, tp: int, mbs: int) -> tuple[np.ndarray, np.ndarray]:
         """(compute seconds, tensor-parallel ring bytes) per layer per micro-batch, forward + backward,
         on node group `group`'s GPU. The bytes still need the stage's link: see `stage_layer_times`."""
-        key = (self._gpu_id[group], tp, mbs)
+        key = (self._node_kind[group], tp, mbs)
         if key not in self._layer_times:
             self.prepare_layer_times(group, tp, [mbs])
         return self._layer_times[key]
@@ -110,8 +133,8 @@ class CostModel:
     def prepare_layer_times(self, group: int, tp: int, micro_batch_sizes: list[int]) -> None:
         """Compute `layer_times` for several micro-batch sizes in one vectorised pass (rows are
         micro-batch sizes; every element is computed as for one size alone)."""
-        gpu_id = self._gpu_id[group]
-        todo = [m for m in dict.fromkeys(micro_batch_sizes) if (gpu_id, tp, m) not in self._layer_times]
+        kind = self._node_kind[group]
+        todo = [m for m in dict.fromkeys(micro_batch_sizes) if (kind, tp, m) not in self._layer_times]
         if not todo:
             return
         mbs = np.array(todo, dtype=np.float64)[:, None]
@@ -141,12 +164,12 @@ class CostModel:
             compute = compute + np.where(have, 0.0, compute_terms.flash_backward_time(
                 self.model, gpu, self.params, tp, self.knobs.cp, mbs))
         if self.knobs.ep > 1:    # tokens to their experts and back: forward, backward (and recomputed forward)
-            compute = compute + comm_passes * self._expert_alltoall(gpu_id, tp) * mbs
+            compute = compute + comm_passes * self._expert_alltoall(group, tp) * mbs
         if self.knobs.recompute == "selective":   # attention scores and softmax run forward again
             compute = compute + compute_terms.selective_recompute_time(self.model, gpu, self.training, self.params,
                                                                        self.knobs, tp, mbs, forward)
         for row, m in enumerate(todo):
-            self._layer_times[(gpu_id, tp, m)] = (compute[row], tp_bytes[row])
+            self._layer_times[(kind, tp, m)] = (compute[row], tp_bytes[row])
 
     def _expert_alltoall(self, group: int, tp: int) -> np.ndarray:
         """Per layer, seconds of one pass's all-to-alls (dispatch + combine) per sample, over an

@@ -349,3 +349,25 @@ def test_groups_of_one_gpu_in_different_nodes_keep_their_own_layer_times():
     shared.layer_times(0, 2, 2)
     assert list(shared.layer_times(1, 2, 2)[0]) == list(fresh)
     assert list(shared.layer_times(0, 2, 2)[0]) != list(fresh)
+
+
+def test_cost_models_of_one_model_share_layer_times_across_clusters():
+    """The idle-node search prices the same model on parts of a cluster: layer times computed for
+    one part are reused by the next (same GPU in the same kind of node), and give what a cold
+    cost model computes."""
+    from amp_tui.core.cost import clear_shared_caches
+    from amp_tui.core.scenario import load_scenario
+
+    scn = load_scenario("paper-het-cluster")
+    part = replace(scn, cluster=replace(scn.cluster, nodes=scn.cluster.nodes[:1]))
+    clear_shared_caches()
+    whole = CostModel(scn)
+    expected = whole.layer_times(0, 1, 2)
+    reused = CostModel(part)
+    assert reused._layer_times is whole._layer_times
+    assert reused.layer_times(0, 1, 2)[0] is expected[0]
+    clear_shared_caches()
+    cold = CostModel(part).layer_times(0, 1, 2)[0]
+    assert list(cold) == list(expected[0])
+    other = CostModel(scn.with_training(recompute="full"))
+    assert other._layer_times is not whole._layer_times
