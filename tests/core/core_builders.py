@@ -86,6 +86,23 @@ def brute_force(candidate):
     return best_time, best_partition
 
 
+def brute_force_over_knobs(scn) -> dict:
+    """{(tp, pp, dp, mbs, order, knobs): best time} over every technique combination the search
+    tries, every candidate and every partition that fits."""
+    from amp_tui.core.cost import CostModel
+    from amp_tui.core.knobs import knob_choices
+    from amp_tui.core.search import enumerate_candidates
+
+    best = {}
+    for knobs in knob_choices(scn.training, scn.model):
+        cost = CostModel(scn, knobs)
+        for key in enumerate_candidates(scn, knobs=knobs):
+            time, _ = brute_force(cost.candidate(*key))
+            if time is not None:
+                best[(*key, knobs)] = time
+    return best
+
+
 def close(a: float, b: float, rel: float = 1e-9) -> bool:
     return math.isclose(a, b, rel_tol=rel, abs_tol=0.0)
 

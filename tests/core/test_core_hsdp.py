@@ -15,7 +15,7 @@ from amp_tui.core.scenario import parse_scenario
 from amp_tui.core.search import enumerate_candidates, search
 from amp_tui.core.strategy import Strategy, parse_strategy, validate_strategy
 from amp_tui.core.terms.sharding import collective_steps, sharding_group
-from core_builders import GBPS, IDEAL, brute_force, close, examples, scenario_dicts
+from core_builders import GBPS, IDEAL, brute_force_over_knobs, close, examples, scenario_dicts
 
 INTRA, INTER = 300.0, 100.0    # GB/s inside a node, Gbps per node across
 
@@ -142,19 +142,8 @@ def moe_scenario(**training):
         "training": {"global_batch_size": 8, "precision": "bf16", **training}})
 
 
-def _brute_force(scn) -> dict:
-    best = {}
-    for knobs in knob_choices(scn.training, scn.model):
-        cost = CostModel(scn, knobs)
-        for key in enumerate_candidates(scn, knobs=knobs):
-            time, _ = brute_force(cost.candidate(*key))
-            if time is not None:
-                best[(*key, knobs)] = time
-    return best
-
-
 def _check_against_brute_force(scn, top: int = 6):
-    best = _brute_force(scn)
+    best = brute_force_over_knobs(scn)
     result = search(scn, top=top)
     times = [p.iteration_time_s for p in result.strategies]
     expected = sorted(best.values())[:top]

@@ -13,10 +13,10 @@ from amp_tui.core.evaluate import evaluate
 from amp_tui.core.knobs import Knobs, knob_choices
 from amp_tui.core.presets import load_preset
 from amp_tui.core.scenario import parse_scenario
-from amp_tui.core.search import enumerate_candidates, search
+from amp_tui.core.search import search
 from amp_tui.core.strategy import Strategy, validate_strategy
 from amp_tui.core.terms.compute import attention_core
-from core_builders import GBPS, IDEAL, brute_force, build, close, examples, layer, node, scenario_dicts
+from core_builders import GBPS, IDEAL, brute_force_over_knobs, build, close, examples, layer, node, scenario_dicts
 
 LAYER = dict(params=1e6, flops=1e9, activation_bytes=1e6, output_bytes=4e6, tokens=1024, width=1024)
 
@@ -315,17 +315,6 @@ def test_plan_says_which_techniques_the_search_chose():
 
 # -- the search over techniques against brute force ----------------------------------------------
 
-def _brute_force_with_knobs(scn):
-    best = {}
-    for knobs in knob_choices(scn.training):
-        cost = CostModel(scn, knobs)
-        for key in enumerate_candidates(scn, knobs=knobs):
-            time, _ = brute_force(cost.candidate(*key))
-            if time is not None:
-                best[(*key, knobs)] = time
-    return best
-
-
 @settings(max_examples=examples(25), deadline=None)
 @given(spec=scenario_dicts(max_layers=5, max_gpus=8))
 def test_search_with_techniques_equals_brute_force(spec):
@@ -334,7 +323,7 @@ def test_search_with_techniques_equals_brute_force(spec):
                             context_parallel="auto", virtual_stages="auto")
     spec["training"]["global_batch_size"] = 8
     scn = parse_scenario(spec)
-    best = _brute_force_with_knobs(scn)
+    best = brute_force_over_knobs(scn)
     result = search(scn, top=4)
     times = [p.iteration_time_s for p in result.strategies]
     expected = sorted(best.values())[:4]
