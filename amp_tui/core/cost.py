@@ -24,6 +24,7 @@ The same arrays serve `evaluate` and the partition search, so a searched plan re
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -47,6 +48,7 @@ DP_BUCKET_BYTES = 25e6
 
 _SHARED_MODELS = 8     # (model, training, techniques, calibration) whose layer times are kept
 _shared: dict[tuple, tuple[object, dict]] = {}
+_shared_lock = threading.Lock()
 
 
 def _shared_layer_times(model, training, knobs, calibration) -> dict:
@@ -54,18 +56,20 @@ def _shared_layer_times(model, training, knobs, calibration) -> dict:
     every cost model built for them (the newest few are kept). Keyed by the model's identity, and
     holding the model so that the identity cannot be reused while the entry lives."""
     key = (id(model), training, knobs, calibration)
-    entry = _shared.pop(key, None)
-    if entry is None or entry[0] is not model:
-        entry = (model, {})
-    _shared[key] = entry
-    while len(_shared) > _SHARED_MODELS:
-        del _shared[next(iter(_shared))]
+    with _shared_lock:        # the dashboard searches in a worker thread while the UI evaluates
+        entry = _shared.pop(key, None)
+        if entry is None or entry[0] is not model:
+            entry = (model, {})
+        _shared[key] = entry
+        while len(_shared) > _SHARED_MODELS:
+            del _shared[next(iter(_shared))]
     return entry[1]
 
 
 def clear_shared_caches() -> None:
     """Forget every shared layer-time cache (the benchmark times each search from cold)."""
-    _shared.clear()
+    with _shared_lock:
+        _shared.clear()
 
 
 class CostModel:
