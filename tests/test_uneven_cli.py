@@ -77,3 +77,13 @@ def test_plan_json_reports_the_heuristic(capsys):
     assert data["strategies"][0]["batch_shares"]
     code, out, err = run(capsys, "plan", SCENARIO, "--top", "2")
     assert "note: batch shares and per-stage tp/dp searched heuristically" in out
+
+
+def test_a_huge_pp_with_one_degree_for_all_stages_is_refused_not_expanded(tmp_path, capsys):
+    """tp and dp given once are not copied pp times before pp is checked (pp = 2^40 once ran out of memory)."""
+    from amp_tui.cli import main
+
+    path = tmp_path / "s.yaml"
+    path.write_text("- {tp: 1, pp: 1099511627776, dp: 1, micro_batch_size: 1}\n")
+    assert main(["evaluate", "paper-homogeneous", str(path)]) == 2
+    assert "strategies[0]" in capsys.readouterr().err

@@ -143,17 +143,23 @@ def parse_strategy(value: object, field: str = "strategy") -> Strategy:
         hsdp_shard=(parse_int(value["hsdp_shard"], f"{field}.hsdp_shard")
                     if value.get("hsdp_shard") is not None else None),
         idle=idle,
-        stage_tp=stage_tp if len(set(stage_tp)) > 1 else None,
-        stage_dp=stage_dp if len(set(stage_dp)) > 1 else None,
+        stage_tp=_varying(stage_tp),
+        stage_dp=_varying(stage_dp),
         batch_shares=shares,
         **knobs,
     )
 
 
+def _varying(degrees: tuple[int, ...]) -> tuple[int, ...] | None:
+    """Per-stage degrees where they differ; None where one degree serves every stage."""
+    return degrees if len(set(degrees)) > 1 else None
+
+
 def _per_stage(value: object, pp: int, field: str) -> tuple[int, ...]:
-    """A degree for every stage: one number for all, or a list of one per stage."""
+    """A degree for every stage given as a list of one per stage, or one number for all: then a
+    single entry (never pp copies: pp is not yet checked against the model, and may be huge)."""
     if not isinstance(value, list):
-        return (parse_int(value, field),) * pp
+        return (parse_int(value, field),)
     if len(value) != pp:
         raise SpecError(field, value, f"needs {pp} entries, one per stage (pp = {pp}), or one number for all")
     return tuple(parse_int(n, f"{field}[{i}]") for i, n in enumerate(value))
