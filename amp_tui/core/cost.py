@@ -33,7 +33,7 @@ import numpy as np
 from amp_tui.core.hardware import GPU
 from amp_tui.core.knobs import Knobs, default_knobs
 from amp_tui.core.memory import (MemoryBreakdown, StateBytes, micro_batches_in_flight,
-                                 optimizer_traffic_per_param, state_bytes_per_param)
+                                 optimizer_traffic_per_param, state_bytes_per_param, zero3_gathered_params)
 from amp_tui.core.placement import Layout, Nodes, build_layout
 from amp_tui.core.scenario import Scenario
 from amp_tui.core.strategy import Strategy
@@ -272,8 +272,9 @@ class CostModel:
             if per_micro_batch not in self._profiles:
                 prefix, peak = self.activation_arrays(tp)
                 peak = peak * mbs
-                if self.knobs.zero_stage >= 3:   # a layer's weights gathered whole, the next prefetched, its gradient
-                    peak = peak + 3.0 * self._params * (self.training.bytes_per_element / tp)
+                if self.knobs.zero_stage >= 3:
+                    peak = peak + zero3_gathered_params(self._params / tp, self.training.framework) \
+                        * self.training.bytes_per_element
                 self._profiles[per_micro_batch] = (prefix * mbs, peak)
             in_flight = ("in flight", pp, num_micro_batches)
             if in_flight not in self._profiles:

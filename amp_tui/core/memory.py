@@ -12,6 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+import numpy as np
+
 if TYPE_CHECKING:  # scenario.py imports this module's defaults
     from amp_tui.core.scenario import Training
 
@@ -53,6 +55,22 @@ def state_bytes_per_param(training: Training, dp: int, zero_stage: int | None = 
         gradients=e / dp if stage >= 2 else e,
         optimizer=optimizer / dp if stage >= 1 else optimizer,
     )
+
+
+# DeepSpeed ZeRO-3's defaults: parameters gathered at once (stage3_max_live_parameters) and the
+# gradient elements reduced per bucket (reduce_bucket_size); Megatron-FSDP buckets likewise.
+ZERO3_MAX_LIVE_PARAMS = 1e9
+ZERO3_REDUCE_BUCKET = 5e8
+
+
+def zero3_gathered_params(layer_params, framework: str):
+    """Parameters (per GPU, per layer) ZeRO-3 holds whole while a layer runs, beyond its shard.
+    PyTorch FSDP gathers a whole wrapped block, prefetches the next and holds its unsharded
+    gradient: 3 layers. DeepSpeed (and Megatron-FSDP) gather module by module up to a bound on the
+    live parameters and reduce gradients in buckets: a 5-billion-parameter layer does not sit whole."""
+    if framework == "fsdp":
+        return 3.0 * layer_params
+    return np.minimum(2.0 * layer_params, ZERO3_MAX_LIVE_PARAMS) + np.minimum(layer_params, ZERO3_REDUCE_BUCKET)
 
 
 def optimizer_traffic_per_param(training: Training, dp: int, zero_stage: int | None = None) -> float:

@@ -253,3 +253,20 @@ def test_interleaved_schedule_holds_more_micro_batches_on_early_stages():
     held = [micro_batches_in_flight("1f1b", s, pp, B, v) for s in range(pp)]
     assert held == [(2 * (pp - s - 1) + (v - 1) * pp + 1) / v for s in range(pp)]
     assert held[0] > pp and held[-1] < 4      # first stage holds more than plain 1F1B's pp
+
+
+def test_zero_3_holds_whole_blocks_under_fsdp_and_bounded_buckets_under_deepspeed():
+    """FSDP: the running block gathered, the next prefetched, its unsharded gradient (3 layers).
+    DeepSpeed and Megatron: at most stage3_max_live_parameters gathered and one reduce bucket of
+    gradients, so SC21's 5-billion-parameter layers of the 530B model do not sit whole."""
+    from amp_tui.core.memory import ZERO3_MAX_LIVE_PARAMS, ZERO3_REDUCE_BUCKET, zero3_gathered_params
+
+    small, huge = 1e8, 5.03e9
+    assert zero3_gathered_params(small, "fsdp") == 3 * small
+    assert zero3_gathered_params(small, "deepspeed") == 3 * small
+    assert zero3_gathered_params(huge, "fsdp") == 3 * huge
+    assert zero3_gathered_params(huge, "megatron") == ZERO3_MAX_LIVE_PARAMS + ZERO3_REDUCE_BUCKET
+    scn = scenario(zero_stage=3, framework="deepspeed")
+    fsdp = scenario(zero_stage=3, framework="fsdp")
+    a, b = stage(scn, 1, 2, 4, 1, (2, 2), 0), stage(fsdp, 1, 2, 4, 1, (2, 2), 0)   # no loss buffers there
+    assert a.workspace_bytes == b.workspace_bytes      # small layers: the same 3 layers either way
