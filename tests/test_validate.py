@@ -28,8 +28,8 @@ CEILINGS = {
     "korthikanti": {"mape": 0.09, "replayed": 8},
     "llmfoundry": {"mape": 0.15, "spearman": 0.95, "replayed": 216},
     "nemo": {"mape": 0.15, "replayed": 92},
-    "torchtitan": {"mape": 0.20, "spearman": 0.85, "replayed": 45},
-    "macro": {"mape": 0.15, "spearman": 0.90, "top_pick": 1.06},
+    "torchtitan": {"mape": 0.15, "spearman": 0.85, "replayed": 45},
+    "macro": {"mape": 0.14, "spearman": 0.90, "top_pick": 1.06},
 }
 OOM_PREDICTED_TO_FIT = 1       # of the runs that ran out of memory (AMP's 5 failed runs and torchtitan's 2)
 # Of the 422 runs that ran: AMP's 1x4x4 mbs 8 on T4 (predicted 15.2 of 15 GB usable). A guard,
@@ -219,7 +219,9 @@ def test_torchtitan_run_keeps_its_memory_and_fsdp(cases):
     case = cases["torchtitan-202412-t1-L27"]
     assert (case.zero_stage, case.recompute) == (3, "selective")
     assert case.measured.peak_memory_bytes == pytest.approx(82.4 * 2**30)
-    assert case.scenario.cluster.nodes[0].gpu.memory_bytes == pytest.approx(96e9)
+    # Grand Teton's 500 W H100: its own catalog entry, six 16 GiB HBM stacks
+    assert case.scenario.cluster.nodes[0].gpu.name == "H100-96GB-500W"
+    assert case.scenario.cluster.nodes[0].gpu.memory_bytes == pytest.approx(96 * 2**30)
     assert unsupported(case) == []           # ZeRO-3 and selective recomputation are honoured
     # The batch is per data-parallel rank; a pipeline splits it into pp micro-batches.
     piped = cases["torchtitan-202412-t6-L66"]

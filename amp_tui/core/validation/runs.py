@@ -415,7 +415,7 @@ def _model_spec(model: dict, training: dict, notes: list[str]) -> dict:
 
 # Catalog GPU per run label, first match wins.
 _GPU_LABELS = (("GB300", "GB300"), ("GB200", "GB200"), ("B200", "B200"), ("GH200", "GH200"), ("H200", "H200"),
-               ("H100.*PCIe", "H100-PCIe"), ("H100|H800", "H100"), ("A100.*40GB", "A100-40GB"),
+               ("H100.*PCIe", "H100-PCIe"), ("H100.*96.*500 ?W", "H100-96GB-500W"), ("H100|H800", "H100"), ("A100.*40GB", "A100-40GB"),
                ("A100|A800", "A100-80GB"), ("4090", "RTX-4090"), ("3090", "RTX-3090"), ("3080", "RTX-3080"),
                ("A6000", "RTX-A6000"), ("A5000", "RTX-A5000"), (r"\bA40\b", "A40"), ("L40S", "L40S"),
                ("A10G", "A10G"), (r"\bL4\b", "L4"), ("T4", "T4"), ("V100.*32", "V100-32GB"), ("V100", "V100"))
@@ -424,7 +424,7 @@ _GPU_LABELS = (("GB300", "GB300"), ("GB200", "GB200"), ("B200", "B200"), ("GH200
 # Blackwell NVIDIA's DGX B200 / GB200 NVL72 / GB300 NVL72 datasheets counted the same way (NVLink 5:
 # 1.8 TB/s per GPU both ways; one 400 Gb/s NIC per GPU, 800 Gb/s on GB300).
 _DGX_INSTANCE = {"A100-40GB": "dgx-a100", "A100-80GB": "dgx-a100", "H100": "dgx-h100", "H200": "dgx-h100",
-                 "GH200": "quad-gh200"}
+                 "GH200": "quad-gh200", "H100-96GB-500W": "grand-teton-h100"}
 _BLACKWELL_NODES = {"B200": ("900 GB/s", "3200 Gbps"), "GB200": ("900 GB/s", "1600 Gbps"),
                     "GB300": ("900 GB/s", "3200 Gbps")}
 _NVL72 = 72   # GPUs in one GB200/GB300 NVLink domain
