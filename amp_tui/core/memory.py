@@ -73,10 +73,18 @@ def zero3_gathered_params(layer_params, framework: str):
     return np.minimum(2.0 * layer_params, ZERO3_MAX_LIVE_PARAMS) + np.minimum(layer_params, ZERO3_REDUCE_BUCKET)
 
 
+# DeepSpeed's 16-bit optimizer wrapper moves the gradients through a flat fp32 buffer around the
+# fused step: copy in (2 read, 4 written), unscale and clip (4 + 4, and 4 read for the norm), and
+# the fp32 master weights back to 16 bits (4 read, 2 written).
+_DEEPSPEED_FP16_WRAPPER = 24
+
+
 def optimizer_traffic_per_param(training: Training, dp: int, zero_stage: int | None = None) -> float:
     """Bytes moved per parameter by one optimizer step on one GPU (ZeRO shards the step too)."""
     stage = training.zero_stage if zero_stage is None else zero_stage
     traffic = _OPTIMIZER_TRAFFIC[training.optimizer]
+    if training.framework == "deepspeed" and training.precision != "fp32":
+        traffic += _DEEPSPEED_FP16_WRAPPER
     return traffic / dp if stage >= 1 else traffic
 
 

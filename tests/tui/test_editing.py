@@ -234,7 +234,8 @@ async def test_selection_follows_the_best_or_keeps_a_picked_strategy(make_app):
         await pilot.press("down", "down")
         await pilot.pause()
         picked = app.selected_prediction().strategy
-        app.apply_scenario(edits.set_training_field(app.scenario, "schedule", "gpipe"), "gpipe")
+        # An edit after which the picked strategy is still ranked, on another row
+        app.apply_scenario(edits.set_node_field(app.scenario, 0, "inter_node_bandwidth", "1.2 Gbps"), "faster")
         await settle(app, pilot)
         kept = app.selected_prediction().strategy
         assert (kept.tp, kept.pp, kept.dp, kept.micro_batch_size) == (
