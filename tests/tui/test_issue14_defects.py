@@ -10,7 +10,6 @@ from textual.widgets import DataTable, Input, TextArea
 
 from amp_tui.core.scenario import load_scenario, parse_scenario
 from amp_tui.tui import edits
-from amp_tui.tui.screens.confirm import ConfirmScreen
 from amp_tui.tui.screens.edit_value import EditValueScreen
 from amp_tui.tui.widgets.cluster_pane import COLUMNS, ClusterPane
 from amp_tui.tui.widgets.model_pane import ModelPane
