@@ -512,8 +512,7 @@ class Candidate:
         same way; plain ZeRO-3 has none."""
         if self.knobs.zero_stage >= 3 and not self.hsdp:
             return 0.0
-        backward = 0.75 if self.knobs.recompute == "full" else 2.0 / 3.0
-        return self.cost.params("dp_overlap", self.cost.training.framework) * backward
+        return backward_overlap(self.cost)
 
     def exposed_allreduce(self, allreduce: np.ndarray, compute: np.ndarray) -> np.ndarray:
         """What of the all-reduce the backward pass does not hide."""
@@ -754,6 +753,14 @@ def memory_reason(stage: StagePrediction) -> str:
 def over_capacity(stage: int, first_layer: int, last_layer: int, gpu: str, need: float, capacity: float) -> str:
     return (f"stage {stage} (layers {first_layer}-{last_layer}, {gpu}) needs {format_bytes(need)} of "
             f"{format_bytes(capacity)}: {format_bytes(need - capacity)} over")
+
+
+def backward_overlap(cost: CostModel) -> float:
+    """Share of a stage's compute per micro-batch behind which a gradient all-reduce can run: the
+    framework's overlap (params `dp_overlap`) of the last micro-batch's backward pass (2 of 3
+    passes, 3 of 4 under full recomputation)."""
+    backward = 0.75 if cost.knobs.recompute == "full" else 2.0 / 3.0
+    return cost.params("dp_overlap", cost.training.framework) * backward
 
 
 def _collective_steps(n: int) -> float:

@@ -40,6 +40,7 @@ from amp_tui.core.cost import (
     Prediction,
     StagePrediction,
     _collective_steps,
+    backward_overlap,
     memory_reason,
 )
 from amp_tui.core.errors import SpecError
@@ -82,6 +83,8 @@ def validate_uneven(scenario: Scenario, strategy: Strategy, gpus: int, field: st
         raise SpecError(f"{field}.virtual_stages", knobs.virtual_stages, "per-stage tp/dp needs virtual_stages 1")
     if knobs.ep > 1:
         raise SpecError(f"{field}.ep", knobs.ep, "per-stage tp/dp is not combined with expert parallelism")
+    if knobs.hsdp_shard:
+        raise SpecError(f"{field}.hsdp_shard", knobs.hsdp_shard, "per-stage tp/dp is not combined with HSDP")
     used = knobs.cp * sum(t * d for t, d in zip(tps, dps))
     if used != gpus:
         raise SpecError(f"{field}.tp*dp", " + ".join(f"{t}*{d}" for t, d in zip(tps, dps)) + f"={used // knobs.cp}",
@@ -141,10 +144,7 @@ class StageWise:
         self.cut = np.array([2.0 * self.m / cp * output * c + 2.0 * lat for c, lat in zip(coef, latency)]
                             ).reshape(self.pp - 1, L + 1)
         self.cut_latency = 2.0 * np.array(latency)
-        self.hidden_share = 0.0
-        if self.knobs.zero_stage < 3:
-            backward = 0.75 if self.knobs.recompute == "full" else 2.0 / 3.0
-            self.hidden_share = cost.params("dp_overlap", training.framework) * backward
+        self.hidden_share = backward_overlap(cost) if self.knobs.zero_stage < 3 else 0.0
 
     def _stage_links(self, ranks: np.ndarray) -> StageLinks:
         nodes = self.nodes
@@ -190,7 +190,8 @@ class StageWise:
 
     @cached_property
     def state(self) -> list:
-        return [state_bytes_per_param(self.cost.training, d * self.cp, self.knobs.zero_stage) for d in self.dps]
+        return [state_bytes_per_param(self.cost.training, d * self.cp, self.knobs.zero_stage, self.pp)
+                for d in self.dps]
 
     @cached_property
     def coefficients(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -127,6 +127,7 @@ def test_shares_on_a_pipeline_match_brute_force(order):
 @pytest.mark.parametrize("training, degrees", [
     ({}, (1, 4, 4, 1)), ({}, (2, 2, 4, 2)), ({}, (4, 4, 1, 1)), ({}, (2, 4, 2, 2)),
     ({"zero_stage": 3}, (1, 4, 4, 1)), ({"zero_stage": 3}, (2, 2, 4, 2)),
+    ({"zero_stage": 3, "framework": "fsdp"}, (1, 4, 4, 1)),     # weights kept gathered under pipelines
     ({"recompute": "full", "zero_stage": 1}, (2, 4, 2, 2)), ({"context_parallel": 2}, (2, 2, 2, 1))])
 def test_equal_per_stage_degrees_are_the_uniform_model(training, degrees):
     """Per-stage degrees that are all equal cost exactly what the uniform model does, techniques too."""
@@ -302,6 +303,15 @@ def test_bad_input_names_the_field(fields, field, words):
         validate_strategy(scenario, parse_strategy(value))
     assert err.value.field == field and words in err.value.reason
     assert "\n" not in str(err.value)
+
+
+def test_per_stage_degrees_refuse_hsdp():
+    """The per-stage model shards ZeRO-3 over each stage's dp: an HSDP group is refused, not ignored."""
+    scenario = _per_stage_case().with_training(zero_stage=3)
+    strategy = Strategy(2, 3, 4, 1, stage_tp=(1, 2, 2), stage_dp=(4, 2, 2), hsdp_shard=2)
+    with pytest.raises(SpecError) as err:
+        validate_strategy(scenario, strategy)
+    assert err.value.field == "strategy.hsdp_shard" and "HSDP" in err.value.reason
 
 
 def test_per_stage_dp_must_divide_the_pipeline_micro_batch():
