@@ -143,14 +143,14 @@ def parse_strategy(value: object, field: str = "strategy") -> Strategy:
         hsdp_shard=(parse_int(value["hsdp_shard"], f"{field}.hsdp_shard")
                     if value.get("hsdp_shard") is not None else None),
         idle=idle,
-        stage_tp=_varying(stage_tp),
-        stage_dp=_varying(stage_dp),
+        stage_tp=varying_degrees(stage_tp),
+        stage_dp=varying_degrees(stage_dp),
         batch_shares=shares,
         **knobs,
     )
 
 
-def _varying(degrees: tuple[int, ...]) -> tuple[int, ...] | None:
+def varying_degrees(degrees: tuple[int, ...]) -> tuple[int, ...] | None:
     """Per-stage degrees where they differ; None where one degree serves every stage."""
     return degrees if len(set(degrees)) > 1 else None
 

@@ -158,7 +158,7 @@ def _with_shares(cost: CostModel, strategy, time_s: float):
 
 def _per_stage(scenario: Scenario, cost: CostModel, strategy, time_s: float) -> tuple[Prediction | None, int]:
     from amp_tui.core.stagewise import StageWise, micro_batch_sizes, typed_stage_degrees
-    from amp_tui.core.strategy import validate_strategy
+    from amp_tui.core.strategy import validate_strategy, varying_degrees
 
     if len({g.gpu.name for g in scenario.cluster.nodes}) < 2 or cost.knobs.virtual_stages > 1:
         return None, 0
@@ -169,8 +169,8 @@ def _per_stage(scenario: Scenario, cost: CostModel, strategy, time_s: float) -> 
         for mbs in micro_batch_sizes(scenario, dps):
             if mbs * max(dps) not in (target // 2, target, target * 2):
                 continue
-            candidate = replace(strategy, tp=max(tps), dp=max(dps), stage_tp=tps if len(set(tps)) > 1 else None,
-                                stage_dp=dps if len(set(dps)) > 1 else None,
+            candidate = replace(strategy, tp=max(tps), dp=max(dps), stage_tp=varying_degrees(tps),
+                                stage_dp=varying_degrees(dps),
                                 micro_batch_size=mbs, partition=None)
             try:
                 validate_strategy(scenario, candidate)
