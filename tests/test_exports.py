@@ -568,6 +568,19 @@ def test_megatron_context_parallel_fp8_and_fsdp():
     assert args["--recompute-granularity"] == ["full"]
 
 
+def test_fp4_exports_nvfp4_to_megatron_and_is_refused_by_torchtitan():
+    plan = knob_plan(Strategy(2, 2, 8, 1), precision="fp4")
+    export = export_plan(plan, "megatron")
+    args = megatron_args(export.files["megatron_args.sh"])
+    assert args["--fp4-format"] == ["e2m1"] and args["--fp4-recipe"] == ["nvfp4"] and "--bf16" in args
+    assert "--fp8-format" not in args and any(note.startswith("fp4:") for note in export.notes)
+    config = json.loads(export_plan(plan, "deepspeed").files["ds_config.json"])
+    assert config["bf16"] == {"enabled": True} and "fp16" not in config
+    with pytest.raises(SpecError) as info:
+        export_plan(plan, "torchtitan")
+    assert info.value.field == "training.precision" and "\n" not in str(info.value)
+
+
 def test_megatron_says_when_interleaving_cannot_split_the_stages():
     plan = knob_plan(Strategy(4, 2, 4, 1, (10, 24), virtual_stages=4))   # 9 and 23 blocks
     export = export_plan(plan, "megatron")

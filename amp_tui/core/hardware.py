@@ -25,6 +25,7 @@ class GPU:
     description: str = ""
     precisions: tuple[str, ...] = ("fp16", "bf16", "fp32")   # training precisions it supports
     peak_flops_8: float = 0.0      # dense fp8 tensor-core FLOP/s (0 where there is no fp8)
+    peak_flops_4: float = 0.0      # dense fp4 (NVFP4) tensor-core FLOP/s (0 where there is no fp4)
 
     def peak_flops(self, precision: str) -> float:
         """Peak FLOP/s of the matrix multiplies at this training precision."""
@@ -32,6 +33,8 @@ class GPU:
             return self.peak_flops_32
         if precision == "fp8":
             return self.peak_flops_8
+        if precision == "fp4":
+            return self.peak_flops_4
         return self.peak_flops_16
 
     def efficiency(self, work: float) -> float:
@@ -49,6 +52,7 @@ class GPU:
             "efficiency": {"peak_fraction": self.peak_fraction, "half_work": self.half_work},
             "precisions": list(self.precisions),
             **({"fp8_tflops": self.peak_flops_8 / 1e12} if self.peak_flops_8 else {}),
+            **({"fp4_tflops": self.peak_flops_4 / 1e12} if self.peak_flops_4 else {}),
         }
 
 
@@ -73,7 +77,7 @@ def parse_gpu(value: object, field: str) -> GPU:
 
 def _gpu_from_fields(name: str, fields: dict, field: str) -> GPU:
     allowed = {"name", "description", "memory", "usable_memory", "memory_bandwidth", "fp16_tflops",
-               "fp32_tflops", "fp8_tflops", "efficiency", "precisions"}
+               "fp32_tflops", "fp8_tflops", "fp4_tflops", "efficiency", "precisions"}
     for key in fields:
         if key not in allowed:
             raise SpecError(f"{field}.{key}", fields[key], f"unknown GPU field; allowed: {', '.join(sorted(allowed))}")
@@ -91,9 +95,12 @@ def _gpu_from_fields(name: str, fields: dict, field: str) -> GPU:
     precisions = fields.get("precisions", ["fp16", "bf16", "fp32"])
     if not isinstance(precisions, list) or not precisions or any(p not in _PRECISION_NAMES for p in precisions):
         raise SpecError(f"{field}.precisions", precisions, f"expected a list drawn from {', '.join(_PRECISION_NAMES)}")
-    fp8 = fields.get("fp8_tflops")
-    if "fp8" in precisions and fp8 is None:
-        raise SpecError(f"{field}.fp8_tflops", None, "required for a GPU that supports fp8")
+    low = {}
+    for bits in ("fp8", "fp4"):
+        peak = fields.get(f"{bits}_tflops")
+        if bits in precisions and peak is None:
+            raise SpecError(f"{field}.{bits}_tflops", None, f"required for a GPU that supports {bits}")
+        low[bits] = parse_number(peak, f"{field}.{bits}_tflops", positive=True) * 1e12 if peak is not None else 0.0
     return GPU(
         name=name,
         memory_bytes=memory,
@@ -105,11 +112,12 @@ def _gpu_from_fields(name: str, fields: dict, field: str) -> GPU:
         half_work=float(parse_number(efficiency.get("half_work", 131072), f"{field}.efficiency.half_work", minimum=0)),
         description=check_name(fields.get("description", ""), f"{field}.description", limit=MAX_TEXT_CHARS, text=True),
         precisions=tuple(precisions),
-        peak_flops_8=(parse_number(fp8, f"{field}.fp8_tflops", positive=True) * 1e12 if fp8 is not None else 0.0),
+        peak_flops_8=low["fp8"],
+        peak_flops_4=low["fp4"],
     )
 
 
-_PRECISION_NAMES = ("fp32", "fp16", "bf16", "fp8")
+_PRECISION_NAMES = ("fp32", "fp16", "bf16", "fp8", "fp4")
 
 
 _GPUS: dict[str, GPU] | None = None

@@ -69,6 +69,9 @@ FAMILIES: dict[str, Family] = {family.name: family for family in (
            "matrix-multiply rows (or columns) at which a GEMM reaches half its GPU's best efficiency"),
     Family("fp8_efficiency", 0.92, 0.3, 1.0, 0.3, "x",
            "share of the bf16 matrix-multiply efficiency fp8 keeps at its doubled peak (casts, scaling)"),
+    Family("fp4_efficiency", 0.6, 0.15, 1.0, 0.3, "x",
+           "share of the bf16 matrix-multiply efficiency NVFP4 keeps at its quadrupled peak (casts, "
+           "block scaling, Hadamard transforms, the layers a recipe keeps in bf16)"),
     Family("layer_floor_s", 26e-6, 0.0, 2e-3, 1.0, "s",
            "kernel-launch floor of one layer's forward pass: a latency-bound layer takes at least this"),
     Family("micro_batch_overhead_s", 0.5e-3, 0.0, 0.1, 1.0, "s",

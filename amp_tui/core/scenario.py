@@ -18,8 +18,9 @@ from amp_tui.core.memory import DEFAULT_STATE_BYTES
 from amp_tui.core.units import exact_bandwidth, exact_bytes, parse_bandwidth, parse_bytes, parse_int, parse_number
 from amp_tui.core.yamlio import load_yaml_file, path_exists
 
-# Bytes per element of weights and activations; fp8 trains with bf16 tensors and fp8 matrix multiplies.
-PRECISIONS = {"fp16": 2, "bf16": 2, "fp32": 4, "fp8": 2}
+# Bytes per element of weights and activations; fp8 and fp4 (NVFP4) train with bf16 tensors and
+# low-precision matrix multiplies.
+PRECISIONS = {"fp16": 2, "bf16": 2, "fp32": 4, "fp8": 2, "fp4": 2}
 OPTIMIZERS = ("adam", "sgd")
 SCHEDULES = ("1f1b", "gpipe")
 RECOMPUTE = ("none", "selective", "full")

@@ -28,6 +28,10 @@ TOKEN_ID_BYTES = 2           # what Helix sends per token between the coordinato
 _SERVING_KEYS = ("precision", "prompt_tokens", "output_tokens")
 
 
+# Serving holds its weights at the training tensors' width; NVFP4 weights (half a byte) are not modelled.
+_SERVING_PRECISIONS = tuple(p for p in PRECISIONS if p != "fp4")
+
+
 @dataclass(frozen=True)
 class Serving:
     precision: str = "fp16"
@@ -139,8 +143,8 @@ def parse_serving(value: object, field_name: str = "serving") -> Serving:
         if key not in _SERVING_KEYS:
             raise SpecError(f"{field_name}.{key}", value[key], f"unknown serving field; allowed: {', '.join(_SERVING_KEYS)}")
     precision = value.get("precision", "fp16")
-    if precision not in PRECISIONS:
-        raise SpecError(f"{field_name}.precision", precision, f"expected one of {', '.join(PRECISIONS)}")
+    if precision not in _SERVING_PRECISIONS:
+        raise SpecError(f"{field_name}.precision", precision, f"expected one of {', '.join(_SERVING_PRECISIONS)}")
     return Serving(precision=precision,
                    prompt_tokens=parse_int(value.get("prompt_tokens", 750), f"{field_name}.prompt_tokens"),
                    output_tokens=parse_int(value.get("output_tokens", 240), f"{field_name}.output_tokens"))

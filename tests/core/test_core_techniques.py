@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from amp_tui.core.cost import CostModel
 from amp_tui.core.errors import SpecError
 from amp_tui.core.evaluate import evaluate
-from amp_tui.core.knobs import Knobs, knob_choices
+from amp_tui.core.knobs import Knobs, knob_choices, resolve
 from amp_tui.core.presets import load_preset
 from amp_tui.core.scenario import parse_scenario
 from amp_tui.core.search import search
@@ -277,6 +277,51 @@ def test_fp8_runs_the_attention_core_at_the_bf16_rate():
     expected_gap = (linear / (gpu.peak_flops("bf16") * eff)
                     - linear / (gpu.peak_flops("fp8") * eff * params("fp8_efficiency")))
     assert bf16[block] - fp8[block] == pytest.approx(expected_gap, rel=1e-9)
+
+
+def _b200_llama_block(precision: str):
+    """One LLaMA block (8k tokens) on a DGX B200 node, AMP's ideal links: (scenario, GPU, params, model)."""
+    from amp_tui.core.hardware import gpu_catalog
+    scn = parse_scenario({"cluster": {"nodes": [{"count": 1, "gpu": "B200", "gpus_per_node": 8,
+                                                 "intra_node_bandwidth": "900 GB/s", "inter_node_bandwidth": "400 Gbps"}]},
+                          "model": {"family": "llama", "hidden_size": 4096, "num_layers": 1, "num_heads": 32,
+                                    "sequence_length": 8192, "vocab_size": 32000},
+                          "training": {"global_batch_size": 8, "precision": precision}, "calibration": IDEAL})
+    return scn, gpu_catalog()["B200"], scn.params, scn.model
+
+
+def test_fp4_runs_linear_layers_at_the_nvfp4_peak_and_the_attention_core_in_bf16():
+    """By hand on one block: NVFP4 linear FLOPs at the fp4 peak x fp4_efficiency, attention at bf16;
+    activations kept as fp8's (Transformer Engine's casts)."""
+    from amp_tui.core.terms.compute import FP8_ACTIVATION_SHARE, activation_terms, analytic_forward, matmul_efficiency
+    scn, gpu, params, model = _b200_llama_block("fp4")
+    assert gpu.peak_flops("fp4") == 9000e12 and "fp4" in gpu.precisions
+    fp4, bf16 = (analytic_forward(model, gpu, p, params, 1, 1, False, 1.0) for p in ("fp4", "bf16"))
+    block = [i for i, layer in enumerate(model.layers) if layer.kind == "block"][0]
+    flops, _ = attention_core(model)
+    rows, width = float(model.columns["tokens"][block]), float(model.columns["width"][block])
+    eff = float(matmul_efficiency(gpu, params, np.array([rows]), np.array([width]))[0])
+    linear = float(model.columns["flops"][block]) - flops
+    expected_gap = (linear / (gpu.peak_flops("bf16") * eff)
+                    - linear / (gpu.peak_flops("fp4") * eff * params("fp4_efficiency")))
+    assert bf16[block] - fp4[block] == pytest.approx(expected_gap, rel=1e-9)
+    knobs = resolve(Strategy(1, 1, 8, 1), scn.training)
+    kept_fp4, _ = activation_terms(model, 1, knobs, scn.training)
+    kept_bf16, _ = activation_terms(model, 1, knobs, replace(scn.training, precision="bf16"))
+    assert kept_fp4[block] == pytest.approx(FP8_ACTIVATION_SHARE * kept_bf16[block])
+
+
+def test_fp4_needs_a_gpu_that_has_it():
+    h100 = {"count": 1, "gpu": "H100", "gpus_per_node": 8, "intra_node_bandwidth": "450 GB/s",
+            "inter_node_bandwidth": "400 Gbps"}
+    with pytest.raises(SpecError) as info:
+        parse_scenario({"cluster": {"nodes": [h100]}, "model": {"preset": "llama3.1-8b"},
+                        "training": {"global_batch_size": 8, "precision": "fp4"}})
+    assert info.value.field == "training.precision" and "H100" in str(info.value)
+    with pytest.raises(SpecError) as info:       # a GPU that claims fp4 must give its rate
+        parse_scenario({"cluster": {"nodes": [dict(h100, gpu={"base": "H100", "precisions": ["bf16", "fp4"]})]},
+                        "model": {"preset": "llama3.1-8b"}, "training": {"global_batch_size": 8}})
+    assert info.value.field.endswith("fp4_tflops")
 
 
 def test_flash_attention_backward_recomputes_the_scores_by_hand():

@@ -82,7 +82,7 @@ def ds_config(plan: Plan) -> dict:
     }
     if training.precision == "fp16":
         config["fp16"] = {"enabled": True, "loss_scale": 0}
-    elif training.precision in ("bf16", "fp8"):
+    elif training.precision in ("bf16", "fp8", "fp4"):
         config["bf16"] = {"enabled": True}
     stage = deepspeed_zero_stage(plan)
     config["zero_optimization"] = {"stage": stage}
@@ -220,9 +220,11 @@ def _technique_notes(plan: Plan, knobs: Knobs) -> list[str]:
     if knobs.sequence_parallel and s.tp > 1:
         notes.append("Sequence parallelism belongs to the tensor-parallel model code (Megatron-DeepSpeed's "
                      "--sequence-parallel), not to ds_config.json.")
-    if training.precision == "fp8":
-        notes.append("fp8: DeepSpeed has no fp8 switch; the config trains in bf16, and the model's linear layers "
-                     "must be Transformer Engine's (te.Linear under te.fp8_autocast) for fp8 matrix multiplies.")
+    if training.precision in ("fp8", "fp4"):
+        recipe = "" if training.precision == "fp8" else " with the NVFP4BlockScaling recipe"
+        notes.append(f"{training.precision}: DeepSpeed has no {training.precision} switch; the config trains in bf16, "
+                     f"and the model's linear layers must be Transformer Engine's (te.Linear under "
+                     f"te.fp8_autocast{recipe}) for {training.precision} matrix multiplies.")
     if knobs.ep > 1:
         notes.append(f"Expert parallelism is set in the model: deepspeed.moe.layer.MoE(..., ep_size={knobs.ep}, "
                      f"k={plan.scenario.model.shape.get('top_k', 'top_k')}) for each MoE layer.")

@@ -12,7 +12,8 @@ and the notes say what that costs. Newer Megatron-Core also reads a free per-sta
 
 The training techniques come from the strategy's resolved knobs (core/knobs.py). Flag names were
 checked against Megatron-Core 0.16.1, whose config dataclasses name the options Megatron-LM's
-argument parser exposes (TransformerConfig: recompute_granularity, fp8 as --fp8-format,
+argument parser exposes (TransformerConfig: recompute_granularity, fp8 as --fp8-format, fp4 as
+--fp4-format with fp4_recipe (nvfp4),
 fp8_amax_history_len, fp8_amax_compute_algo, num_moe_experts, moe_router_topk, moe_ffn_hidden_size,
 moe_token_dispatcher_type; ModelParallelConfig: sequence_parallel, context_parallel_size,
 expert_model_parallel_size; DistributedDataParallelConfig: use_distributed_optimizer,
@@ -42,6 +43,8 @@ LAST_FLAG = "--decoder-last-pipeline-num-layers"
 VIRTUAL_FLAG = "--num-virtual-stages-per-pipeline-rank"   # works with the uneven first/last flags
 # Transformer Engine's delayed-scaling recipe as Megatron-LM's own fp8 examples set it.
 FP8_FLAGS = ["--fp8-format", "hybrid", "--fp8-amax-history-len", "1024", "--fp8-amax-compute-algo", "max"]
+# NVFP4 (Blackwell): Transformer Engine's NVFP4BlockScaling recipe, Megatron-Core's only built-in fp4 one.
+FP4_FLAGS = ["--fp4-format", "e2m1", "--fp4-recipe", "nvfp4"]
 
 
 @dataclass(frozen=True)
@@ -334,7 +337,7 @@ def _training_section(plan: Plan, knobs: Knobs, notes: list[str]) -> tuple[str, 
     args = []
     if training.precision == "fp16":
         args.append("--fp16")
-    elif training.precision in ("bf16", "fp8"):
+    elif training.precision in ("bf16", "fp8", "fp4"):
         args.append("--bf16")
     else:
         notes.append("fp32 is Megatron's default: no precision flag is written.")
@@ -343,6 +346,11 @@ def _training_section(plan: Plan, knobs: Knobs, notes: list[str]) -> tuple[str, 
         notes.append("fp8: matrix multiplies in fp8 through Transformer Engine (--transformer-impl "
                      "transformer_engine, Megatron's default), the rest in bf16; --fp8-format hybrid is e4m3 "
                      "forward and e5m2 for gradients.")
+    if training.precision == "fp4":
+        args += FP4_FLAGS
+        notes.append("fp4: matrix multiplies in NVFP4 through Transformer Engine (>= 2.7, Blackwell GPUs), the rest "
+                     "in bf16; NVIDIA's recipes keep the first and last few layers in bf16, which the prediction "
+                     "folds into params fp4_efficiency.")
     args += ["--optimizer", training.optimizer]
     if knobs.recompute == "full":
         args += ["--recompute-granularity", "full", "--recompute-method", "uniform", "--recompute-num-layers", "1"]

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import math
 
+from amp_tui.core.errors import SpecError
 from amp_tui.core.exports import Export
 from amp_tui.core.exports.common import num_micro_batches, summary
 from amp_tui.core.knobs import Knobs, resolve
@@ -178,6 +179,9 @@ def _string(text: str) -> str:
 def export(plan: Plan) -> Export:
     scenario, s = plan.scenario, plan.strategy
     training = scenario.training
+    if training.precision == "fp4":
+        raise SpecError("training.precision", "fp4", "cannot export to torchtitan: its converters train in float8 "
+                        "or MX formats, not Transformer Engine's NVFP4 (use the megatron format)")
     knobs = resolve(s, training)
     config = job_config(plan)
     replicate, shard = data_parallel_degrees(knobs, s.dp)

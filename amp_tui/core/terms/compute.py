@@ -6,8 +6,9 @@ degree t and context-parallel degree c (each GPU sees the tokens of its c-th of 
   matmuls    FLOPs b / (c t) / (peak x efficiency), where efficiency = peak_fraction x
              compute_efficiency[gpu] x M / (M + D) x N / (N + D): a matrix multiply of M = tokens b / c
              rows and N = width / t columns reaches its GPU's best fraction only when both are
-             large (D = params `gemm_half_dim`); at fp8 the linear layers run at the fp8 peak,
-             at params `fp8_efficiency` of the bf16 efficiency, and the attention core in bf16;
+             large (D = params `gemm_half_dim`); at fp8 (fp4) the linear layers run at the fp8
+             (NVFP4) peak, at params `fp8_efficiency` (`fp4_efficiency`) of the bf16 efficiency,
+             and the attention core in bf16;
   memory     the weights read once, b / (c t) of the activations written and read again by the
              element-wise kernels (layer norms, activations, dropout, softmax) at memory bandwidth;
   floor      the kernel-launch floor of a layer (params `layer_floor_s`): small layers are
@@ -26,6 +27,15 @@ import numpy as np
 from amp_tui.core.hardware import GPU
 from amp_tui.core.model import Model
 from amp_tui.core.params import ModelParams
+
+# Precisions whose linear layers run on low-precision tensor cores while the rest is bf16.
+LOW_PRECISIONS = ("fp8", "fp4")
+
+
+def core_precision(precision: str) -> str:
+    """The precision of the attention core and other non-linear matrix multiplies."""
+    return "bf16" if precision in LOW_PRECISIONS else precision
+
 
 def layer_shapes(model: Model, bytes_per_element: int) -> tuple[np.ndarray, np.ndarray]:
     """(tokens per sample, width) per layer. A layer that does not state them (an explicit layer
@@ -57,11 +67,12 @@ def analytic_forward(model: Model, gpu: GPU, precision: str, params: ModelParams
     rows = tokens * mbs / cp
     efficiency = matmul_efficiency(gpu, params, rows, width / tp)
     per_gpu = mbs / (tp * cp)
-    if precision == "fp8":
-        # Transformer Engine runs the linear layers in fp8, below its doubled peak (casts, scaling);
-        # the attention core (scores, softmax, values: flash attention) stays in bf16.
+    if precision in LOW_PRECISIONS:
+        # Transformer Engine runs the linear layers in fp8 or fp4, below their peak (casts,
+        # scaling); the attention core (scores, softmax, values: flash attention) stays in bf16.
         attention = _blocks(model) * attention_core(model)[0]
-        matmuls = ((cols["flops"] - attention) * per_gpu / (gpu.peak_flops("fp8") * efficiency * params("fp8_efficiency"))
+        linear_rate = gpu.peak_flops(precision) * efficiency * params(f"{precision}_efficiency")
+        matmuls = ((cols["flops"] - attention) * per_gpu / linear_rate
                    + attention * per_gpu / (gpu.peak_flops("bf16") * efficiency))
     else:
         matmuls = cols["flops"] * per_gpu / (gpu.peak_flops(precision) * efficiency)
@@ -78,7 +89,7 @@ def analytic_forward(model: Model, gpu: GPU, precision: str, params: ModelParams
 def flash_backward_time(model: Model, gpu: GPU, params: ModelParams, tp: int, cp: int, mbs) -> np.ndarray:
     """Seconds per layer flash attention's backward adds beyond twice its forward: it computes the
     scores again (5 matrix multiplies against the forward's 2, Dao et al.), so the attention core
-    costs 3.5 forwards instead of 3. In bf16 even under fp8 training; 0 without flash attention."""
+    costs 3.5 forwards instead of 3. In bf16 even under fp8 or fp4 training; 0 without flash attention."""
     if not model.shape.get("flash_attention"):
         return np.zeros(model.num_layers)
     flops, _ = attention_core(model)
@@ -119,7 +130,7 @@ def selective_recompute_time(model: Model, gpu: GPU, training, params: ModelPara
         return np.zeros_like(blocks) * mbs
     precision = training.precision
     per_gpu = mbs / (tp * cp * cp)          # ring attention: each GPU scores its c-th against all
-    rate = gpu.peak_flops("bf16" if precision == "fp8" else precision) * gpu.peak_fraction * \
+    rate = gpu.peak_flops(core_precision(precision)) * gpu.peak_fraction * \
         params("compute_efficiency", gpu.name)
     return blocks * (flops * per_gpu * cp / rate + 2.0 * score_bytes * per_gpu * cp / gpu.memory_bandwidth)
 
@@ -173,7 +184,8 @@ LOSS_BUFFERS = {"megatron": 1.0, "deepspeed": 1.0, "fsdp": 2.0 / 3.0}
 
 
 # Transformer Engine keeps the fp8 casts of the matrix multiplies' inputs for backward, one byte
-# instead of two: about three fifths of a bf16 layer's activation bytes remain.
+# instead of two: about three fifths of a bf16 layer's activation bytes remain. fp4 is counted the
+# same (its casts are smaller, but no published run measures its memory: an upper figure).
 FP8_ACTIVATION_SHARE = 0.6
 
 
@@ -183,7 +195,7 @@ def _full_activations(model: Model, tp: int, knobs, precision: str) -> np.ndarra
     replicated = cols["activation_replicated_bytes"]
     sp = tp if knobs.sequence_parallel else 1
     full = (replicated / sp + (cols["activation_bytes"] - replicated) / tp) / knobs.cp
-    return full * FP8_ACTIVATION_SHARE if precision == "fp8" else full
+    return full * FP8_ACTIVATION_SHARE if precision in LOW_PRECISIONS else full
 
 
 def activation_terms(model: Model, tp: int, knobs, training) -> tuple[np.ndarray, np.ndarray]:

@@ -25,7 +25,7 @@ from amp_tui.core.strategy import Strategy, even_partition
 # full; widening one of these sets (e.g. adding "fp8" or 3) is all it takes to replay the runs
 # that only needed that term.
 HONOURED: dict[str, set] = {
-    "precision": {"fp16", "bf16", "fp32", "fp8"},
+    "precision": {"fp16", "bf16", "fp32", "fp8", "fp4"},
     "recompute": {"none", "selective", "full", AUTO},
     "zero_stage": {0, 1, 2, 3},
     "sequence_parallel": {False, True},
@@ -206,7 +206,7 @@ def parse_run(run: dict, scenarios: dict[str, Scenario] | None = None) -> Replay
                 spec = {"name": f"{model.get('name')} on {cluster.get('name')}",
                         "cluster": _cluster_spec(cluster, notes),
                         "model": _model_spec(model, training, notes),
-                        "training": {"global_batch_size": int(gbs), "precision": _buildable(precision),
+                        "training": {"global_batch_size": int(gbs), "precision": precision,
                                      "recompute": recompute, "zero_stage": zero_stage,
                                      "sequence_parallel": bool(sequence_parallel), "context_parallel": cp,
                                      "virtual_stages": virtual_stages or _UNSTATED_DEPTH,
@@ -219,6 +219,8 @@ def parse_run(run: dict, scenarios: dict[str, Scenario] | None = None) -> Replay
                                 recompute=None if recompute == AUTO else recompute, zero_stage=zero_stage,
                                 sequence_parallel=bool(sequence_parallel), cp=cp,
                                 virtual_stages=virtual_stages or _UNSTATED_DEPTH)
+            if zero_stage < 3 and not oom and _cannot_hold_weights(scenario, tp * pp * ep):
+                gaps.append("stated degrees cannot hold the 16-bit weights and gradients (ZeRO-3 / FSDP not stated?)")
         except SpecError as err:
             gaps.append(f"cannot be built: {err}")
             scenario = strategy = None
@@ -229,6 +231,14 @@ def parse_run(run: dict, scenarios: dict[str, Scenario] | None = None) -> Replay
         zero_stage=zero_stage, sequence_parallel=bool(sequence_parallel), cp=cp, virtual_stages=virtual_stages,
         ep=ep, scenario=scenario, strategy=strategy, measured=case_measured,
         amp_predicted_s=run.get("amp_predicted_iteration_time_s"), assumptions=tuple(notes), data_gaps=tuple(gaps))
+
+
+def _cannot_hold_weights(scenario: Scenario, model_split: int) -> bool:
+    """Whether every GPU would need more than its memory for its share of the 16-bit weights and
+    gradients alone: a run that ran so stated has left its sharding out of the record."""
+    e = scenario.training.bytes_per_element
+    smallest = min(group.gpu.usable_memory_bytes for group in scenario.cluster.nodes)
+    return scenario.model.total_params * 2 * e / model_split > smallest
 
 
 def megatron_partition(scenario: Scenario, pp: int) -> tuple[int, ...]:
@@ -329,11 +339,6 @@ def _zero_stage(label) -> int:
     if "distributed optimizer" in text:
         return 1
     return 0
-
-
-def _buildable(precision: str) -> str:
-    """A precision the scenario accepts; fp4 runs are not replayed, so the stand-in never counts."""
-    return "fp8" if precision == "fp4" else precision
 
 
 def _torchtitan_batches(local, gbs, dp: int, pp: int, notes: list[str]):
