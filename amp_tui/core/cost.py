@@ -92,7 +92,8 @@ class CostModel:
         self._layouts: dict[tuple, Layout] = {}
         self._nodes: dict[tuple[int, ...], Nodes] = {}   # per placement order, shared by its layouts
         cols = self.model.columns
-        self._work_per_sample = cols["tokens"] * cols["width"]   # kernel size at tp 1, micro-batch 1
+        tokens, width = compute_terms.layer_shapes(self.model, self.training.bytes_per_element)
+        self._work_per_sample = tokens * width    # kernel size at tp 1, micro-batch 1 (shapes as inferred)
         self._output = cols["output_bytes"]
         # Parameters per GPU before tp: expert parallelism keeps 1/ep of each MoE layer's experts.
         self._params = cols["params"] - cols["expert_params"] * (1.0 - 1.0 / self.knobs.ep)

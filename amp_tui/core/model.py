@@ -8,7 +8,8 @@ cost model works on. All sizes are per sample at the training precision.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import math
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 
 import numpy as np
@@ -169,7 +170,7 @@ def parse_layer(value: object, field_name: str, defaults: dict) -> Layer:
             raise SpecError(f"{field_name}.{key}", None, f"required ({_LAYER_NUMBERS[key]})")
     repeat = parse_int(value.get("repeat", 1), f"{field_name}.repeat", maximum=MAX_LAYERS)
     numbers = {key: _layer_number(value[key], key, f"{field_name}.{key}") for key in _LAYER_NUMBERS if key in value}
-    numbers.setdefault("tokens", float(defaults["sequence_length"]))
+    numbers.setdefault("tokens", float(defaults.get("sequence_length") or 0))
     numbers.setdefault("width", float(defaults.get("hidden_size") or 0))
     if numbers.get("activation_replicated_bytes", 0) > numbers["activation_bytes"]:
         raise SpecError(f"{field_name}.activation_replicated_bytes", numbers["activation_replicated_bytes"],
@@ -228,7 +229,8 @@ def parse_model(value: object, bytes_per_element: int, field_name: str = "model"
     for key in value:
         if key not in allowed:
             raise SpecError(f"{field_name}.{key}", value[key], f"unknown model field; allowed: {', '.join(sorted(allowed))}")
-    sequence_length = parse_int(value.get("sequence_length", 1), f"{field_name}.sequence_length")
+    stated = "sequence_length" in value
+    sequence_length = parse_int(value["sequence_length"], f"{field_name}.sequence_length") if stated else None
     shape = {key: parse_int(value[key], f"{field_name}.{key}") for key in _SHAPE_KEYS if key in value}
     defaults = {"sequence_length": sequence_length, **shape}
     if len(layers) > MAX_LAYERS:
@@ -238,7 +240,37 @@ def parse_model(value: object, bytes_per_element: int, field_name: str = "model"
     if not any(layer.flops > 0 or layer.profile or layer.params > 0 for layer in groups):
         raise SpecError(f"{field_name}.layers", f"{len(groups)} layers",
                         "no layer has FLOPs, measured times or parameters, so there is no work to plan")
+    if not stated:
+        groups, sequence_length = _infer_shape(groups, bytes_per_element, shape.get("hidden_size"))
     return Model(name=name, groups=groups, sequence_length=sequence_length, shape=shape, description=description)
+
+
+def _infer_shape(groups: tuple[Layer, ...], bytes_per_element: int,
+                 hidden_size: int | None) -> tuple[tuple[Layer, ...], int]:
+    """A layer list that states no sequence length: read the layer it repeats most (identical
+    parameters, FLOPs and bytes, at least twice) as the transformer block. Its width is the hidden
+    size (or h from a GPT block's 12 h^2 + 13 h parameters), its output of tokens x width 16-bit values gives
+    the tokens per sample; every layer that does not state them takes both, as a preset with a
+    hidden size and sequence length would, and the block's copies are marked as blocks (two
+    tensor-parallel all-reduces per pass). Without such a layer each layer's shape is inferred on
+    its own (terms/compute.py layer_shapes) and a sample counts as one token."""
+    counts: dict[tuple, int] = {}
+    for layer in groups:
+        if layer.params > 0 and layer.output_bytes > 0:
+            key = (layer.params, layer.flops, layer.activation_bytes, layer.output_bytes)
+            counts[key] = counts.get(key, 0) + layer.repeat
+    block = max(counts, key=counts.get) if counts else None
+    if block is None or counts[block] < 2:
+        return groups, 1
+    params, _, _, output_bytes = block
+    width = float(hidden_size or round((math.sqrt(169.0 + 48.0 * params) - 13.0) / 24.0))   # 12 h^2 + 13 h
+    tokens = max(round(output_bytes / (width * bytes_per_element)), 1)
+
+    def shaped(layer: Layer) -> Layer:
+        is_block = (layer.params, layer.flops, layer.activation_bytes, layer.output_bytes) == block
+        return replace(layer, tokens=layer.tokens or float(tokens), width=layer.width or width,
+                       kind="block" if is_block and layer.kind == "other" else layer.kind)
+    return tuple(shaped(layer) for layer in groups), tokens
 
 
 def _check_size(groups: tuple[Layer, ...], field_name: str) -> None:
