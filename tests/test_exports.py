@@ -586,6 +586,12 @@ def test_megatron_says_when_interleaving_cannot_split_the_stages():
     export = export_plan(plan, "megatron")
     assert megatron_args(export.files["megatron_args.sh"])["--num-virtual-stages-per-pipeline-rank"] == ["4"]
     assert any("divisible by 4" in note and "will refuse" in note for note in export.notes)
+    # ... and gives the layout of the plan's 8 chunks: chunk a * pp + s on rank s, E first, L last
+    note = next(note for note in export.notes if "divisible by 4" in note)
+    layout = note.split('--pipeline-model-parallel-layout "')[1].split('"')[0]
+    assert layout == "Et*3|t*6|t*2|t*6|t*2|t*6|t*2|t*5L"
+    per_chunk = [int(c.strip("EL").split("*")[1]) if "*" in c else c.strip("EL").count("t") for c in layout.split("|")]
+    assert (sum(per_chunk[0::2]), sum(per_chunk[1::2])) == (9, 23)
 
 
 def test_mixture_of_experts_flags():

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from amp_tui.core.chunks import interleaved_chunks, rank_partition
 from amp_tui.core.errors import SpecError
 from amp_tui.core.scenario import Scenario
 from amp_tui.core.units import parse_int
@@ -82,6 +83,8 @@ class Strategy:
             out["batch_shares"] = list(self.batch_shares)
         if self.partition is not None:
             out["partition"] = list(self.partition)
+            if (self.virtual_stages or 1) > 1:
+                out["chunks"] = list(interleaved_chunks(self.partition, self.virtual_stages))
         if self.placement is not None:
             out["placement"] = list(self.placement)
         for key in (*KNOB_FIELDS, "ep", "hsdp_shard"):
@@ -127,6 +130,9 @@ def parse_strategy(value: object, field: str = "strategy") -> Strategy:
     knobs = parse_knobs(value, field)
     idle = parse_idle(value.get("idle"), f"{field}.idle")
     pp = parse_int(value["pp"], f"{field}.pp")
+    v = knobs.get("virtual_stages")
+    if partition is not None and isinstance(v, int) and v > 1 and len(partition) == pp * v:
+        partition = rank_partition(partition, pp)     # pp x v chunks: the layers each rank holds
     stage_tp = _per_stage(value["tp"], pp, f"{field}.tp")
     stage_dp = _per_stage(value["dp"], pp, f"{field}.dp")
     shares = value.get("batch_shares")
@@ -206,7 +212,7 @@ def parse_knobs(value: dict, field: str) -> dict:
 
 
 # Fields a plan's strategy entry carries beside the strategy itself (rank, predictions...).
-_IGNORED_OUTPUT_KEYS = {"rank", "num_micro_batches", "gpus_used"}
+_IGNORED_OUTPUT_KEYS = {"rank", "num_micro_batches", "gpus_used", "chunks"}
 
 
 def validate_strategy(scenario: Scenario, strategy: Strategy, field: str = "strategy") -> None:
@@ -253,7 +259,8 @@ def validate_strategy(scenario: Scenario, strategy: Strategy, field: str = "stra
         _validate_hsdp(knobs.hsdp_shard, knobs.zero_stage, dp, field)
     if strategy.partition is not None:
         if len(strategy.partition) != pp:
-            raise SpecError(f"{field}.partition", list(strategy.partition), f"needs {pp} entries, one per stage")
+            chunks = f", or {pp * knobs.virtual_stages} (pp x virtual_stages) chunks" if knobs.virtual_stages > 1 else ""
+            raise SpecError(f"{field}.partition", list(strategy.partition), f"needs {pp} entries, one per stage{chunks}")
         if min(strategy.partition) < 1:
             raise SpecError(f"{field}.partition", list(strategy.partition), "every stage needs at least one layer")
         if sum(strategy.partition) != layers:

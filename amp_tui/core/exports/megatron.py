@@ -30,6 +30,7 @@ import shlex
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from amp_tui.core.chunks import interleaved_chunks
 from amp_tui.core.cost import CostModel, Prediction
 from amp_tui.core.exports import Export
 from amp_tui.core.exports.common import comment as one_line_comment
@@ -231,10 +232,13 @@ def _pipeline_section(plan: Plan, knobs: Knobs, notes: list[str]) -> tuple[str, 
     if v <= 1:
         return comment, args
     if any(count % v for count in blocks):
+        chunks = interleaved_chunks(blocks, v)
+        layout = (f'replace the split and virtual-stage flags with --pipeline-model-parallel-layout '
+                  f'"{layout_string(chunks)}" (the plan\'s {len(chunks)} chunks, model order)' if min(chunks) >= 1
+                  else f"give --pipeline-model-parallel-layout with {len(chunks)} chunks")
         notes.append(f"Interleaving with {v} virtual stages per pipeline rank needs every stage's transformer blocks "
                      f"divisible by {v}; the split {list(blocks)} is not, so Megatron will refuse it. Choose a split "
-                     f"in multiples of {v}, or give --pipeline-model-parallel-layout with "
-                     f"{plan.strategy.pp * v} chunks.")
+                     f"in multiples of {v}, or {layout}.")
     return (comment + f"; interleaved 1F1B, {v} model chunks per pipeline rank",
             args + [VIRTUAL_FLAG, str(v)])
 
