@@ -158,13 +158,17 @@ class CostModel:
             known = np.where(have, measured, 0.0)
             forward = np.where(have, known * (mbs + kappa) / (1.0 + kappa), analytic)
             if tp > 1:
-                forward = np.where(have, self._split_measured(group, tp, known, analytic, mbs, forward), forward)
+                split, measured_comm = self._split_measured(group, tp, known, analytic, mbs, forward)
+                forward = np.where(have, split, forward)
+                measured_comm = np.where(have, measured_comm, 0.0)
         else:
             forward = analytic
         comm_passes = passes - 1.0  # forward and backward all-reduces, forward again under recompute
         ring = 2.0 * (tp - 1) / tp
         tp_bytes = np.where(have, 0.0, self.model.columns["tp_comm_bytes"] * (comm_passes * mbs * ring / self.knobs.cp))
-        compute = passes * forward
+        # Backward runs twice the forward's compute but only as many all-reduces: a measured
+        # time's communication counts once per pass that communicates, not three times.
+        compute = passes * forward + (comm_passes * measured_comm if have.any() and tp > 1 else 0.0)
         if not have.all():   # flash attention's backward recomputes the scores (analytic layers only)
             compute = compute + np.where(have, 0.0, compute_terms.flash_backward_time(
                 self.model, gpu, self.params, tp, self.knobs.cp, mbs))
@@ -197,8 +201,9 @@ class CostModel:
         tp by the analytic model (`analytic`, per micro-batch size), the rest is communication,
         paid as one latency per micro-batch plus the bytes of each sample over the node's link.
         Scaling the whole measurement with the micro-batch would multiply a latency-bound
-        all-reduce by the micro-batch size. Layers without a tp = 1 measurement keep `whole`, the
-        measurement scaled by the efficiency model."""
+        all-reduce by the micro-batch size. Returns (compute, communication) per forward pass.
+        Layers without a tp = 1 measurement keep `whole`, the measurement scaled by the efficiency
+        model, as compute."""
         base = self._measured(self.gpus[group].name, 1)
         compute1 = self._analytic_forward(self.gpus[group], tp, 1) * self._calibration(group)
         compute_share = np.where(compute1 > 0, np.minimum(measured, compute1) / np.where(compute1 > 0, compute1, 1.0), 0.0)
@@ -206,8 +211,9 @@ class CostModel:
         node = self.scenario.cluster.nodes[group]
         bandwidth = node.intra_node_bandwidth * self.params("link_efficiency", node.intra_link_class)
         per_sample = np.minimum(comm1, self.model.columns["tp_comm_bytes"] * (2.0 * (tp - 1) / tp) / bandwidth)
-        split = compute_share * analytic + (comm1 - per_sample) + per_sample * mbs
-        return np.where(np.isnan(base), whole, split)
+        without_base = np.isnan(base)
+        compute = np.where(without_base, whole, compute_share * analytic)
+        return compute, np.where(without_base, 0.0, (comm1 - per_sample) + per_sample * mbs)
 
     @cached_property
     def tp_messages(self) -> np.ndarray:
