@@ -253,7 +253,9 @@ class CostModel:
             alpha = self.tp_messages * (2.0 * (tp - 1) * tp_latency) if tp > 1 else 0.0
             # Overlapped collectives run in chunks beside the GEMMs: only the rest is exposed.
             tp_exposed = 1.0 - self.params("tp_overlap") if self.training.tp_comm_overlap else 1.0
-            sharded = compute_terms.zero3_layer_time(self._params, self.training.bytes_per_element, tp, shard) if shard[0] else None
+            collectives = compute_terms.zero3_collectives(self.training.framework, self.knobs.recompute)
+            sharded = compute_terms.zero3_layer_time(self._params, self.training.bytes_per_element, tp, shard,
+                                                     collectives) if shard[0] else None
             for g in groups:
                 compute, tp_bytes = self.layer_times(g, tp, mbs)
                 # A measured time already holds its all-reduces, latency included (tp_bytes = 0).
@@ -261,7 +263,7 @@ class CostModel:
                 total = compute + comm
                 exposed = 0.0
                 if sharded is not None:    # prefetched: the layer waits only for what compute does not hide
-                    exposed = np.maximum(sharded - compute, 0.0) + shard[1] * 3.0
+                    exposed = np.maximum(sharded - compute, 0.0) + shard[1] * collectives
                     total = total + exposed
                 slower = total > times
                 times = np.where(slower, total, times)

@@ -199,6 +199,20 @@ def test_fsdp_under_pipelines_keeps_gathered_weights_and_whole_fp32_gradients():
     assert flat.stages[0].memory.weights_bytes == pytest.approx(total * 2 / 8, rel=1e-12)
 
 
+@pytest.mark.parametrize("framework, collectives", [("deepspeed", 4), ("fsdp", 3), ("megatron", 3)])
+def test_zero_3_under_full_recomputation_gathers_again_only_in_deepspeed(framework, collectives):
+    """DeepSpeed releases a module's parameters after each forward, so the recomputed forward
+    gathers them once more: 4 collectives per layer; FSDP's backward hook gathers a block once."""
+    scn = gpt(framework=framework)
+    cost = CostModel(scn, Knobs(zero_stage=3, recompute="full"))
+    c = cost.candidate(1, 1, 8, 1, (0,))
+    compute, _ = cost.layer_times(0, 1, 1)
+    (_, _, _, (spb, latency)), = c.stage_hardware
+    traffic = collectives * scn.model.columns["params"] * 2 * spb
+    times, _ = c.stage_layer_times
+    assert times[0] == pytest.approx(compute + np.maximum(traffic - compute, 0) + collectives * latency, rel=1e-12)
+
+
 def test_pipeline_sends_are_split_over_tensor_parallel_ranks():
     """Each of the tp ranks sends its 1/tp share at once: per rank, tp times fewer bytes."""
     scn = build([node(2, "V100", 2, intra=100, inter=10)], [layer(kind="block", tp_comm_bytes=1e6, **LAYER)] * 2, 4,

@@ -227,9 +227,18 @@ def activation_terms(model: Model, tp: int, knobs, training) -> tuple[np.ndarray
     return full, workspace
 
 
-def zero3_layer_time(params: np.ndarray, bytes_per_element: int, tp: int, shard: tuple[float, float]) -> np.ndarray:
+def zero3_collectives(framework: str, recompute: str) -> float:
+    """ZeRO-3 / FSDP collectives per layer per micro-batch: the parameters all-gathered for forward
+    and again for backward, the gradients reduce-scattered. DeepSpeed's ZeRO-3 releases a module's
+    parameters after every forward, so full recomputation gathers them once more before backward;
+    FSDP's backward hook gathers a block once and recomputes it with those parameters."""
+    return 4.0 if framework == "deepspeed" and recompute == "full" else 3.0
+
+
+def zero3_layer_time(params: np.ndarray, bytes_per_element: int, tp: int, shard: tuple[float, float],
+                     collectives: float = 3.0) -> np.ndarray:
     """ZeRO-3 / FSDP seconds per layer per micro-batch on the sharding ring (`shard`: seconds per
-    byte already scaled by (n - 1)/n, latency): each layer's parameters on this GPU (`params`,
-    before tp) all-gathered for forward and again for backward, the gradients reduce-scattered."""
+    byte already scaled by (n - 1)/n, latency): `collectives` passes (zero3_collectives) of each
+    layer's parameters on this GPU (`params`, before tp)."""
     spb, _ = shard
-    return 3.0 * params * (bytes_per_element / tp) * spb
+    return collectives * params * (bytes_per_element / tp) * spb

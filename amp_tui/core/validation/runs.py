@@ -280,11 +280,12 @@ def _amp_scenario(run: dict, gbs, pp: int, scenarios: dict) -> tuple[Scenario, t
 # -- techniques as the sources name them ------------------------------------------------------
 
 def _framework(label) -> str:
-    """Which memory conventions the run's trainer follows (scenario.FRAMEWORKS)."""
+    """Which conventions the run's trainer follows (scenario.FRAMEWORKS): the engine that holds and
+    reduces the gradients, DeepSpeed's when it is named beside Megatron-LM's model code."""
     text = str(label or "").lower()
     if "fsdp" in text or "torchtitan" in text or "composer" in text:
         return "fsdp"
-    if "deepspeed" in text and "megatron" not in text:
+    if "deepspeed" in text:
         return "deepspeed"
     return "megatron"
 
