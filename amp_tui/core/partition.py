@@ -91,6 +91,8 @@ class SegmentTables:
         self.candidate = c
         self.pp, self.L, self.R = pp, L, R
         self.poll: Callable[[], None] | None = None     # called between the DPs' stages (solve sets it)
+        # Segments surely at or above this tau are cut from the tables (solve sets it, see there).
+        self.tau_cap = INF
 
     # Built on first use, as the cost tables below: solve can rule a candidate out without them.
     @functools.cached_property
@@ -106,7 +108,13 @@ class SegmentTables:
     def _build(self) -> None:
         c, pp, L, R = self.candidate, self.pp, self.L, self.R
         # Per (end j, length w + 1) over all ends first: memory needs no stage index but in-flight.
+        # No segment longer than the cap allows is needed (tau_cap), nor built.
+        columns = min(R, self._longest_below_cap())
+        if columns == 0:
+            self._feasible = np.zeros((pp, R, 0), dtype=bool)
+            return
         j, start, valid = _segment_grid(L, R)
+        start, valid = start[:, :columns], valid[:, :columns]
         params = c.param_prefix[j] - c.param_prefix[start]
         state = c.state_prefix[j] - c.state_prefix[start]
         act_prefix, peak, in_flight = c.memory_arrays
@@ -134,6 +142,26 @@ class SegmentTables:
 
         self._windows, self._j, self._start, self._valid, self._params = windows, j, start, valid, params
 
+    def _longest_below_cap(self) -> int:
+        """The most layers a segment may hold with tau below tau_cap on some stage: tau is at least
+        the segment's compute plus the overhead per micro-batch, and compute grows with the
+        segment (prefix sums of times >= 0), so per start a binary search finds the last end
+        below the cap. With a cap near the optimum's bottleneck the tables shrink from
+        (pp, R, W) to about (pp, R, L / pp): O(L^2) whatever the depth."""
+        if self.tau_cap == INF:
+            return self.L
+        c = self.candidate
+        room = self.tau_cap * (1 + 1e-9) - c.micro_batch_overhead      # margin against rounding
+        if room <= 0:
+            return 0
+        starts = np.arange(self.L + 1)
+        longest = 0
+        for first in _hardware_kinds(c.stage_hardware).values():
+            prefix = c.time_prefix[first]
+            ends = np.searchsorted(prefix, prefix + room, side="left") - 1    # prefix[end] < prefix[a] + room
+            longest = max(longest, int((ends - starts).max()))
+        return longest
+
     # The cost tables are built on first use: a candidate whose first bound loses needs only tau.
     @functools.cached_property
     def _compute(self) -> np.ndarray:
@@ -143,7 +171,7 @@ class SegmentTables:
         windows, j, start = self._windows, self._j, self._start
         prefix = c.time_prefix
         hardware = c.stage_hardware
-        kinds = {kind: s for s, kind in reversed(list(enumerate(hardware)))}   # kind -> first stage
+        kinds = _hardware_kinds(hardware)
         if len(kinds) == 1:
             return windows(prefix[0][j] - prefix[0][start])
         compute = np.empty((pp, R, W))
@@ -278,6 +306,11 @@ class SegmentTables:
             flat.append((s * self.R + j - s - 1) * self.W + size - 1)
         return (float(self.tau.ravel()[flat].max()), float(np.add.reduce(self.g.ravel()[flat])),
                 float(self.e.ravel()[flat].max()))
+
+
+def _hardware_kinds(hardware: list[tuple]) -> dict[tuple, int]:
+    """Each distinct stage hardware (Candidate.stage_hardware) and the first stage with it."""
+    return {kind: s for s, kind in reversed(list(enumerate(hardware)))}
 
 
 def _longest(allowed: np.ndarray) -> int:
@@ -441,28 +474,31 @@ def solve(tables: SegmentTables, upper_bound: float = INF,
             raise Cancelled
 
     tables.poll = poll
-    if tables.pp <= 2:
-        if not tables.feasible.any():
-            return PartitionResult(None, INF, 0, fits=False)
-        return _solve_by_enumeration(tables, upper_bound)
-    # Settled without building the tables: no partition fits, or none has a bottleneck that
-    # could beat the bound.
-    if not partitions_fit([tables.candidate])[0]:
+    candidate = tables.candidate
+    # Settled without building the tables: no partition fits (after this, finding nothing means
+    # that nothing beats the bound), or none has a bottleneck that could beat the bound.
+    if not partitions_fit([candidate])[0]:
         return PartitionResult(None, INF, 0, fits=False)
-    g_floor, e_floor = _sum_and_tail_floors(tables.candidate)
-    if B > 1 and upper_bound < INF and _bottleneck_exceeds(tables.candidate, (upper_bound - g_floor - e_floor) / (B - 1)):
+    g_floor, e_floor = _sum_and_tail_floors(candidate)
+    if B > 1 and upper_bound < INF and _bottleneck_exceeds(candidate, (upper_bound - g_floor - e_floor) / (B - 1)):
         return PartitionResult(None, INF, 0)
+    # A partition with max tau >= (J - g_floor - e_floor) / (B - 1) costs at least J: with J the
+    # bound, or else the even split's time (when it fits, the optimum costs no more), its
+    # segments with tau that high are never needed, and the tables are cut short of them.
+    bound = upper_bound if upper_bound < INF else _even_split_time(candidate)
+    if B > 1 and bound < INF:
+        tables.tau_cap = (bound - g_floor - e_floor) / (B - 1)
+    if tables.pp <= 2:
+        return _solve_by_enumeration(tables, upper_bound)
     poll()
     if not tables.feasible.any():
-        return PartitionResult(None, INF, 0, fits=False)
+        return PartitionResult(None, INF, 0)
     for table in ("_compute", "_busy", "tau"):      # built in steps, so that a cancel waits less
         poll()
         getattr(tables, table)
     poll()
     t_star, start = tables.minmax(tables.tau, tables.feasible)
-    if start is None:
-        return PartitionResult(None, INF, 1, fits=False)
-    if (B - 1) * t_star + g_floor + e_floor >= upper_bound:
+    if start is None or (B - 1) * t_star + g_floor + e_floor >= upper_bound:
         return PartitionResult(None, INF, 1)
     poll()
     tables.e
@@ -526,6 +562,15 @@ def solve(tables: SegmentTables, upper_bound: float = INF,
     return PartitionResult(best_p, best_j if best_p is not None else INF, solves)
 
 
+def _even_split_time(candidate: Candidate) -> float:
+    """The even split's iteration time if it fits in memory (judged as the tables judge it), else
+    inf: an upper bound on the best partition's."""
+    need, capacity = even_split_memory([candidate])
+    if not np.all(need <= capacity):
+        return INF
+    return candidate.quick_evaluate(even_partition(candidate.num_layers, candidate.pp))[0]
+
+
 def _bottleneck_exceeds(candidate: Candidate, limit: float) -> bool:
     """Whether every partition has max tau above `limit` (a little above it, against rounding),
     shown without tables: with each boundary at its cheapest cut, stage s may hold at most
@@ -569,12 +614,12 @@ def _solve_by_enumeration(tables: SegmentTables, upper_bound: float) -> Partitio
     else:
         first = np.arange(1, L)
         sizes = np.stack([first, L - first])
-    sizes = sizes[:, (sizes <= W).all(axis=0)]                        # longer segments never fit
+    sizes = sizes[:, (sizes <= W).all(axis=0)]            # longer segments never fit or never win
     stage = np.arange(tables.pp)[:, None]
     index = (stage, np.cumsum(sizes, axis=0) - stage - 1, sizes - 1)
     fits = tables.feasible[index].all(axis=0)
-    if not fits.any():
-        return PartitionResult(None, INF, 1, fits=False)
+    if not fits.any():                  # solve checked that some partition fits: none can win
+        return PartitionResult(None, INF, 1)
     g, tau, e = (table[index] for table in (tables.g, tables.tau, tables.e))
     iteration = (B - 1) * tau.max(axis=0) + np.add.reduce(g, axis=0) + e.max(axis=0)
     iteration = np.where(fits, iteration, INF)
