@@ -109,7 +109,7 @@ class SegmentTables:
         c, pp, L, R = self.candidate, self.pp, self.L, self.R
         # Per (end j, length w + 1) over all ends first: memory needs no stage index but in-flight.
         # No segment longer than the cap allows is needed (tau_cap), nor built.
-        columns = min(R, self._longest_below_cap())
+        columns = min(R, self._longest_below_cap(), self._longest_fitting())
         if columns == 0:
             self._feasible = np.zeros((pp, R, 0), dtype=bool)
             return
@@ -141,6 +141,34 @@ class SegmentTables:
         self._feasible = (memory <= capacity[:, None, None]) & (np.arange(R)[:, None] >= np.arange(W))
 
         self._windows, self._j, self._start, self._valid, self._params = windows, j, start, valid, params
+
+    def _longest_fitting(self) -> int:
+        """The most layers a segment may hold and fit on the roomiest stage with the fewest
+        micro-batches in flight, as `fits_somewhere` in _build judges it, without its (L + 1, R)
+        grid: a segment's memory grows with its length, so if w layers fit somewhere, w - 1 do;
+        a binary search over w, each step checking every segment of w layers (the transient peak
+        from its sparse table)."""
+        c, L = self.candidate, self.L
+        act_prefix, _, in_flight = c.memory_arrays
+        levels = _peak_levels(c).reshape(-1, L)
+        reserve, room, fewest = c.cost.training.runtime_reserve_bytes, c.layout.stage_capacity.max(), in_flight.min()
+
+        def fits(w: int) -> bool:
+            start = np.arange(L - w + 1)
+            end = start + w
+            k = w.bit_length() - 1
+            seg_peak = np.maximum(levels[k][start], levels[k][end - (1 << k)])
+            fixed = c.state_prefix[end] - c.state_prefix[start] + seg_peak + reserve
+            return bool(np.any(fixed + fewest * (act_prefix[end] - act_prefix[start]) <= room))
+
+        low, high = 0, self.R              # low layers fit (0: trivially), high + 1 do not
+        while low < high:
+            w = (low + high + 1) // 2
+            if fits(w):
+                low = w
+            else:
+                high = w - 1
+        return low
 
     def _longest_below_cap(self) -> int:
         """The most layers a segment may hold with tau below tau_cap on some stage: tau is at least
@@ -246,53 +274,62 @@ class SegmentTables:
     def minsum(self, allowed: np.ndarray, g: np.ndarray | None = None) -> tuple[float, tuple[int, ...] | None]:
         """Minimum sum of g over partitions using only allowed segments, and one such partition.
         `g` replaces the tables' g, e.g. with segments already excluded (set to INF)."""
-        W = _longest(allowed)
-        return self._dp(np.where(allowed[:, :, :W], (self.g if g is None else g)[:, :, :W], INF), np.add)
+        return self._dp(self.g if g is None else g, allowed, np.add)
 
     def minmax(self, cost: np.ndarray, allowed: np.ndarray) -> tuple[float, tuple[int, ...] | None]:
         """Minimum over allowed partitions of the largest per-stage `cost`, and one such partition."""
-        W = _longest(allowed)
-        return self._dp(np.where(allowed[:, :, :W], cost[:, :, :W], INF), np.maximum)
+        return self._dp(cost, allowed, np.maximum)
 
-    def _dp(self, masked: np.ndarray, combine) -> tuple[float, tuple[int, ...] | None]:
-        """The best value over partitions of `masked` (pp, R, W) segment costs combined stage by
-        stage with `combine` (add or max), and one partition attaining it.
+    def _dp(self, cost: np.ndarray, allowed: np.ndarray, combine) -> tuple[float, tuple[int, ...] | None]:
+        """The best value over partitions of the allowed segments' `cost` (both (pp, R, >= W)
+        tables) combined stage by stage with `combine` (add or max), and one partition attaining it.
 
         `value` holds the best over partitions of layers [0, p) into the stages so far at index
         p + W - 1, so stage s reads every segment start s + r - w through one strided view. Starts
         before layer s (r < w) are impossible: positions below s hold INF when stage s reads them
         (each is cleared once no later stage may write it), so whatever the table holds there
         never wins. Stage 0 starts at layer 0, so its values are the diagonal; the last stage ends
-        at layer L, so only its last row is needed (and it has no r < w, as W <= R). Tables may
-        be cut short of self.W: no segment is longer than their last column."""
+        at layer L, so only its last row is needed (and it has no r < w, as W <= R).
+
+        W is the longest allowed segment (_longest), so stage s ends at no layer beyond (s + 1) W
+        (the stages up to it hold at most W each) and at none before L - (pp - 1 - s) W (the
+        stages after it hold the rest): only those rows are masked and combined, the others of
+        `value` are INF. With a tight tau limit that is a fraction of the rows."""
         pp, L, R = self.pp, self.L, self.R
-        W = masked.shape[2]
+        W = _longest(allowed)
         if W == 0:
             return INF, None
         if pp == 1:
-            v = float(masked[0, R - 1, R - 1]) if R <= W else INF
+            v = float(cost[0, R - 1, R - 1]) if R <= W and allowed[0, R - 1, R - 1] else INF
             return (v, (L,)) if v < INF else (INF, None)
         value = np.full(L + W, INF)
-        first = masked[0].diagonal()
+        first = np.where(allowed[0, :, :W].diagonal(), cost[0, :, :W].diagonal(), INF)
         value[W:W + len(first)] = first
         step = value.itemsize
         starts = np.ndarray((pp, R, W), buffer=value, offset=(W - 1) * step, strides=(step, step, -step))
-        totals = np.empty((pp, R, W))
+        totals: list[tuple[int, np.ndarray]] = [(0, first[:, None])]     # per stage: first row, costs
         best = np.minimum.reduce
-        for s in range(1, pp - 1):
+        for s in range(1, pp):
             if self.poll is not None:
                 self.poll()
             value[s + W - 2] = INF            # position s - 1: no segment of stage s starts there
-            combine(starts[s], masked[s], out=totals[s])
-            best(totals[s], axis=1, out=value[s + W:s + W + R])
-        last = totals[pp - 1, R - 1]
-        combine(starts[pp - 1, R - 1], masked[pp - 1, R - 1], out=last)
-        total = float(last.min())
+            low = R - 1 if s == pp - 1 else max(0, L - (pp - 1 - s) * W - s - 1)
+            rows = slice(low, max(low, min(R, (s + 1) * W - s)))
+            combined = np.where(allowed[s, rows, :W], cost[s, rows, :W], INF)
+            combine(starts[s, rows], combined, out=combined)
+            totals.append((low, combined))
+            if s < pp - 1:
+                ends = value[s + W:s + W + R]         # ends s + 1 ... s + R
+                best(combined, axis=1, out=ends[rows])
+                ends[:rows.start] = INF
+                ends[rows.stop:] = INF
+        total = float(totals[-1][1][0].min()) if len(totals[-1][1]) else INF
         if total == INF:
             return INF, None
         sizes, j = [], L                 # walk back from the end through each stage's best length
         for s in range(pp - 1, 0, -1):
-            size = int(totals[s, j - s - 1].argmin()) + 1
+            low, combined = totals[s]
+            size = int(combined[j - s - 1 - low].argmin()) + 1
             sizes.append(size)
             j -= size
         sizes.append(j)
