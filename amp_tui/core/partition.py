@@ -63,25 +63,16 @@ def _segment_grid(L: int, R: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return j, start, valid
 
 
-def _stage_windows(pp: int, R: int, W: int):
-    """A function from a C-contiguous (L + 1, >= W) table over (end j, length) to its read-only
-    (pp, R, W) view with [s, r, w] = table[s + 1 + r, w]: stage s's possible ends are rows
-    s + 1 ... s + R."""
-    def view(table: np.ndarray) -> np.ndarray:
-        row, column = table.strides
-        window = np.ndarray((pp, R, W), dtype=table.dtype, buffer=table, offset=row,
-                            strides=(row, row, column))
-        window.flags.writeable = False
-        return window
-    return view
-
-
 class SegmentTables:
-    """Every candidate segment of every stage, indexed (stage s, row r, length w + 1).
+    """Every segment a partition may give a stage, one row per (stage s, end j), one column per
+    length w + 1: the segment holds layers [j - w - 1, j).
 
     Stage s can only end at j = s + 1 + r with r in [0, R), R = L - pp + 1 (it needs s layers
-    before it and pp - 1 - s after it); the segment holds layers [j - w - 1, j). Arrays have shape
-    (pp, R, W), W the longest segment that fits in memory on any stage.
+    before it and pp - 1 - s after it). With W the longest segment that fits in memory on any stage
+    (and below tau_cap), it ends at no layer beyond (s + 1) W (the stages up to it hold at most W
+    each) nor before L - (pp - 1 - s) W (the stages after it hold the rest): only the rows
+    r in [low[s], high[s]) are kept, stage after stage, as rows offset[s] ... offset[s + 1] of
+    (rows, W) arrays. With W near L / pp that is about L W cells, not pp L W.
     """
 
     def __init__(self, candidate: Candidate):
@@ -103,7 +94,23 @@ class SegmentTables:
 
     @property
     def W(self) -> int:
-        return self.feasible.shape[2]
+        return self.feasible.shape[1]
+
+    def row(self, stage, r):
+        """The table row of stage `stage` ending at layer stage + 1 + r (arrays broadcast), which
+        must lie in the stage's band."""
+        return self._offset[stage] + r - self._low[stage]
+
+    def _band(self, W: int) -> None:
+        """The rows kept with segments of up to W layers (none when W = 0 or pp W < L)."""
+        pp, L, R = self.pp, self.L, self.R
+        s = np.arange(pp)
+        low = np.maximum(0, L - (pp - 1 - s) * W - s - 1) if W else np.zeros(pp, dtype=np.int64)
+        high = np.maximum(low, np.minimum(R, (s + 1) * W - s)) if W * pp >= L else low
+        self._low, self._offset = low, np.concatenate([[0], np.cumsum(high - low)])
+        self._stage = np.repeat(s, high - low)                                  # per row: its stage,
+        self._r = np.arange(self._offset[-1]) - self._offset[self._stage] + low[self._stage]
+        self._ends = self._stage + 1 + self._r                                  # its end j
 
     def _build(self) -> None:
         c, pp, L, R = self.candidate, self.pp, self.L, self.R
@@ -111,11 +118,11 @@ class SegmentTables:
         # No segment longer than the cap allows is needed (tau_cap), nor built.
         columns = min(R, self._longest_below_cap(), self._longest_fitting())
         if columns == 0:
-            self._feasible = np.zeros((pp, R, 0), dtype=bool)
+            self._band(0)
+            self._feasible = np.zeros((0, 0), dtype=bool)
             return
         j, start, valid = _segment_grid(L, R)
         start, valid = start[:, :columns], valid[:, :columns]
-        params = c.param_prefix[j] - c.param_prefix[start]
         state = c.state_prefix[j] - c.state_prefix[start]
         act_prefix, peak, in_flight = c.memory_arrays
         acts = act_prefix[j] - act_prefix[start]
@@ -128,19 +135,20 @@ class SegmentTables:
         capacity = c.layout.stage_capacity
         fits_somewhere = valid & (fixed + in_flight.min() * acts <= capacity.max())
         W = int(np.nonzero(fits_somewhere.any(axis=0))[0].max()) + 1 if fits_somewhere.any() else 0
+        self._band(W)
         if W == 0 or W * pp < L:
-            self._feasible = np.zeros((pp, R, W), dtype=bool)
+            self._feasible = np.zeros((0, W), dtype=bool)
             return
         if self.poll is not None:
             self.poll()
         # Segments with r < w would start before layer s; they are never read (see _dp), so
         # their entries are left as they fall, but marked infeasible: masks derived from
         # `feasible` then tell the longest segment in play (_longest).
-        windows = _stage_windows(pp, R, W)
-        memory = windows(fixed) + in_flight[:, None, None] * windows(acts)
-        self._feasible = (memory <= capacity[:, None, None]) & (np.arange(R)[:, None] >= np.arange(W))
-
-        self._windows, self._j, self._start, self._valid, self._params = windows, j, start, valid, params
+        ends, stage = self._ends, self._stage
+        memory = fixed[ends, :W] + in_flight[stage][:, None] * acts[ends, :W]
+        self._feasible = (memory <= capacity[stage][:, None]) & (self._r[:, None] >= np.arange(W))
+        self._start = start[ends, :W]           # per row and length, the segment's first layer
+        self._valid = valid[ends, :W]
 
     def _longest_fitting(self) -> int:
         """The most layers a segment may hold and fit on the roomiest stage with the fewest
@@ -193,21 +201,18 @@ class SegmentTables:
     # The cost tables are built on first use: a candidate whose first bound loses needs only tau.
     @functools.cached_property
     def _compute(self) -> np.ndarray:
-        """Segment compute time: one (end, length) table per distinct stage hardware, then each
-        stage's window of its table."""
-        c, pp, R, W = self.candidate, self.pp, self.R, self.W
-        windows, j, start = self._windows, self._j, self._start
-        prefix = c.time_prefix
-        hardware = c.stage_hardware
+        """Segment compute time, from the prefix sums of each distinct stage hardware's times."""
+        c = self.candidate
+        prefix, hardware = c.time_prefix, c.stage_hardware
         kinds = _hardware_kinds(hardware)
         if len(kinds) == 1:
-            return windows(prefix[0][j] - prefix[0][start])
-        compute = np.empty((pp, R, W))
+            return prefix[0][self._ends][:, None] - prefix[0][self._start]
+        compute = np.empty(self._start.shape)
         for kind, first in kinds.items():
             if self.poll is not None:
                 self.poll()
-            mine = np.array([k == kind for k in hardware])
-            compute[mine] = windows(prefix[first][j] - prefix[first][start])[mine]
+            mine = np.array([k == kind for k in hardware])[self._stage]
+            compute[mine] = prefix[first][self._ends[mine]][:, None] - prefix[first][self._start[mine]]
         return compute
 
     @functools.cached_property
@@ -215,18 +220,14 @@ class SegmentTables:
         """Per segment, compute + the send after it + the engine's fixed cost per micro-batch."""
         c, pp = self.candidate, self.pp
         compute, overhead = self._compute, c.micro_batch_overhead
-        busy = np.empty(compute.shape)
-        if pp > 1:
-            unit = c.cut_unit                                           # (L + 1,): bytes sent per cut
-            spb = c.layout.boundary_seconds_per_byte[:, None]
-            latency = c.cut_latency[:, None]
-            step = unit.itemsize             # ends[k, r]: bytes across boundary k after layer k + r
-            ends = np.ndarray((pp - 1, self.R), dtype=unit.dtype, buffer=unit, offset=step, strides=(step, step))
-            np.add(compute[:-1], (ends * spb + latency + overhead)[:, :, None], out=busy[:-1])
-            busy[-1] = compute[-1] + overhead
-        else:
-            np.add(compute, overhead, out=busy)
-        return busy
+        if pp == 1:
+            return compute + overhead
+        extra = np.full(len(compute), overhead)         # the last stage sends nothing after it
+        inner = self._stage < pp - 1
+        stage = self._stage[inner]
+        extra[inner] = (c.cut_unit[self._ends[inner]] * c.layout.boundary_seconds_per_byte[stage]
+                        + c.cut_latency[stage] + overhead)
+        return compute + extra[:, None]
 
     @functools.cached_property
     def g(self) -> np.ndarray:
@@ -242,33 +243,33 @@ class SegmentTables:
         c, busy = self.candidate, self._busy
         if self.pp == 1:
             return busy
+        later = slice(self._offset[1], None)            # the rows of stages 1 ... pp - 1
+        before = self._stage[later] - 1                 # the boundary before each
+        received = np.where(self._valid[later], c.cut_unit[self._start[later]], 0.0)
         tau = np.empty(busy.shape)
-        unit = c.cut_unit
-        spb = c.layout.boundary_seconds_per_byte[:, None]
-        latency = c.cut_latency[:, None]
-        received = self._windows(np.where(self._valid, unit[self._start], 0.0))[1:] * spb[:, :, None] + latency[:, :, None]
-        np.add(busy[1:], received, out=tau[1:])
-        tau[0] = busy[0]
+        tau[:self._offset[1]] = busy[:self._offset[1]]
+        np.add(busy[later], received * c.layout.boundary_seconds_per_byte[before][:, None]
+               + c.cut_latency[before][:, None], out=tau[later])
         return tau
 
     @functools.cached_property
     def e(self) -> np.ndarray:
         """Per segment, the tail E after the last micro-batch: the exposed all-reduce and the
         optimizer step, with the iteration's fixed cost."""
-        c = self.candidate
-        segment_params = self._windows(self._params)
+        c, stage = self.candidate, self._stage
+        segment_params = c.param_prefix[self._ends][:, None] - c.param_prefix[self._start]
         if c.hidden_share:      # the backward pass hides part of the all-reduce (cost.Candidate)
-            allreduce = c.dp_coef[:, None, None] * segment_params + c.last_bucket_latency[:, None, None]
+            allreduce = c.dp_coef[stage][:, None] * segment_params + c.last_bucket_latency[stage][:, None]
             if self.poll is not None:
                 self.poll()
             e = c.exposed_allreduce(allreduce, self._compute)
             if self.poll is not None:
                 self.poll()
-            e += c.opt_coef[:, None, None] * segment_params
+            e += c.opt_coef[stage][:, None] * segment_params
             e += c.iteration_overhead
             return e
-        e = c.e_coef[:, None, None] * segment_params
-        e += c.e_const[:, None, None]
+        e = c.e_coef[stage][:, None] * segment_params
+        e += c.e_const[stage][:, None]
         return e
 
     def minsum(self, allowed: np.ndarray, g: np.ndarray | None = None) -> tuple[float, tuple[int, ...] | None]:
@@ -281,7 +282,7 @@ class SegmentTables:
         return self._dp(cost, allowed, np.maximum)
 
     def _dp(self, cost: np.ndarray, allowed: np.ndarray, combine) -> tuple[float, tuple[int, ...] | None]:
-        """The best value over partitions of the allowed segments' `cost` (both (pp, R, >= W)
+        """The best value over partitions of the allowed segments' `cost` (both (rows, >= W)
         tables) combined stage by stage with `combine` (add or max), and one partition attaining it.
 
         `value` holds the best over partitions of layers [0, p) into the stages so far at index
@@ -291,38 +292,44 @@ class SegmentTables:
         never wins. Stage 0 starts at layer 0, so its values are the diagonal; the last stage ends
         at layer L, so only its last row is needed (and it has no r < w, as W <= R).
 
-        W is the longest allowed segment (_longest), so stage s ends at no layer beyond (s + 1) W
-        (the stages up to it hold at most W each) and at none before L - (pp - 1 - s) W (the
-        stages after it hold the rest): only those rows are masked and combined, the others of
-        `value` are INF. With a tight tau limit that is a fraction of the rows."""
+        W is the longest allowed segment (_longest), at most the tables' own, so each stage's
+        band (see the class) narrows to W in the same way: only its rows are masked and
+        combined, the other ends of `value` are INF. With a tight tau limit that is a fraction
+        of the rows."""
         pp, L, R = self.pp, self.L, self.R
         W = _longest(allowed)
         if W == 0:
             return INF, None
         if pp == 1:
-            v = float(cost[0, R - 1, R - 1]) if R <= W and allowed[0, R - 1, R - 1] else INF
+            row = self.row(0, R - 1)
+            v = float(cost[row, R - 1]) if R <= W and allowed[row, R - 1] else INF
             return (v, (L,)) if v < INF else (INF, None)
         value = np.full(L + W, INF)
-        first = np.where(allowed[0, :, :W].diagonal(), cost[0, :, :W].diagonal(), INF)
-        value[W:W + len(first)] = first
         step = value.itemsize
-        starts = np.ndarray((pp, R, W), buffer=value, offset=(W - 1) * step, strides=(step, step, -step))
-        totals: list[tuple[int, np.ndarray]] = [(0, first[:, None])]     # per stage: first row, costs
+        totals: list[tuple[int, np.ndarray]] = []        # per stage: its first row, combined costs
         best = np.minimum.reduce
-        for s in range(1, pp):
+        for s in range(pp):
+            low = R - 1 if s == pp - 1 else max(0, L - (pp - 1 - s) * W - s - 1)
+            high = max(low, min(R, (s + 1) * W - s))
+            if s == 0:                   # starts at layer 0: segment r holds r + 1 layers
+                r = np.arange(low, min(high, W))
+                rows = self.row(0, r)
+                value[W + low:W + low + len(r)] = np.where(allowed[rows, r], cost[rows, r], INF)
+                totals.append((low, np.zeros((0, W))))
+                continue
             if self.poll is not None:
                 self.poll()
             value[s + W - 2] = INF            # position s - 1: no segment of stage s starts there
-            low = R - 1 if s == pp - 1 else max(0, L - (pp - 1 - s) * W - s - 1)
-            rows = slice(low, max(low, min(R, (s + 1) * W - s)))
-            combined = np.where(allowed[s, rows, :W], cost[s, rows, :W], INF)
-            combine(starts[s, rows], combined, out=combined)
+            rows = slice(self.row(s, low), self.row(s, high))
+            combined = np.where(allowed[rows, :W], cost[rows, :W], INF)
+            starts = np.ndarray((high - low, W), buffer=value, offset=(W - 1 + s + low) * step, strides=(step, -step))
+            combine(starts, combined, out=combined)
             totals.append((low, combined))
             if s < pp - 1:
                 ends = value[s + W:s + W + R]         # ends s + 1 ... s + R
-                best(combined, axis=1, out=ends[rows])
-                ends[:rows.start] = INF
-                ends[rows.stop:] = INF
+                best(combined, axis=1, out=ends[low:high])
+                ends[:low] = INF
+                ends[high:] = INF
         total = float(totals[-1][1][0].min()) if len(totals[-1][1]) else INF
         if total == INF:
             return INF, None
@@ -340,7 +347,7 @@ class SegmentTables:
         flat, j = [], 0
         for s, size in enumerate(partition):
             j += size
-            flat.append((s * self.R + j - s - 1) * self.W + size - 1)
+            flat.append(int(self.row(s, j - s - 1)) * self.W + size - 1)
         return (float(self.tau.ravel()[flat].max()), float(np.add.reduce(self.g.ravel()[flat])),
                 float(self.e.ravel()[flat].max()))
 
@@ -354,8 +361,7 @@ def _longest(allowed: np.ndarray) -> int:
     """The length of the longest allowed segment (0 if none; `allowed` within `feasible`): the
     DP need not look further, and with a tight tau limit that is often a fraction of the longest
     that fits in memory."""
-    pp, R, W = allowed.shape
-    columns = np.flatnonzero(allowed.reshape(pp * R, W).any(axis=0))
+    columns = np.flatnonzero(allowed.any(axis=0))
     return int(columns[-1]) + 1 if len(columns) else 0
 
 
@@ -653,7 +659,7 @@ def _solve_by_enumeration(tables: SegmentTables, upper_bound: float) -> Partitio
         sizes = np.stack([first, L - first])
     sizes = sizes[:, (sizes <= W).all(axis=0)]            # longer segments never fit or never win
     stage = np.arange(tables.pp)[:, None]
-    index = (stage, np.cumsum(sizes, axis=0) - stage - 1, sizes - 1)
+    index = (tables.row(stage, np.cumsum(sizes, axis=0) - stage - 1), sizes - 1)
     fits = tables.feasible[index].all(axis=0)
     if not fits.any():                  # solve checked that some partition fits: none can win
         return PartitionResult(None, INF, 1)
