@@ -50,19 +50,6 @@ class PartitionResult:
     fits: bool = True                       # False: no partition fits in memory
 
 
-@functools.lru_cache(maxsize=32)
-def _segment_grid(L: int, R: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Over ends j in [0, L] (rows) and lengths w + 1 <= R (columns): j, the segment's first layer
-    (0 where it would be negative) and whether it is >= 0. Read-only; shared by every candidate."""
-    j = np.arange(L + 1)[:, None]
-    start = j - np.arange(R)[None, :] - 1
-    valid = start >= 0
-    start = np.where(valid, start, 0)
-    for array in (j, start, valid):
-        array.flags.writeable = False
-    return j, start, valid
-
-
 class SegmentTables:
     """Every segment a partition may give a stage, one row per (stage s, end j), one column per
     length w + 1: the segment holds layers [j - w - 1, j).
@@ -113,42 +100,47 @@ class SegmentTables:
         self._ends = self._stage + 1 + self._r                                  # its end j
 
     def _build(self) -> None:
-        c, pp, L, R = self.candidate, self.pp, self.L, self.R
-        # Per (end j, length w + 1) over all ends first: memory needs no stage index but in-flight.
+        c, pp, L = self.candidate, self.pp, self.L
         # No segment longer than the cap allows is needed (tau_cap), nor built.
-        columns = min(R, self._longest_below_cap(), self._longest_fitting())
-        if columns == 0:
-            self._band(0)
-            self._feasible = np.zeros((0, 0), dtype=bool)
-            return
-        j, start, valid = _segment_grid(L, R)
-        start, valid = start[:, :columns], valid[:, :columns]
-        state = c.state_prefix[j] - c.state_prefix[start]
-        act_prefix, peak, in_flight = c.memory_arrays
-        acts = act_prefix[j] - act_prefix[start]
-        seg_peak = np.maximum.accumulate(np.where(valid, peak[start], 0.0), axis=1)
-        if self.poll is not None:
-            self.poll()
-        fixed = state + seg_peak + c.cost.training.runtime_reserve_bytes
-        # No stage holds a longer segment than the longest that fits on the roomiest stage with the
-        # fewest micro-batches in flight; cutting the tables there drops only infeasible segments.
-        capacity = c.layout.stage_capacity
-        fits_somewhere = valid & (fixed + in_flight.min() * acts <= capacity.max())
-        W = int(np.nonzero(fits_somewhere.any(axis=0))[0].max()) + 1 if fits_somewhere.any() else 0
+        W = min(self.R, self._longest_below_cap(), self._longest_fitting())
         self._band(W)
         if W == 0 or W * pp < L:
             self._feasible = np.zeros((0, W), dtype=bool)
             return
         if self.poll is not None:
             self.poll()
-        # Segments with r < w would start before layer s; they are never read (see _dp), so
-        # their entries are left as they fall, but marked infeasible: masks derived from
-        # `feasible` then tell the longest segment in play (_longest).
+        # Segments with r < w would start before layer s: marked infeasible, so that masks derived
+        # from `feasible` tell the longest segment in play (_longest); _dp never reads them.
+        self._feasible = np.arange(W) < self._fitting_lengths(np.minimum(self._r + 1, W))[:, None]
+        start = self._ends[:, None] - 1 - np.arange(W)     # per row and length, the first layer
+        self._valid = start >= 0
+        self._start = np.maximum(start, 0)
+
+    def _fitting_lengths(self, most: np.ndarray) -> np.ndarray:
+        """Per row, how many of its segments fit its stage's memory, of the `most` shortest: a
+        segment needs more memory the more layers it holds (weights, activations and the
+        transient peak only grow), so the segments that fit are the shortest ones; a binary
+        search per row, all rows at once, each step one segment per row (in the arithmetic of
+        _SegmentMemory.need, the transient peak from its sparse table)."""
+        c, L = self.candidate, self.L
+        act_prefix, _, in_flight = c.memory_arrays
+        levels = _peak_levels(c).reshape(-1, L)
+        reserve = c.cost.training.runtime_reserve_bytes
         ends, stage = self._ends, self._stage
-        memory = fixed[ends, :W] + in_flight[stage][:, None] * acts[ends, :W]
-        self._feasible = (memory <= capacity[stage][:, None]) & (self._r[:, None] >= np.arange(W))
-        self._start = start[ends, :W]           # per row and length, the segment's first layer
-        self._valid = valid[ends, :W]
+        capacity, in_flight = c.layout.stage_capacity[stage], in_flight[stage]
+        low, high = np.zeros(len(ends), dtype=np.int64), most        # low fit, more than high do not
+        while True:
+            open_ = low < high
+            if not open_.any():
+                return low
+            w = np.where(open_, (low + high + 1) // 2, 1)
+            start = ends - w
+            k = _floor_log2(L)[w]
+            seg_peak = np.maximum(levels[k, start], levels[k, ends - (1 << k)])
+            fixed = c.state_prefix[ends] - c.state_prefix[start] + seg_peak + reserve
+            fits = fixed + in_flight * (act_prefix[ends] - act_prefix[start]) <= capacity
+            low = np.where(open_ & fits, w, low)
+            high = np.where(open_ & ~fits, w - 1, high)
 
     def _longest_fitting(self) -> int:
         """The most layers a segment may hold and fit on the roomiest stage with the fewest
@@ -352,6 +344,15 @@ class SegmentTables:
                 float(self.e.ravel()[flat].max()))
 
 
+@functools.lru_cache(maxsize=8)
+def _floor_log2(L: int) -> np.ndarray:
+    """floor(log2(n)) for n in [0, L] (0 for 0), by table; exact (log2 of an integer is exact
+    at powers of two)."""
+    table = np.concatenate([[0], np.log2(np.arange(1, L + 1)).astype(np.int64)])
+    table.flags.writeable = False
+    return table
+
+
 def _hardware_kinds(hardware: list[tuple]) -> dict[tuple, int]:
     """Each distinct stage hardware (Candidate.stage_hardware) and the first stage with it."""
     return {kind: s for s, kind in reversed(list(enumerate(hardware)))}
@@ -438,7 +439,7 @@ class _SegmentMemory:
         for i, c in enumerate(candidates):
             self.capacity[i, :c.pp] = c.layout.stage_capacity
             self.in_flight[i, :c.pp] = c.memory_arrays[2]
-        self.floor_log2 = np.concatenate([[0], np.log2(np.arange(1, L + 1)).astype(np.int64)])  # exact
+        self.floor_log2 = _floor_log2(L)
 
     def keep(self, rows: np.ndarray) -> None:
         """Keep only these rows (a mask or indices), in their order."""
