@@ -98,6 +98,7 @@ class SegmentTables:
         self._stage = np.repeat(s, high - low)                                  # per row: its stage,
         self._r = np.arange(self._offset[-1]) - self._offset[self._stage] + low[self._stage]
         self._ends = self._stage + 1 + self._r                                  # its end j
+        self._band_rows = (self._offset.tolist(), low.tolist())
 
     def _build(self) -> None:
         c, pp, L = self.candidate, self.pp, self.L
@@ -129,11 +130,13 @@ class SegmentTables:
         ends, stage = self._ends, self._stage
         capacity, in_flight = c.layout.stage_capacity[stage], in_flight[stage]
         low, high = np.zeros(len(ends), dtype=np.int64), most        # low fit, more than high do not
+        probe = True                    # first try the longest: when memory binds nowhere, done
         while True:
             open_ = low < high
             if not open_.any():
                 return low
-            w = np.where(open_, (low + high + 1) // 2, 1)
+            w = np.where(open_, high if probe else (low + high + 1) // 2, 1)
+            probe = False
             start = ends - w
             k = _floor_log2(L)[w]
             seg_peak = np.maximum(levels[k, start], levels[k, ends - (1 << k)])
@@ -162,6 +165,8 @@ class SegmentTables:
             return bool(np.any(fixed + fewest * (act_prefix[end] - act_prefix[start]) <= room))
 
         low, high = 0, self.R              # low layers fit (0: trivially), high + 1 do not
+        if fits(high):
+            return high
         while low < high:
             w = (low + high + 1) // 2
             if fits(w):
@@ -298,30 +303,36 @@ class SegmentTables:
             return (v, (L,)) if v < INF else (INF, None)
         value = np.full(L + W, INF)
         step = value.itemsize
-        totals: list[tuple[int, np.ndarray]] = []        # per stage: its first row, combined costs
+        offset, band_low = self._band_rows
+        bands = [(low, max(low, min(R, (s + 1) * W - s)))
+                 for s, low in enumerate(max(0, L - (pp - 1 - s) * W - s - 1) for s in range(pp - 1))]
+        bands.append((R - 1, R if pp * W >= L else R - 1))
+        low, high = bands[0]                # stage 0 starts at layer 0: segment r holds r + 1 layers
+        r = np.arange(low, min(high, W))
+        rows = self.row(0, r)
+        value[W + low:W + low + len(r)] = np.where(allowed[rows, r], cost[rows, r], INF)
+        # The later stages' rows masked at once (with the rows between their bands, to save calls)
+        base = offset[1] - band_low[1] + bands[1][0]
+        masked = np.where(allowed[base:, :W], cost[base:, :W], INF)
+        totals: list[tuple[int, np.ndarray]] = [(low, masked[:0])]   # per stage: its first row, costs
         best = np.minimum.reduce
-        for s in range(pp):
-            low = R - 1 if s == pp - 1 else max(0, L - (pp - 1 - s) * W - s - 1)
-            high = max(low, min(R, (s + 1) * W - s))
-            if s == 0:                   # starts at layer 0: segment r holds r + 1 layers
-                r = np.arange(low, min(high, W))
-                rows = self.row(0, r)
-                value[W + low:W + low + len(r)] = np.where(allowed[rows, r], cost[rows, r], INF)
-                totals.append((low, np.zeros((0, W))))
-                continue
+        for s in range(1, pp):
             if self.poll is not None:
                 self.poll()
             value[s + W - 2] = INF            # position s - 1: no segment of stage s starts there
-            rows = slice(self.row(s, low), self.row(s, high))
-            combined = np.where(allowed[rows, :W], cost[rows, :W], INF)
+            low, high = bands[s]
+            first = offset[s] - band_low[s] - base
+            combined = masked[first + low:first + high]
             starts = np.ndarray((high - low, W), buffer=value, offset=(W - 1 + s + low) * step, strides=(step, -step))
             combine(starts, combined, out=combined)
             totals.append((low, combined))
             if s < pp - 1:
                 ends = value[s + W:s + W + R]         # ends s + 1 ... s + R
                 best(combined, axis=1, out=ends[low:high])
-                ends[:low] = INF
-                ends[high:] = INF
+                if low:
+                    ends[:low] = INF
+                if high < R:
+                    ends[high:] = INF
         total = float(totals[-1][1][0].min()) if len(totals[-1][1]) else INF
         if total == INF:
             return INF, None
@@ -519,21 +530,34 @@ def solve(tables: SegmentTables, upper_bound: float = INF,
 
     tables.poll = poll
     candidate = tables.candidate
+    deep = tables.pp > 2        # one or two stages: every partition at once (after the cap)
     # Settled without building the tables: no partition fits (after this, finding nothing means
     # that nothing beats the bound), or none has a bottleneck that could beat the bound.
-    if not partitions_fit([candidate])[0]:
+    @functools.cache
+    def even_fits() -> bool:
+        need, capacity = even_split_memory([candidate])
+        return bool(np.all(need <= capacity))
+
+    if deep and not even_fits() and not partitions_fit([candidate])[0]:
         return PartitionResult(None, INF, 0, fits=False)
     g_floor, e_floor = _sum_and_tail_floors(candidate)
-    if B > 1 and upper_bound < INF and _bottleneck_exceeds(candidate, (upper_bound - g_floor - e_floor) / (B - 1)):
+    if deep and B > 1 and upper_bound < INF and _bottleneck_exceeds(candidate, (upper_bound - g_floor - e_floor) / (B - 1)):
         return PartitionResult(None, INF, 0)
     # A partition with max tau >= (J - g_floor - e_floor) / (B - 1) costs at least J: with J the
     # bound, or else the even split's time (when it fits, the optimum costs no more), its
     # segments with tau that high are never needed, and the tables are cut short of them.
-    bound = upper_bound if upper_bound < INF else _even_split_time(candidate)
+    if upper_bound < INF or not even_fits():
+        bound = upper_bound
+    else:
+        bound = candidate.quick_evaluate(even_partition(candidate.num_layers, candidate.pp))[0]
     if B > 1 and bound < INF:
         tables.tau_cap = (bound - g_floor - e_floor) / (B - 1)
-    if tables.pp <= 2:
-        return _solve_by_enumeration(tables, upper_bound)
+    if not deep:
+        result = _solve_by_enumeration(tables, upper_bound)
+        # Nothing found: none fits, or (the tables cut at the cap) none beats the bound.
+        if result.partition is None and not even_fits() and not partitions_fit([candidate])[0]:
+            return PartitionResult(None, INF, result.solves, fits=False)
+        return result
     poll()
     if not tables.feasible.any():
         return PartitionResult(None, INF, 0)
@@ -604,15 +628,6 @@ def solve(tables: SegmentTables, upper_bound: float = INF,
         if (B - 1) * t_low + g_min + e_star >= best_j:
             break
     return PartitionResult(best_p, best_j if best_p is not None else INF, solves)
-
-
-def _even_split_time(candidate: Candidate) -> float:
-    """The even split's iteration time if it fits in memory (judged as the tables judge it), else
-    inf: an upper bound on the best partition's."""
-    need, capacity = even_split_memory([candidate])
-    if not np.all(need <= capacity):
-        return INF
-    return candidate.quick_evaluate(even_partition(candidate.num_layers, candidate.pp))[0]
 
 
 def _bottleneck_exceeds(candidate: Candidate, limit: float) -> bool:
