@@ -40,6 +40,7 @@ from amp_tui.core.errors import Cancelled
 from amp_tui.core.strategy import even_partition
 
 INF = float("inf")
+CAP_MIN_CELLS = 2**16      # smaller tables cost less than the even split's time, to cap them with
 
 
 @dataclass(frozen=True)
@@ -304,8 +305,10 @@ class SegmentTables:
         value = np.full(L + W, INF)
         step = value.itemsize
         offset, band_low = self._band_rows
-        bands = [(low, max(low, min(R, (s + 1) * W - s)))
-                 for s, low in enumerate(max(0, L - (pp - 1 - s) * W - s - 1) for s in range(pp - 1))]
+        bands = []
+        for s in range(pp - 1):
+            low = max(0, L - (pp - 1 - s) * W - s - 1)
+            bands.append((low, max(low, min(R, (s + 1) * W - s))))
         bands.append((R - 1, R if pp * W >= L else R - 1))
         low, high = bands[0]                # stage 0 starts at layer 0: segment r holds r + 1 layers
         r = np.arange(low, min(high, W))
@@ -316,6 +319,8 @@ class SegmentTables:
         masked = np.where(allowed[base:, :W], cost[base:, :W], INF)
         totals: list[tuple[int, np.ndarray]] = [(low, masked[:0])]   # per stage: its first row, costs
         best = np.minimum.reduce
+        # starts[q, w] = value[W - 1 + q - w]: stage s's row r reads row q = s + r
+        starts = np.ndarray((L + 1, W), buffer=value, offset=(W - 1) * step, strides=(step, -step))
         for s in range(1, pp):
             if self.poll is not None:
                 self.poll()
@@ -323,8 +328,7 @@ class SegmentTables:
             low, high = bands[s]
             first = offset[s] - band_low[s] - base
             combined = masked[first + low:first + high]
-            starts = np.ndarray((high - low, W), buffer=value, offset=(W - 1 + s + low) * step, strides=(step, -step))
-            combine(starts, combined, out=combined)
+            combine(starts[s + low:s + high], combined, out=combined)
             totals.append((low, combined))
             if s < pp - 1:
                 ends = value[s + W:s + W + R]         # ends s + 1 ... s + R
@@ -347,10 +351,11 @@ class SegmentTables:
 
     def measures(self, partition: tuple[int, ...]) -> tuple[float, float, float]:
         """(max tau, sum g, max E) of a partition."""
-        flat, j = [], 0
+        offset, band_low = self._band_rows
+        flat, j, W = [], 0, self.W
         for s, size in enumerate(partition):
             j += size
-            flat.append(int(self.row(s, j - s - 1)) * self.W + size - 1)
+            flat.append((offset[s] + j - s - 1 - band_low[s]) * W + size - 1)
         return (float(self.tau.ravel()[flat].max()), float(np.add.reduce(self.g.ravel()[flat])),
                 float(self.e.ravel()[flat].max()))
 
@@ -546,7 +551,7 @@ def solve(tables: SegmentTables, upper_bound: float = INF,
     # A partition with max tau >= (J - g_floor - e_floor) / (B - 1) costs at least J: with J the
     # bound, or else the even split's time (when it fits, the optimum costs no more), its
     # segments with tau that high are never needed, and the tables are cut short of them.
-    if upper_bound < INF or not even_fits():
+    if upper_bound < INF or tables.pp * tables.R ** 2 < CAP_MIN_CELLS or not even_fits():
         bound = upper_bound
     else:
         bound = candidate.quick_evaluate(even_partition(candidate.num_layers, candidate.pp))[0]
