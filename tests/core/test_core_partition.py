@@ -185,8 +185,9 @@ def test_tables_cut_at_the_even_splits_cap_keep_the_optimum(candidate):
 @given(candidate=candidates(max_layers=10, max_pp=4), scale=st.sampled_from([1.001, 1.2, 2.0]))
 def test_cut_tables_hold_every_segment_below_the_cap(candidate, scale):
     """With tau_cap above the least max tau of a partition, the tables keep every segment that
-    fits in memory with tau below the cap (the same figures as the uncut tables), in fewer or as
-    many cells."""
+    fits in memory with tau below the cap and that a partition of such segments can use (its
+    stage ends where the others leave room), with the same figures as the uncut tables, in fewer
+    or as many cells."""
     full = SegmentTables(candidate)
     assume(full.feasible.any() and candidate.pp > 1)
     t_star, _ = full.minmax(full.tau, full.feasible)
@@ -201,6 +202,10 @@ def test_cut_tables_hold_every_segment_below_the_cap(candidate, scale):
     stage, r = np.broadcast_to(stage, kept.shape)[kept], np.broadcast_to(r, kept.shape)[kept]
     w = w[kept]
     assert np.all(w < cut.W)
+    L, pp, W = candidate.num_layers, candidate.pp, cut.W
+    usable = (stage + 1 + r <= (stage + 1) * W) & (stage + 1 + r >= L - (pp - 1 - stage) * W)
+    assert usable.any()
+    stage, r, w, kept_tau, kept_e = stage[usable], r[usable], w[usable], full.tau[kept][usable], full.e[kept][usable]
     rows = cut.row(stage, r)
     assert np.all(cut.feasible[rows, w])
-    assert np.allclose(cut.tau[rows, w], full.tau[kept]) and np.allclose(cut.e[rows, w], full.e[kept])
+    assert np.allclose(cut.tau[rows, w], kept_tau) and np.allclose(cut.e[rows, w], kept_e)
