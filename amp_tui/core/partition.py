@@ -24,6 +24,18 @@ rule out a plain dynamic program, so we walk Pareto frontiers, each step a vecto
 Every step removes only partitions proven no better than one already found, so the result is exact;
 tests/core/test_core_partition.py checks it against brute force over all partitions.
 
+The DPs read segment tables (SegmentTables), cut to what can matter before they are built:
+  - length: a partition with max tau >= (J - sum-g floor - max-E floor) / (B - 1) costs at least J,
+    so with J the bound to beat (or the even split's time) no segment whose compute alone reaches
+    that tau is needed; as compute grows with the segment, that caps its length W, near L / pp
+    for a balanced optimum instead of all that fits in memory;
+  - rows: with segments of at most W layers, stage s ends within [L - (pp - 1 - s) W, (s + 1) W],
+    so only those ends get a row; each DP narrows that again to its own longest allowed segment.
+Together about L W cells per table instead of pp L^2 (1,000 uneven layers on 4 stages, 2x4x128 of
+bench-1024-gpus-1000-layers: 2.0 M cells cut at what fits in memory, 1.0 M banded, 0.43 M with
+the tau cap of tp 4). Memory feasibility needs no table either: a segment needs more memory the
+more layers it holds, so each row's fitting lengths are found by binary search.
+
 With one or two stages there are at most L - 1 partitions, so they are all evaluated at once instead.
 """
 
