@@ -114,7 +114,7 @@ class SegmentTables:
         self._band_rows = (self._offset.tolist(), low.tolist())
 
     def _build(self) -> None:
-        c, pp, L = self.candidate, self.pp, self.L
+        pp, L = self.pp, self.L
         # No segment longer than the cap allows is needed (tau_cap), nor built.
         W = min(self.R, self._longest_below_cap(), self._longest_fitting())
         self._band(W)
