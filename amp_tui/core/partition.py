@@ -24,6 +24,18 @@ rule out a plain dynamic program, so we walk Pareto frontiers, each step a vecto
 Every step removes only partitions proven no better than one already found, so the result is exact;
 tests/core/test_core_partition.py checks it against brute force over all partitions.
 
+The DPs read segment tables (SegmentTables), cut to what can matter before they are built:
+  - length: a partition with max tau >= (J - sum-g floor - max-E floor) / (B - 1) costs at least J,
+    so with J the bound to beat (or the even split's time) no segment whose compute alone reaches
+    that tau is needed; as compute grows with the segment, that caps its length W, near L / pp
+    for a balanced optimum instead of all that fits in memory;
+  - rows: with segments of at most W layers, stage s ends within [L - (pp - 1 - s) W, (s + 1) W],
+    so only those ends get a row; each DP narrows that again to its own longest allowed segment.
+Together about L W cells per table instead of pp L^2 (1,000 uneven layers on 4 stages, 2x4x128 of
+bench-1024-gpus-1000-layers: 2.0 M cells cut at what fits in memory, 1.0 M banded, 0.43 M with
+the tau cap of tp 4). Memory feasibility needs no table either: a segment needs more memory the
+more layers it holds, so each row's fitting lengths are found by binary search.
+
 With one or two stages there are at most L - 1 partitions, so they are all evaluated at once instead.
 """
 
@@ -40,6 +52,7 @@ from amp_tui.core.errors import Cancelled
 from amp_tui.core.strategy import even_partition
 
 INF = float("inf")
+CAP_MIN_CELLS = 2**16      # smaller tables cost less than the even split's time, to cap them with
 
 
 @dataclass(frozen=True)
@@ -50,38 +63,16 @@ class PartitionResult:
     fits: bool = True                       # False: no partition fits in memory
 
 
-@functools.lru_cache(maxsize=32)
-def _segment_grid(L: int, R: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Over ends j in [0, L] (rows) and lengths w + 1 <= R (columns): j, the segment's first layer
-    (0 where it would be negative) and whether it is >= 0. Read-only; shared by every candidate."""
-    j = np.arange(L + 1)[:, None]
-    start = j - np.arange(R)[None, :] - 1
-    valid = start >= 0
-    start = np.where(valid, start, 0)
-    for array in (j, start, valid):
-        array.flags.writeable = False
-    return j, start, valid
-
-
-def _stage_windows(pp: int, R: int, W: int):
-    """A function from a C-contiguous (L + 1, >= W) table over (end j, length) to its read-only
-    (pp, R, W) view with [s, r, w] = table[s + 1 + r, w]: stage s's possible ends are rows
-    s + 1 ... s + R."""
-    def view(table: np.ndarray) -> np.ndarray:
-        row, column = table.strides
-        window = np.ndarray((pp, R, W), dtype=table.dtype, buffer=table, offset=row,
-                            strides=(row, row, column))
-        window.flags.writeable = False
-        return window
-    return view
-
-
 class SegmentTables:
-    """Every candidate segment of every stage, indexed (stage s, row r, length w + 1).
+    """Every segment a partition may give a stage, one row per (stage s, end j), one column per
+    length w + 1: the segment holds layers [j - w - 1, j).
 
     Stage s can only end at j = s + 1 + r with r in [0, R), R = L - pp + 1 (it needs s layers
-    before it and pp - 1 - s after it); the segment holds layers [j - w - 1, j). Arrays have shape
-    (pp, R, W), W the longest segment that fits in memory on any stage.
+    before it and pp - 1 - s after it). With W the longest segment that fits in memory on any stage
+    (and below tau_cap), it ends at no layer beyond (s + 1) W (the stages up to it hold at most W
+    each) nor before L - (pp - 1 - s) W (the stages after it hold the rest): only the rows
+    r in [low[s], high[s]) are kept, stage after stage, as rows offset[s] ... offset[s + 1] of
+    (rows, W) arrays. With W near L / pp that is about L W cells, not pp L W.
     """
 
     def __init__(self, candidate: Candidate):
@@ -91,6 +82,8 @@ class SegmentTables:
         self.candidate = c
         self.pp, self.L, self.R = pp, L, R
         self.poll: Callable[[], None] | None = None     # called between the DPs' stages (solve sets it)
+        # Segments surely at or above this tau are cut from the tables (solve sets it, see there).
+        self.tau_cap = INF
 
     # Built on first use, as the cost tables below: solve can rule a candidate out without them.
     @functools.cached_property
@@ -101,57 +94,135 @@ class SegmentTables:
 
     @property
     def W(self) -> int:
-        return self.feasible.shape[2]
+        return self.feasible.shape[1]
+
+    def row(self, stage, r):
+        """The table row of stage `stage` ending at layer stage + 1 + r (arrays broadcast), which
+        must lie in the stage's band."""
+        return self._offset[stage] + r - self._low[stage]
+
+    def _band(self, W: int) -> None:
+        """The rows kept with segments of up to W layers (none when W = 0 or pp W < L)."""
+        pp, L, R = self.pp, self.L, self.R
+        s = np.arange(pp)
+        low = np.maximum(0, L - (pp - 1 - s) * W - s - 1) if W else np.zeros(pp, dtype=np.int64)
+        high = np.maximum(low, np.minimum(R, (s + 1) * W - s)) if W * pp >= L else low
+        self._low, self._offset = low, np.concatenate([[0], np.cumsum(high - low)])
+        self._stage = np.repeat(s, high - low)                                  # per row: its stage,
+        self._r = np.arange(self._offset[-1]) - self._offset[self._stage] + low[self._stage]
+        self._ends = self._stage + 1 + self._r                                  # its end j
+        self._band_rows = (self._offset.tolist(), low.tolist())
 
     def _build(self) -> None:
-        c, pp, L, R = self.candidate, self.pp, self.L, self.R
-        # Per (end j, length w + 1) over all ends first: memory needs no stage index but in-flight.
-        j, start, valid = _segment_grid(L, R)
-        params = c.param_prefix[j] - c.param_prefix[start]
-        state = c.state_prefix[j] - c.state_prefix[start]
-        act_prefix, peak, in_flight = c.memory_arrays
-        acts = act_prefix[j] - act_prefix[start]
-        seg_peak = np.maximum.accumulate(np.where(valid, peak[start], 0.0), axis=1)
-        if self.poll is not None:
-            self.poll()
-        fixed = state + seg_peak + c.cost.training.runtime_reserve_bytes
-        # No stage holds a longer segment than the longest that fits on the roomiest stage with the
-        # fewest micro-batches in flight; cutting the tables there drops only infeasible segments.
-        capacity = c.layout.stage_capacity
-        fits_somewhere = valid & (fixed + in_flight.min() * acts <= capacity.max())
-        W = int(np.nonzero(fits_somewhere.any(axis=0))[0].max()) + 1 if fits_somewhere.any() else 0
+        pp, L = self.pp, self.L
+        # No segment longer than the cap allows is needed (tau_cap), nor built.
+        W = min(self.R, self._longest_below_cap(), self._longest_fitting())
+        self._band(W)
         if W == 0 or W * pp < L:
-            self._feasible = np.zeros((pp, R, W), dtype=bool)
+            self._feasible = np.zeros((0, W), dtype=bool)
             return
         if self.poll is not None:
             self.poll()
-        # Segments with r < w would start before layer s; they are never read (see _dp), so
-        # their entries are left as they fall, but marked infeasible: masks derived from
-        # `feasible` then tell the longest segment in play (_longest).
-        windows = _stage_windows(pp, R, W)
-        memory = windows(fixed) + in_flight[:, None, None] * windows(acts)
-        self._feasible = (memory <= capacity[:, None, None]) & (np.arange(R)[:, None] >= np.arange(W))
+        # Segments with r < w would start before layer s: marked infeasible, so that masks derived
+        # from `feasible` tell the longest segment in play (_longest); _dp never reads them.
+        self._feasible = np.arange(W) < self._fitting_lengths(np.minimum(self._r + 1, W))[:, None]
+        start = self._ends[:, None] - 1 - np.arange(W)     # per row and length, the first layer
+        self._valid = start >= 0
+        self._start = np.maximum(start, 0)
 
-        self._windows, self._j, self._start, self._valid, self._params = windows, j, start, valid, params
+    def _fitting_lengths(self, most: np.ndarray) -> np.ndarray:
+        """Per row, how many of its segments fit its stage's memory, of the `most` shortest: a
+        segment needs more memory the more layers it holds (weights, activations and the
+        transient peak only grow), so the segments that fit are the shortest ones; a binary
+        search per row, all rows at once, each step one segment per row (in the arithmetic of
+        _SegmentMemory.need, the transient peak from its sparse table)."""
+        c, L = self.candidate, self.L
+        act_prefix, _, in_flight = c.memory_arrays
+        levels = _peak_levels(c).reshape(-1, L)
+        reserve = c.cost.training.runtime_reserve_bytes
+        ends, stage = self._ends, self._stage
+        capacity, in_flight = c.layout.stage_capacity[stage], in_flight[stage]
+        low, high = np.zeros(len(ends), dtype=np.int64), most        # low fit, more than high do not
+        probe = True                    # first try the longest: when memory binds nowhere, done
+        while True:
+            open_ = low < high
+            if not open_.any():
+                return low
+            w = np.where(open_, high if probe else (low + high + 1) // 2, 1)
+            probe = False
+            start = ends - w
+            k = _floor_log2(L)[w]
+            seg_peak = np.maximum(levels[k, start], levels[k, ends - (1 << k)])
+            fixed = c.state_prefix[ends] - c.state_prefix[start] + seg_peak + reserve
+            fits = fixed + in_flight * (act_prefix[ends] - act_prefix[start]) <= capacity
+            low = np.where(open_ & fits, w, low)
+            high = np.where(open_ & ~fits, w - 1, high)
+
+    def _longest_fitting(self) -> int:
+        """The most layers a segment may hold and fit on the roomiest stage with the fewest
+        micro-batches in flight, as `fits_somewhere` in _build judges it, without its (L + 1, R)
+        grid: a segment's memory grows with its length, so if w layers fit somewhere, w - 1 do;
+        a binary search over w, each step checking every segment of w layers (the transient peak
+        from its sparse table)."""
+        c, L = self.candidate, self.L
+        act_prefix, _, in_flight = c.memory_arrays
+        levels = _peak_levels(c).reshape(-1, L)
+        reserve, room, fewest = c.cost.training.runtime_reserve_bytes, c.layout.stage_capacity.max(), in_flight.min()
+
+        def fits(w: int) -> bool:
+            start = np.arange(L - w + 1)
+            end = start + w
+            k = w.bit_length() - 1
+            seg_peak = np.maximum(levels[k][start], levels[k][end - (1 << k)])
+            fixed = c.state_prefix[end] - c.state_prefix[start] + seg_peak + reserve
+            return bool(np.any(fixed + fewest * (act_prefix[end] - act_prefix[start]) <= room))
+
+        low, high = 0, self.R              # low layers fit (0: trivially), high + 1 do not
+        if fits(high):
+            return high
+        while low < high:
+            w = (low + high + 1) // 2
+            if fits(w):
+                low = w
+            else:
+                high = w - 1
+        return low
+
+    def _longest_below_cap(self) -> int:
+        """The most layers a segment may hold with tau below tau_cap on some stage: tau is at least
+        the segment's compute plus the overhead per micro-batch, and compute grows with the
+        segment (prefix sums of times >= 0), so per start a binary search finds the last end
+        below the cap. With a cap near the optimum's bottleneck the tables shrink from
+        (pp, R, W) to about (pp, R, L / pp): O(L^2) whatever the depth."""
+        if self.tau_cap == INF:
+            return self.L
+        c = self.candidate
+        room = self.tau_cap * (1 + 1e-9) - c.micro_batch_overhead      # margin against rounding
+        if room <= 0:
+            return 0
+        starts = np.arange(self.L + 1)
+        longest = 0
+        for first in _hardware_kinds(c.stage_hardware).values():
+            prefix = c.time_prefix[first]
+            ends = np.searchsorted(prefix, prefix + room, side="left") - 1    # prefix[end] < prefix[a] + room
+            longest = max(longest, int((ends - starts).max()))
+        return longest
 
     # The cost tables are built on first use: a candidate whose first bound loses needs only tau.
     @functools.cached_property
     def _compute(self) -> np.ndarray:
-        """Segment compute time: one (end, length) table per distinct stage hardware, then each
-        stage's window of its table."""
-        c, pp, R, W = self.candidate, self.pp, self.R, self.W
-        windows, j, start = self._windows, self._j, self._start
-        prefix = c.time_prefix
-        hardware = c.stage_hardware
-        kinds = {kind: s for s, kind in reversed(list(enumerate(hardware)))}   # kind -> first stage
+        """Segment compute time, from the prefix sums of each distinct stage hardware's times."""
+        c = self.candidate
+        prefix, hardware = c.time_prefix, c.stage_hardware
+        kinds = _hardware_kinds(hardware)
         if len(kinds) == 1:
-            return windows(prefix[0][j] - prefix[0][start])
-        compute = np.empty((pp, R, W))
+            return prefix[0][self._ends][:, None] - prefix[0][self._start]
+        compute = np.empty(self._start.shape)
         for kind, first in kinds.items():
             if self.poll is not None:
                 self.poll()
-            mine = np.array([k == kind for k in hardware])
-            compute[mine] = windows(prefix[first][j] - prefix[first][start])[mine]
+            mine = np.array([k == kind for k in hardware])[self._stage]
+            compute[mine] = prefix[first][self._ends[mine]][:, None] - prefix[first][self._start[mine]]
         return compute
 
     @functools.cached_property
@@ -159,18 +230,14 @@ class SegmentTables:
         """Per segment, compute + the send after it + the engine's fixed cost per micro-batch."""
         c, pp = self.candidate, self.pp
         compute, overhead = self._compute, c.micro_batch_overhead
-        busy = np.empty(compute.shape)
-        if pp > 1:
-            unit = c.cut_unit                                           # (L + 1,): bytes sent per cut
-            spb = c.layout.boundary_seconds_per_byte[:, None]
-            latency = c.cut_latency[:, None]
-            step = unit.itemsize             # ends[k, r]: bytes across boundary k after layer k + r
-            ends = np.ndarray((pp - 1, self.R), dtype=unit.dtype, buffer=unit, offset=step, strides=(step, step))
-            np.add(compute[:-1], (ends * spb + latency + overhead)[:, :, None], out=busy[:-1])
-            busy[-1] = compute[-1] + overhead
-        else:
-            np.add(compute, overhead, out=busy)
-        return busy
+        if pp == 1:
+            return compute + overhead
+        extra = np.full(len(compute), overhead)         # the last stage sends nothing after it
+        inner = self._stage < pp - 1
+        stage = self._stage[inner]
+        extra[inner] = (c.cut_unit[self._ends[inner]] * c.layout.boundary_seconds_per_byte[stage]
+                        + c.cut_latency[stage] + overhead)
+        return compute + extra[:, None]
 
     @functools.cached_property
     def g(self) -> np.ndarray:
@@ -186,85 +253,109 @@ class SegmentTables:
         c, busy = self.candidate, self._busy
         if self.pp == 1:
             return busy
+        later = slice(self._offset[1], None)            # the rows of stages 1 ... pp - 1
+        before = self._stage[later] - 1                 # the boundary before each
+        received = np.where(self._valid[later], c.cut_unit[self._start[later]], 0.0)
         tau = np.empty(busy.shape)
-        unit = c.cut_unit
-        spb = c.layout.boundary_seconds_per_byte[:, None]
-        latency = c.cut_latency[:, None]
-        received = self._windows(np.where(self._valid, unit[self._start], 0.0))[1:] * spb[:, :, None] + latency[:, :, None]
-        np.add(busy[1:], received, out=tau[1:])
-        tau[0] = busy[0]
+        tau[:self._offset[1]] = busy[:self._offset[1]]
+        np.add(busy[later], received * c.layout.boundary_seconds_per_byte[before][:, None]
+               + c.cut_latency[before][:, None], out=tau[later])
         return tau
 
     @functools.cached_property
     def e(self) -> np.ndarray:
         """Per segment, the tail E after the last micro-batch: the exposed all-reduce and the
         optimizer step, with the iteration's fixed cost."""
-        c = self.candidate
-        segment_params = self._windows(self._params)
+        c, stage = self.candidate, self._stage
+        segment_params = c.param_prefix[self._ends][:, None] - c.param_prefix[self._start]
         if c.hidden_share:      # the backward pass hides part of the all-reduce (cost.Candidate)
-            allreduce = c.dp_coef[:, None, None] * segment_params + c.last_bucket_latency[:, None, None]
+            allreduce = c.dp_coef[stage][:, None] * segment_params + c.last_bucket_latency[stage][:, None]
             if self.poll is not None:
                 self.poll()
             e = c.exposed_allreduce(allreduce, self._compute)
             if self.poll is not None:
                 self.poll()
-            e += c.opt_coef[:, None, None] * segment_params
+            e += c.opt_coef[stage][:, None] * segment_params
             e += c.iteration_overhead
             return e
-        e = c.e_coef[:, None, None] * segment_params
-        e += c.e_const[:, None, None]
+        e = c.e_coef[stage][:, None] * segment_params
+        e += c.e_const[stage][:, None]
         return e
 
     def minsum(self, allowed: np.ndarray, g: np.ndarray | None = None) -> tuple[float, tuple[int, ...] | None]:
         """Minimum sum of g over partitions using only allowed segments, and one such partition.
         `g` replaces the tables' g, e.g. with segments already excluded (set to INF)."""
-        W = _longest(allowed)
-        return self._dp(np.where(allowed[:, :, :W], (self.g if g is None else g)[:, :, :W], INF), np.add)
+        return self._dp(self.g if g is None else g, allowed, np.add)
 
     def minmax(self, cost: np.ndarray, allowed: np.ndarray) -> tuple[float, tuple[int, ...] | None]:
         """Minimum over allowed partitions of the largest per-stage `cost`, and one such partition."""
-        W = _longest(allowed)
-        return self._dp(np.where(allowed[:, :, :W], cost[:, :, :W], INF), np.maximum)
+        return self._dp(cost, allowed, np.maximum)
 
-    def _dp(self, masked: np.ndarray, combine) -> tuple[float, tuple[int, ...] | None]:
-        """The best value over partitions of `masked` (pp, R, W) segment costs combined stage by
-        stage with `combine` (add or max), and one partition attaining it.
+    def _dp(self, cost: np.ndarray, allowed: np.ndarray, combine) -> tuple[float, tuple[int, ...] | None]:
+        """The best value over partitions of the allowed segments' `cost` (both (rows, >= W)
+        tables) combined stage by stage with `combine` (add or max), and one partition attaining it.
 
         `value` holds the best over partitions of layers [0, p) into the stages so far at index
         p + W - 1, so stage s reads every segment start s + r - w through one strided view. Starts
         before layer s (r < w) are impossible: positions below s hold INF when stage s reads them
         (each is cleared once no later stage may write it), so whatever the table holds there
         never wins. Stage 0 starts at layer 0, so its values are the diagonal; the last stage ends
-        at layer L, so only its last row is needed (and it has no r < w, as W <= R). Tables may
-        be cut short of self.W: no segment is longer than their last column."""
+        at layer L, so only its last row is needed (and it has no r < w, as W <= R).
+
+        W is the longest allowed segment (_longest), at most the tables' own, so each stage's
+        band (see the class) narrows to W in the same way: only its rows are masked and
+        combined, the other ends of `value` are INF. With a tight tau limit that is a fraction
+        of the rows."""
         pp, L, R = self.pp, self.L, self.R
-        W = masked.shape[2]
+        W = _longest(allowed)
         if W == 0:
             return INF, None
         if pp == 1:
-            v = float(masked[0, R - 1, R - 1]) if R <= W else INF
+            row = self.row(0, R - 1)
+            v = float(cost[row, R - 1]) if R <= W and allowed[row, R - 1] else INF
             return (v, (L,)) if v < INF else (INF, None)
         value = np.full(L + W, INF)
-        first = masked[0].diagonal()
-        value[W:W + len(first)] = first
         step = value.itemsize
-        starts = np.ndarray((pp, R, W), buffer=value, offset=(W - 1) * step, strides=(step, step, -step))
-        totals = np.empty((pp, R, W))
+        offset, band_low = self._band_rows
+        bands = []
+        for s in range(pp - 1):
+            low = max(0, L - (pp - 1 - s) * W - s - 1)
+            bands.append((low, max(low, min(R, (s + 1) * W - s))))
+        bands.append((R - 1, R if pp * W >= L else R - 1))
+        low, high = bands[0]                # stage 0 starts at layer 0: segment r holds r + 1 layers
+        r = np.arange(low, min(high, W))
+        rows = self.row(0, r)
+        value[W + low:W + low + len(r)] = np.where(allowed[rows, r], cost[rows, r], INF)
+        # The later stages' rows masked at once (with the rows between their bands, to save calls)
+        base = offset[1] - band_low[1] + bands[1][0]
+        masked = np.where(allowed[base:, :W], cost[base:, :W], INF)
+        totals: list[tuple[int, np.ndarray]] = [(low, masked[:0])]   # per stage: its first row, costs
         best = np.minimum.reduce
-        for s in range(1, pp - 1):
+        # starts[q, w] = value[W - 1 + q - w]: stage s's row r reads row q = s + r
+        starts = np.ndarray((L + 1, W), buffer=value, offset=(W - 1) * step, strides=(step, -step))
+        for s in range(1, pp):
             if self.poll is not None:
                 self.poll()
             value[s + W - 2] = INF            # position s - 1: no segment of stage s starts there
-            combine(starts[s], masked[s], out=totals[s])
-            best(totals[s], axis=1, out=value[s + W:s + W + R])
-        last = totals[pp - 1, R - 1]
-        combine(starts[pp - 1, R - 1], masked[pp - 1, R - 1], out=last)
-        total = float(last.min())
+            low, high = bands[s]
+            first = offset[s] - band_low[s] - base
+            combined = masked[first + low:first + high]
+            combine(starts[s + low:s + high], combined, out=combined)
+            totals.append((low, combined))
+            if s < pp - 1:
+                ends = value[s + W:s + W + R]         # ends s + 1 ... s + R
+                best(combined, axis=1, out=ends[low:high])
+                if low:
+                    ends[:low] = INF
+                if high < R:
+                    ends[high:] = INF
+        total = float(totals[-1][1][0].min()) if len(totals[-1][1]) else INF
         if total == INF:
             return INF, None
         sizes, j = [], L                 # walk back from the end through each stage's best length
         for s in range(pp - 1, 0, -1):
-            size = int(totals[s, j - s - 1].argmin()) + 1
+            low, combined = totals[s]
+            size = int(combined[j - s - 1 - low].argmin()) + 1
             sizes.append(size)
             j -= size
         sizes.append(j)
@@ -272,20 +363,34 @@ class SegmentTables:
 
     def measures(self, partition: tuple[int, ...]) -> tuple[float, float, float]:
         """(max tau, sum g, max E) of a partition."""
-        flat, j = [], 0
+        offset, band_low = self._band_rows
+        flat, j, W = [], 0, self.W
         for s, size in enumerate(partition):
             j += size
-            flat.append((s * self.R + j - s - 1) * self.W + size - 1)
+            flat.append((offset[s] + j - s - 1 - band_low[s]) * W + size - 1)
         return (float(self.tau.ravel()[flat].max()), float(np.add.reduce(self.g.ravel()[flat])),
                 float(self.e.ravel()[flat].max()))
+
+
+@functools.lru_cache(maxsize=8)
+def _floor_log2(L: int) -> np.ndarray:
+    """floor(log2(n)) for n in [0, L] (0 for 0), by table; exact (log2 of an integer is exact
+    at powers of two)."""
+    table = np.concatenate([[0], np.log2(np.arange(1, L + 1)).astype(np.int64)])
+    table.flags.writeable = False
+    return table
+
+
+def _hardware_kinds(hardware: list[tuple]) -> dict[tuple, int]:
+    """Each distinct stage hardware (Candidate.stage_hardware) and the first stage with it."""
+    return {kind: s for s, kind in reversed(list(enumerate(hardware)))}
 
 
 def _longest(allowed: np.ndarray) -> int:
     """The length of the longest allowed segment (0 if none; `allowed` within `feasible`): the
     DP need not look further, and with a tight tau limit that is often a fraction of the longest
     that fits in memory."""
-    pp, R, W = allowed.shape
-    columns = np.flatnonzero(allowed.reshape(pp * R, W).any(axis=0))
+    columns = np.flatnonzero(allowed.any(axis=0))
     return int(columns[-1]) + 1 if len(columns) else 0
 
 
@@ -362,7 +467,7 @@ class _SegmentMemory:
         for i, c in enumerate(candidates):
             self.capacity[i, :c.pp] = c.layout.stage_capacity
             self.in_flight[i, :c.pp] = c.memory_arrays[2]
-        self.floor_log2 = np.concatenate([[0], np.log2(np.arange(1, L + 1)).astype(np.int64)])  # exact
+        self.floor_log2 = _floor_log2(L)
 
     def keep(self, rows: np.ndarray) -> None:
         """Keep only these rows (a mask or indices), in their order."""
@@ -441,28 +546,44 @@ def solve(tables: SegmentTables, upper_bound: float = INF,
             raise Cancelled
 
     tables.poll = poll
-    if tables.pp <= 2:
-        if not tables.feasible.any():
-            return PartitionResult(None, INF, 0, fits=False)
-        return _solve_by_enumeration(tables, upper_bound)
-    # Settled without building the tables: no partition fits, or none has a bottleneck that
-    # could beat the bound.
-    if not partitions_fit([tables.candidate])[0]:
+    candidate = tables.candidate
+    deep = tables.pp > 2        # one or two stages: every partition at once (after the cap)
+    # Settled without building the tables: no partition fits (after this, finding nothing means
+    # that nothing beats the bound), or none has a bottleneck that could beat the bound.
+    @functools.cache
+    def even_fits() -> bool:
+        need, capacity = even_split_memory([candidate])
+        return bool(np.all(need <= capacity))
+
+    if deep and not even_fits() and not partitions_fit([candidate])[0]:
         return PartitionResult(None, INF, 0, fits=False)
-    g_floor, e_floor = _sum_and_tail_floors(tables.candidate)
-    if B > 1 and upper_bound < INF and _bottleneck_exceeds(tables.candidate, (upper_bound - g_floor - e_floor) / (B - 1)):
+    g_floor, e_floor = _sum_and_tail_floors(candidate)
+    if deep and B > 1 and upper_bound < INF and _bottleneck_exceeds(candidate, (upper_bound - g_floor - e_floor) / (B - 1)):
         return PartitionResult(None, INF, 0)
+    # A partition with max tau >= (J - g_floor - e_floor) / (B - 1) costs at least J: with J the
+    # bound, or else the even split's time (when it fits, the optimum costs no more), its
+    # segments with tau that high are never needed, and the tables are cut short of them.
+    if upper_bound < INF or tables.pp * tables.R ** 2 < CAP_MIN_CELLS or not even_fits():
+        bound = upper_bound
+    else:
+        bound = candidate.quick_evaluate(even_partition(candidate.num_layers, candidate.pp))[0]
+    if B > 1 and bound < INF:
+        tables.tau_cap = (bound - g_floor - e_floor) / (B - 1)
+    if not deep:
+        result = _solve_by_enumeration(tables, upper_bound)
+        # Nothing found: none fits, or (the tables cut at the cap) none beats the bound.
+        if result.partition is None and not even_fits() and not partitions_fit([candidate])[0]:
+            return PartitionResult(None, INF, result.solves, fits=False)
+        return result
     poll()
     if not tables.feasible.any():
-        return PartitionResult(None, INF, 0, fits=False)
+        return PartitionResult(None, INF, 0)
     for table in ("_compute", "_busy", "tau"):      # built in steps, so that a cancel waits less
         poll()
         getattr(tables, table)
     poll()
     t_star, start = tables.minmax(tables.tau, tables.feasible)
-    if start is None:
-        return PartitionResult(None, INF, 1, fits=False)
-    if (B - 1) * t_star + g_floor + e_floor >= upper_bound:
+    if start is None or (B - 1) * t_star + g_floor + e_floor >= upper_bound:
         return PartitionResult(None, INF, 1)
     poll()
     tables.e
@@ -569,12 +690,12 @@ def _solve_by_enumeration(tables: SegmentTables, upper_bound: float) -> Partitio
     else:
         first = np.arange(1, L)
         sizes = np.stack([first, L - first])
-    sizes = sizes[:, (sizes <= W).all(axis=0)]                        # longer segments never fit
+    sizes = sizes[:, (sizes <= W).all(axis=0)]            # longer segments never fit or never win
     stage = np.arange(tables.pp)[:, None]
-    index = (stage, np.cumsum(sizes, axis=0) - stage - 1, sizes - 1)
+    index = (tables.row(stage, np.cumsum(sizes, axis=0) - stage - 1), sizes - 1)
     fits = tables.feasible[index].all(axis=0)
-    if not fits.any():
-        return PartitionResult(None, INF, 1, fits=False)
+    if not fits.any():                  # solve checked that some partition fits: none can win
+        return PartitionResult(None, INF, 1)
     g, tau, e = (table[index] for table in (tables.g, tables.tau, tables.e))
     iteration = (B - 1) * tau.max(axis=0) + np.add.reduce(g, axis=0) + e.max(axis=0)
     iteration = np.where(fits, iteration, INF)

@@ -1,14 +1,19 @@
 """partition.best_partition is exact: it equals brute force over every partition of the layers into
 pp contiguous non-empty stages that fits in memory (or finds none when none fits)."""
 
+import dataclasses
 import math
+from unittest import mock
 
+import numpy as np
 import pytest
 from hypothesis import assume, event, given, settings
 from hypothesis import strategies as st
 
+from amp_tui.core import partition
 from amp_tui.core.cost import CostModel
-from amp_tui.core.partition import best_partition, partitions_fit
+from amp_tui.core.knobs import default_knobs
+from amp_tui.core.partition import SegmentTables, best_partition, partitions_fit
 from amp_tui.core.scenario import load_scenario, parse_scenario
 from amp_tui.core.search import enumerate_candidates
 from core_builders import brute_force, build, close, compositions, examples, layer, node, scenario_dicts
@@ -153,3 +158,54 @@ def test_paper_settings_against_brute_force(name):
     assert keys
     for key in keys:
         _check(cost.candidate(*key), note=lambda _: None)
+
+
+@st.composite
+def interleaved_candidates(draw):
+    """A candidate with two interleaved model chunks per pipeline rank (fill and drain shrink)."""
+    scn = parse_scenario(draw(scenario_dicts(max_layers=10)))
+    knobs = dataclasses.replace(default_knobs(scn.training), virtual_stages=2)
+    keys = [k for k in enumerate_candidates(scn, knobs=knobs) if k[1] <= 4]
+    assume(keys)
+    return CostModel(scn, knobs).candidate(*draw(st.sampled_from(keys)))
+
+
+@settings(max_examples=examples(60), deadline=None)
+@given(candidate=st.one_of(candidates(), interleaved_candidates()))
+def test_tables_cut_at_the_even_splits_cap_keep_the_optimum(candidate):
+    """Tables of every size cut at the cap from the even split's time (by default only large
+    ones are): still the brute-force optimum, with memory binding or not, 1F1B or GPipe,
+    interleaved or not, mixed GPUs."""
+    event(f"v={candidate.knobs.virtual_stages}")
+    with mock.patch.object(partition, "CAP_MIN_CELLS", 0):
+        _check(candidate)
+
+
+@settings(max_examples=examples(40), deadline=None)
+@given(candidate=candidates(max_layers=10, max_pp=4), scale=st.sampled_from([1.001, 1.2, 2.0]))
+def test_cut_tables_hold_every_segment_below_the_cap(candidate, scale):
+    """With tau_cap above the least max tau of a partition, the tables keep every segment that
+    fits in memory with tau below the cap and that a partition of such segments can use (its
+    stage ends where the others leave room), with the same figures as the uncut tables, in fewer
+    or as many cells."""
+    full = SegmentTables(candidate)
+    assume(full.feasible.any() and candidate.pp > 1)
+    t_star, _ = full.minmax(full.tau, full.feasible)
+    assume(t_star < math.inf)
+    cap = scale * t_star
+    cut = SegmentTables(candidate)
+    cut.tau_cap = cap
+    assert cut.feasible.size <= full.feasible.size
+    kept = full.feasible & (full.tau < cap)
+    stage, r = full._stage[:, None], full._r[:, None]
+    w = np.broadcast_to(np.arange(full.W), kept.shape)
+    stage, r = np.broadcast_to(stage, kept.shape)[kept], np.broadcast_to(r, kept.shape)[kept]
+    w = w[kept]
+    assert np.all(w < cut.W)
+    L, pp, W = candidate.num_layers, candidate.pp, cut.W
+    usable = (stage + 1 + r <= (stage + 1) * W) & (stage + 1 + r >= L - (pp - 1 - stage) * W)
+    assert usable.any()
+    stage, r, w, kept_tau, kept_e = stage[usable], r[usable], w[usable], full.tau[kept][usable], full.e[kept][usable]
+    rows = cut.row(stage, r)
+    assert np.all(cut.feasible[rows, w])
+    assert np.allclose(cut.tau[rows, w], kept_tau) and np.allclose(cut.e[rows, w], kept_e)
