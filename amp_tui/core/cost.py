@@ -168,7 +168,10 @@ class CostModel:
         tp_bytes = np.where(have, 0.0, self.model.columns["tp_comm_bytes"] * (comm_passes * mbs * ring / self.knobs.cp))
         # Backward runs twice the forward's compute but only as many all-reduces: a measured
         # time's communication counts once per pass that communicates, not three times.
-        compute = passes * forward + (comm_passes * measured_comm if have.any() and tp > 1 else 0.0)
+        # A measured forward's backward takes params `backward_ratio` forwards (2 by FLOPs).
+        measured_passes = passes - 2.0 + self.params("backward_ratio")
+        compute = np.where(have, measured_passes, passes) * forward \
+            + (comm_passes * measured_comm if have.any() and tp > 1 else 0.0)
         if not have.all():   # flash attention's backward recomputes the scores (analytic layers only)
             compute = compute + np.where(have, 0.0, compute_terms.flash_backward_time(
                 self.model, gpu, self.params, tp, self.knobs.cp, mbs))

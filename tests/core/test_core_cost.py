@@ -33,6 +33,15 @@ def _profiled(params, out, seconds, **extra):
 PROFILED = [_profiled(1e6, 4e6, 0.002), _profiled(2e6, 1e6, 0.003)]
 
 
+@pytest.mark.parametrize("ratio", [1.5, 2.0, 2.5])
+def test_a_measured_forward_takes_backward_ratio_forwards_backward(ratio):
+    """compute = forward + backward_ratio x forward for a measured layer (AMP assumed 2)."""
+    scn = build([node(1, "V100", 1)], [_profiled(1e6, 1e6, 0.002)], 1,
+                calibration={"parameters": {**IDEAL["parameters"], "backward_ratio": ratio}})
+    compute, _ = CostModel(scn).layer_times(0, 1, 1)
+    assert compute[0] == pytest.approx((1 + ratio) * 0.002, rel=1e-12)
+
+
 def test_amp_formula_by_hand_with_measured_times():
     """T = (B - 1) max tau + sum C + sum c + max E, every term from the spec by hand."""
     scn = build([node(1, "V100", 2, intra=100, inter=10)], PROFILED, 4, calibration=IDEAL)
