@@ -47,7 +47,7 @@ import numpy as np
 from amp_tui.core.cost import CostModel, Prediction
 from amp_tui.core.errors import Cancelled
 from amp_tui.core.objective import Objective
-from amp_tui.core.placement import placement_label
+from amp_tui.core.placement import Nodes, placement_label
 from amp_tui.core.pricing import priced, used_nodes
 from amp_tui.core.scenario import Scenario
 from amp_tui.core.search import SearchResult, SearchStats, divisors, search
@@ -192,6 +192,15 @@ def part_bounds(scenario: Scenario, rows: np.ndarray, cost: CostModel | None = N
     else:
         spb = np.array([1.0 / g.intra_node_bandwidth for g in groups])
     best = np.full(len(rows), np.inf)
+    # The pipeline's fill, sends and fixed costs (below), for the cost model's techniques alone:
+    # every stage sends across a boundary at least, at the least bytes over the fastest link.
+    plain = cost.knobs.cp == 1 and cost.knobs.virtual_stages == 1
+    whole = Nodes(scenario.cluster, tuple(range(len(groups))), cost.params)
+    output = scenario.model.columns["output_bytes"]
+    cheapest_cut = 2.0 * float(output[:-1].min() if len(output) > 1 else 0.0) \
+        / max(float(whole.intra.max()), float(whole.inter.max()))      # per sample, at tp 1
+    cut_latency = 2.0 * min(float(whole.intra_latency.min()), float(whole.inter_latency.min()))
+    overhead, per_micro_batch = cost.params("iteration_overhead_s"), cost.params("micro_batch_overhead_s")
     for tp in _tp_options(scenario, totals):
         allowed_tp = np.array([scenario.search.allow_cross_node_tp or n % tp == 0 for n in per_node])[subset_index]
         for mbs in (m for m in divisors(gbs) if m <= scenario.search.max_micro_batch_size):
@@ -207,12 +216,14 @@ def part_bounds(scenario: Scenario, rows: np.ndarray, cost: CostModel | None = N
                 a = _subset_min(v / V[:, None], in_subset).sum(axis=1)[subset_index]
             else:       # a GPU type with nothing to compute: no steady-state floor (the fill stays)
                 a, V = np.zeros(len(rows)), np.ones(len(groups))
-            f = _subset_min(v, in_subset).sum(axis=1)[subset_index]
+            fastest_layers = _subset_min(v, in_subset)                       # (subsets, L)
+            f = fastest_layers.sum(axis=1)[subset_index]
             if quick:
                 throughput = gbs / mbs * tp * a / (gpus @ (1.0 / V))
                 best = np.where(allowed_tp, np.minimum(best, np.maximum(throughput, f)), best)
                 continue
             cumulative = np.cumsum(gpus[:, fastest_first], axis=1)          # GPUs of the k fastest types
+            descending = -np.sort(-fastest_layers, axis=1)
             for dp in divisors(gbs // mbs):
                 if cancel():
                     raise Cancelled
@@ -225,13 +236,58 @@ def part_bounds(scenario: Scenario, rows: np.ndarray, cost: CostModel | None = N
                 stages = cumulative[rows_ok] // (tp * dp)
                 new = np.diff(stages, axis=1, prepend=0)
                 speed = (new / V[fastest_first]).sum(axis=1)
-                m = a[rows_ok] / speed                                       # bottleneck floor
+                pp = totals[total_index[rows_ok]] // (tp * dp)
+                m = np.maximum(a[rows_ok] / speed, _bottleneck_floor(descending, subset_index[rows_ok], pp))
                 first = np.argmax(stages > 0, axis=1)
                 fill = np.maximum(f[rows_ok], a[rows_ok] * V[fastest_first][first])
                 B = gbs // (mbs * dp)
                 bound = np.maximum((B - 1) * m + fill, B * m)
+                if plain:       # where it can lower the part's bound: the finer one is higher still
+                    lower = bound < best[rows_ok]
+                    rows_ok, bound, m, new, pp = rows_ok[lower], bound[lower], m[lower], new[lower], pp[lower]
+                    sends = np.where(pp > 1, cheapest_cut * mbs / tp + cut_latency, 0.0)
+                    bound = np.maximum(bound, overhead + _filled_pipeline(
+                        a[rows_ok], new, V[fastest_first], m, sends + per_micro_batch,
+                        (pp - 1) * sends + pp * per_micro_batch, B))
                 best[rows_ok] = np.minimum(best[rows_ok], bound)
     return np.where(fits, best, np.inf)
+
+
+def _bottleneck_floor(descending: np.ndarray, subset: np.ndarray, pp: np.ndarray) -> np.ndarray:
+    """Per row, M >= ceil(k / pp) x the k-th largest layer time (`descending`: per subset of
+    groups, each layer's time on the subset's fastest GPU for it, largest first): k layers at
+    least that slow share pp stages, so one of them holds ceil(k / pp)."""
+    layers = descending.shape[1]
+    pairs, where = np.unique(subset * (layers + 1) + pp, return_inverse=True)
+    k = np.arange(1, layers + 1)
+    floors = (np.ceil(k[None, :] / (pairs % (layers + 1))[:, None]) * descending[pairs // (layers + 1)]).max(axis=1)
+    return floors[where.ravel()]
+
+
+def _filled_pipeline(work: np.ndarray, new: np.ndarray, pace: np.ndarray, lowest: np.ndarray, busy: np.ndarray,
+                     fixed: np.ndarray, B: int) -> np.ndarray:
+    """Per row, min over M >= `lowest` of (B - 1) (M + busy) + S(M) + fixed, where S(M) fills
+    `work` into the stages fastest first, a stage of class k (`new`: (rows, classes) stages per
+    class; `pace`: each class's seconds per unit of work, ascending) taking up to M / pace_k at
+    pace_k. M bounds every stage's compute, so for any partition with bottleneck compute M the
+    stages' compute sums to at least S(M); `busy` is what every stage's busy time adds to its
+    compute at least (the cheapest send, the per-micro-batch overhead), `fixed` what the fill and
+    drain add (the cheapest send at every boundary, the overhead at every stage).
+
+    S is convex, decreasing, and linear between the M at which the k fastest classes alone take
+    all the work, so the minimum lies at `lowest` or at one of those above it."""
+    capacity = np.cumsum(new / pace[None, :], axis=1)                     # work per unit of M
+    with np.errstate(divide="ignore"):
+        kinks = work[:, None] / capacity                                   # (rows, classes); inf: no stage yet
+    points = np.maximum(np.concatenate([lowest[:, None], kinks], axis=1), lowest[:, None])     # (rows, P)
+    finite = np.isfinite(points)
+    points = np.where(finite, points, lowest[:, None])
+    cap = new[:, None, :] * points[:, :, None] / pace[None, None, :]       # (rows, P, classes)
+    before = np.cumsum(cap, axis=2) - cap
+    placed = np.clip(work[:, None, None] - before, 0.0, cap)
+    fill = (placed * pace[None, None, :]).sum(axis=2)
+    total = (B - 1) * (points + busy[:, None]) + fill + fixed[:, None]
+    return total.min(axis=1)
 
 
 def _subset_min(per_group: np.ndarray, in_subset: np.ndarray) -> np.ndarray:

@@ -193,6 +193,20 @@ def test_bounds_are_below_every_part_best():
         assert found and bound <= found[0].iteration_time_s
 
 
+@settings(max_examples=examples(40), deadline=None)
+@given(spec=scenario_dicts(max_layers=8, max_gpus=6))
+def test_every_part_bound_is_below_that_parts_brute_force_best(spec):
+    """Each bound on its own, not only the ranking it leads to: a bound above its part's best
+    would go unnoticed in the searches whenever that part cannot enter the top N anyway."""
+    scn = parse_scenario(spec)
+    rows = np.array([counts for counts in itertools.product(*(range(g.count + 1) for g in scn.cluster.nodes))
+                     if any(counts)])
+    _, best_of_part = _brute_force_parts(scn)
+    for counts, bound in zip(rows.tolist(), part_bounds(scn, rows)):
+        best = best_of_part.get(_canonical(scn, counts), math.inf)
+        assert bound <= best * (1 + 1e-9), (counts, bound, best)
+
+
 def test_evaluate_refuses_impossible_idle_nodes():
     scn = load_scenario("bench-128-gpus")
     with pytest.raises(SpecError, match=r"strategy.idle.*node group 1 has 8 nodes"):
