@@ -254,7 +254,8 @@ def _time_floors(candidates: list[Candidate], cancel: Callable[[], bool], refine
         sends[:, :-1] += cheapest_cut
         sends[:, 1:] += cheapest_cut
         k = np.arange(1, descending.shape[1] + 1)
-        m_floor = (np.ceil(k / pp)[None, :] * descending).max(axis=1)
+        m_floor = np.maximum((np.ceil(k / pp)[None, :] * descending).max(axis=1),
+                             _one_layer_each(rho, descending[:, ::-1]))
         B = np.array([c.num_micro_batches for c in group], dtype=np.float64)
         v = np.array([c.knobs.virtual_stages for c in group], dtype=np.float64)
         core_rho = np.where(serves, np.array([t[4] for t in times])[:, None, :], 0.0).max(axis=2)
@@ -325,6 +326,18 @@ def _pipeline_floors(rho: np.ndarray, sends: np.ndarray, work: np.ndarray, m_flo
     return np.where(m >= lowest[:, None], total, np.inf).min(axis=1)
 
 
+def _one_layer_each(rho: np.ndarray, ascending: np.ndarray) -> np.ndarray:
+    """Per row, a floor on the bottleneck stage's compute: every stage holds a layer of its own,
+    and a stage at slow-down rho takes at least rho x that layer's fastest time, so the bottleneck
+    is at least the least, over the ways of giving each stage a distinct layer, of the largest
+    rho x b; the slowest stage with the cheapest layer, the next with the next, and so on, gives
+    that least (exchanging two stages' layers never lowers the larger product). Arrays: rho
+    (n, pp), the stages' slow-downs; ascending (n, L), the layers' fastest times, ascending."""
+    count = min(rho.shape[1], ascending.shape[1])
+    slowest_first = -np.sort(-rho, axis=1)[:, :count]
+    return (slowest_first * ascending[:, :count]).max(axis=1) if count else np.zeros(len(rho))
+
+
 def _order_free_floors(cost: CostModel, families: list[tuple[int, int, int, int]],
                        cancel: Callable[[], bool]) -> list[float]:
     """Per (tp, pp, dp, micro-batch size), a lower bound on the iteration time of every node order
@@ -372,7 +385,8 @@ def _order_free_floors(cost: CostModel, families: list[tuple[int, int, int, int]
             ascending = np.argsort(slowdown, kind="stable")
             stages = np.minimum(np.cumsum(gpus[ascending]) // per_stage, pp)
             rho = np.repeat(slowdown[ascending], np.diff(stages, prepend=0))
-            floor = _pipeline_floors(rho[None, :], np.full((1, pp), cut), np.array([work]), np.array([m_floor]),
+            lowest = max(m_floor, float(_one_layer_each(rho[None, :], np.sort(fastest)[None, :])[0]))
+            floor = _pipeline_floors(rho[None, :], np.full((1, pp), cut), np.array([work]), np.array([lowest]),
                                      np.array([v * (B - 1) + 1.0])) / v
             best = max(best, float(floor[0]) + cut * (pp - 1) / v)
         out.append(best + cost.params("iteration_overhead_s"))
