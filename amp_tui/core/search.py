@@ -256,6 +256,8 @@ def _time_floors(candidates: list[Candidate], cancel: Callable[[], bool], refine
         k = np.arange(1, descending.shape[1] + 1)
         m_floor = np.maximum((np.ceil(k / pp)[None, :] * descending).max(axis=1),
                              _one_layer_each(rho, descending[:, ::-1]))
+        if refine:
+            m_floor = np.maximum(m_floor, _whole_layers_floor(group, sends))
         B = np.array([c.num_micro_batches for c in group], dtype=np.float64)
         v = np.array([c.knobs.virtual_stages for c in group], dtype=np.float64)
         core_rho = np.where(serves, np.array([t[4] for t in times])[:, None, :], 0.0).max(axis=2)
@@ -324,6 +326,25 @@ def _pipeline_floors(rho: np.ndarray, sends: np.ndarray, work: np.ndarray, m_flo
     rest = np.where(full < pp, (work[:, None] - placed) * next_rho, 0.0)
     total = (B[:, None] - 1) * m + filled + np.maximum(rest, 0.0)
     return np.where(m >= lowest[:, None], total, np.inf).min(axis=1)
+
+
+def _whole_layers_floor(candidates: list[Candidate], sends: np.ndarray) -> np.ndarray:
+    """Per candidate (all with the same pp), a floor on the bottleneck's busy time that counts
+    whole layers of the most common kind (the core layers, e.g. transformer blocks): with every
+    stage busy at most M, stage s holds at most K_s(M) of them, the most whose times on its own
+    GPUs (the slowest serving type's, its tensor-parallel link included) sum to at most M - f_s
+    (`sends`: its cheapest sends, (n, pp)), the cheapest first, wherever they lie. The stages
+    hold all C core layers between them, so sum_s K_s(M) >= C: M is at least the C-th smallest
+    of the thresholds f_s + (sum of stage s's k cheapest core layers) over every s and k.
+    Contiguity, memory and the other layers are relaxed; what it keeps that the fractional
+    floors lose is that a stage cannot hold part of a layer."""
+    core = candidates[0].cost.floor_cache["core layers"]
+    count = int(core.sum())
+    if not count:
+        return np.zeros(len(candidates))
+    times = np.array([c.stage_layer_times[0][:, core] for c in candidates])      # (n, pp, C)
+    thresholds = np.cumsum(np.sort(times, axis=2), axis=2) + sends[:, :, None]
+    return np.partition(thresholds.reshape(len(candidates), -1), count - 1, axis=1)[:, count - 1]
 
 
 def _one_layer_each(rho: np.ndarray, ascending: np.ndarray) -> np.ndarray:
