@@ -396,8 +396,8 @@ def _order_free_floors(cost: CostModel, families: list[tuple[int, int, int, int]
         k = np.arange(1, len(fastest) + 1)
         m_floor = float((np.ceil(k / pp) * np.sort(fastest)[::-1]).max())
         # every stage sends across one boundary at least, each at least the cheapest cut over the
-        # fastest link (as Candidate.cut_cost prices it)
-        cut = 2.0 * v * (mbs / cost.knobs.cp * least_output * fastest_link + least_latency) if pp > 1 else 0.0
+        # fastest link (as Candidate.cut_cost prices it: each of the tp x cp ranks sends its share)
+        cut = 2.0 * v * (mbs / (cost.knobs.cp * tp) * least_output * fastest_link + least_latency) if pp > 1 else 0.0
         best = 0.0
         for mask, work in ((busy, float(fastest.sum())), (core, float(fastest[core].sum()))):
             if not mask.any():
