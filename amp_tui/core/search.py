@@ -256,8 +256,10 @@ def _time_floors(candidates: list[Candidate], cancel: Callable[[], bool], refine
         k = np.arange(1, descending.shape[1] + 1)
         m_floor = np.maximum((np.ceil(k / pp)[None, :] * descending).max(axis=1),
                              _one_layer_each(rho, descending[:, ::-1]))
-        if refine:
-            m_floor = np.maximum(m_floor, _whole_layers_floor(group, sends))
+        if refine:      # on the stage's own GPUs (the slowest serving type's, its tp link included)
+            core = group[0].cost.floor_cache["core layers"]
+            m_floor = np.maximum(m_floor, _whole_layers_floor(
+                np.array([c.stage_layer_times[0][:, core] for c in group]), sends))
         B = np.array([c.num_micro_batches for c in group], dtype=np.float64)
         v = np.array([c.knobs.virtual_stages for c in group], dtype=np.float64)
         core_rho = np.where(serves, np.array([t[4] for t in times])[:, None, :], 0.0).max(axis=2)
@@ -328,23 +330,21 @@ def _pipeline_floors(rho: np.ndarray, sends: np.ndarray, work: np.ndarray, m_flo
     return np.where(m >= lowest[:, None], total, np.inf).min(axis=1)
 
 
-def _whole_layers_floor(candidates: list[Candidate], sends: np.ndarray) -> np.ndarray:
-    """Per candidate (all with the same pp), a floor on the bottleneck's busy time that counts
-    whole layers of the most common kind (the core layers, e.g. transformer blocks): with every
-    stage busy at most M, stage s holds at most K_s(M) of them, the most whose times on its own
-    GPUs (the slowest serving type's, its tensor-parallel link included) sum to at most M - f_s
-    (`sends`: its cheapest sends, (n, pp)), the cheapest first, wherever they lie. The stages
-    hold all C core layers between them, so sum_s K_s(M) >= C: M is at least the C-th smallest
-    of the thresholds f_s + (sum of stage s's k cheapest core layers) over every s and k.
-    Contiguity, memory and the other layers are relaxed; what it keeps that the fractional
-    floors lose is that a stage cannot hold part of a layer."""
-    core = candidates[0].cost.floor_cache["core layers"]
-    count = int(core.sum())
+def _whole_layers_floor(core_times: np.ndarray, sends: np.ndarray) -> np.ndarray:
+    """Per row, a floor on the bottleneck's busy time that counts whole layers of the most common
+    kind (the core layers, e.g. transformer blocks; `core_times`: (n, pp, C), each stage's time
+    for each of them, or a lower bound on it): with every stage busy at most M, stage s holds at
+    most K_s(M) of them, the most whose times sum to at most M - f_s (`sends`: its cheapest sends,
+    (n, pp)), the cheapest first, wherever they lie. The stages hold all C core layers between
+    them, so sum_s K_s(M) >= C: M is at least the C-th smallest of the thresholds
+    f_s + (sum of stage s's k cheapest core layers) over every s and k. Contiguity, memory and
+    the other layers are relaxed; what it keeps that the fractional floors lose is that a stage
+    cannot hold part of a layer."""
+    count = core_times.shape[2]
     if not count:
-        return np.zeros(len(candidates))
-    times = np.array([c.stage_layer_times[0][:, core] for c in candidates])      # (n, pp, C)
-    thresholds = np.cumsum(np.sort(times, axis=2), axis=2) + sends[:, :, None]
-    return np.partition(thresholds.reshape(len(candidates), -1), count - 1, axis=1)[:, count - 1]
+        return np.zeros(len(core_times))
+    thresholds = np.cumsum(np.sort(core_times, axis=2), axis=2) + sends[:, :, None]
+    return np.partition(thresholds.reshape(len(core_times), -1), count - 1, axis=1)[:, count - 1]
 
 
 def _one_layer_each(rho: np.ndarray, ascending: np.ndarray) -> np.ndarray:
@@ -398,7 +398,7 @@ def _order_free_floors(cost: CostModel, families: list[tuple[int, int, int, int]
         # every stage sends across one boundary at least, each at least the cheapest cut over the
         # fastest link (as Candidate.cut_cost prices it: each of the tp x cp ranks sends its share)
         cut = 2.0 * v * (mbs / (cost.knobs.cp * tp) * least_output * fastest_link + least_latency) if pp > 1 else 0.0
-        best = 0.0
+        variants = []
         for mask, work in ((busy, float(fastest.sum())), (core, float(fastest[core].sum()))):
             if not mask.any():
                 continue
@@ -406,8 +406,15 @@ def _order_free_floors(cost: CostModel, families: list[tuple[int, int, int, int]
             ascending = np.argsort(slowdown, kind="stable")
             stages = np.minimum(np.cumsum(gpus[ascending]) // per_stage, pp)
             rho = np.repeat(slowdown[ascending], np.diff(stages, prepend=0))
-            lowest = max(m_floor, float(_one_layer_each(rho[None, :], np.sort(fastest)[None, :])[0]))
-            floor = _pipeline_floors(rho[None, :], np.full((1, pp), cut), np.array([work]), np.array([lowest]),
+            if mask is busy:    # (the core slow-down says nothing of the other layers)
+                m_floor = max(m_floor, float(_one_layer_each(rho[None, :], np.sort(fastest)[None, :])[0]))
+            variants.append((rho, work))
+        if core.any():      # whole core layers, each at least its slow-down x its fastest time
+            stage_times = variants[-1][0][:, None] * np.sort(fastest[core])[None, :]
+            m_floor = max(m_floor, float(_whole_layers_floor(stage_times[None, :, :], np.full((1, pp), cut))[0]))
+        best = 0.0
+        for rho, work in variants:
+            floor = _pipeline_floors(rho[None, :], np.full((1, pp), cut), np.array([work]), np.array([m_floor]),
                                      np.array([v * (B - 1) + 1.0])) / v
             best = max(best, float(floor[0]) + cut * (pp - 1) / v)
         out.append(best + cost.params("iteration_overhead_s"))
