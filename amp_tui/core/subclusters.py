@@ -164,12 +164,14 @@ def _tp_options(scenario: Scenario, totals: np.ndarray) -> list[int]:
 
 
 def part_bounds(scenario: Scenario, rows: np.ndarray, cost: CostModel | None = None, *,
-                quick: bool = False, should_cancel: Callable[[], bool] | None = None) -> np.ndarray:
+                quick: bool = False, limit: np.ndarray | float = math.inf,
+                should_cancel: Callable[[], bool] | None = None) -> np.ndarray:
     """Per row of node counts, a lower bound on the iteration time of every strategy on those nodes
     (inf where no strategy can fit or none exists). See the module docstring. `quick`: a weaker
     bound, cheap enough for every part: B M with the stages' GPUs counted fractionally (M >= A x
     tp x dp / R, so B M >= global batch / micro-batch x tp x A / R, whatever dp), or the fill.
-    `should_cancel` is polled between passes; Cancelled is raised when it turns true."""
+    Where the bound reaches `limit` (per row, or one for all) it may be a weaker one that still
+    reaches it. `should_cancel` is polled between passes; Cancelled is raised when it turns true."""
     cancel = should_cancel or (lambda: False)
     groups = scenario.cluster.nodes
     training = scenario.training
@@ -192,6 +194,7 @@ def part_bounds(scenario: Scenario, rows: np.ndarray, cost: CostModel | None = N
     else:
         spb = np.array([1.0 / g.intra_node_bandwidth for g in groups])
     best = np.full(len(rows), np.inf)
+    limit = np.broadcast_to(np.asarray(limit, dtype=np.float64), (len(rows),))
     # The pipeline's fill, sends and fixed costs (below), for the cost model's techniques alone:
     # every stage sends across a boundary at least, at the least bytes over the fastest link.
     plain = cost.knobs.cp == 1 and cost.knobs.virtual_stages == 1
@@ -242,8 +245,8 @@ def part_bounds(scenario: Scenario, rows: np.ndarray, cost: CostModel | None = N
                 fill = np.maximum(f[rows_ok], a[rows_ok] * V[fastest_first][first])
                 B = gbs // (mbs * dp)
                 bound = np.maximum((B - 1) * m + fill, B * m)
-                if plain:       # where it can lower the part's bound: the finer one is higher still
-                    lower = bound < best[rows_ok]
+                if plain:       # where it can lower the part's bound below the limit: the finer one is higher still
+                    lower = (bound < best[rows_ok]) & (bound < limit[rows_ok])
                     rows_ok, bound, m, new, pp = rows_ok[lower], bound[lower], m[lower], new[lower], pp[lower]
                     sends = np.where(pp > 1, cheapest_cut * mbs / tp + cut_latency, 0.0)
                     bound = np.maximum(bound, overhead + _filled_pipeline(
@@ -389,7 +392,9 @@ def search_parts(scenario: Scenario, objective: Objective | None = None, *, top:
         search_part(seeds.pop(0))
     survivors = np.flatnonzero(weighted < cutoff())
     if len(survivors):
-        tight = part_bounds(scenario, rows[survivors], cost, should_cancel=user_cancel)
+        with np.errstate(divide="ignore"):     # (a part of free nodes weighs nothing)
+            limit = cutoff() / weights[survivors]
+        tight = part_bounds(scenario, rows[survivors], cost, limit=limit, should_cancel=user_cancel)
         weighted[survivors] = np.maximum(weighted[survivors], weights[survivors] * tight)
     rest = survivors[np.argsort(weighted[survivors], kind="stable")]
     order = seeds + [i for i in rest.tolist() if i not in seeds and tuple(rows[i].tolist()) != whole]
