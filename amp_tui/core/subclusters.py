@@ -13,9 +13,15 @@ a_l = min_g v_lg / V_g over the part's types, A = sum_l a_l: a stage holding lay
 type g runs at least sum_S v_lg >= V_g sum_S a_l per micro-batch (the slowest type sets its pace).
 With the types sorted fastest first, at most floor(GPUs of the k fastest types / (tp x dp)) stages
 hold no slower type, so the stages' total speed is at most sum_k (new stages at type k) / V_k and
-the bottleneck stage takes M >= A / that speed. Then, with B micro-batches,
+the bottleneck stage takes M >= A / that speed, and M >= ceil(k / pp) x the k-th slowest layer
+(on its fastest type), since k such layers share pp stages. Then, with B micro-batches,
     iteration >= max((B - 1) M + fill, B M),   fill >= max(sum_l min_g v_lg, A x V of the fastest stage),
-minimised over every (tp, dp, micro-batch size) the part's GPU count admits. Counting the GPUs
+and, sharper (_filled_pipeline), iteration >= min over M' >= M of (B - 1) (M' + f) + S(M') + fixed:
+S(M') the least compute of the stages filled fastest first up to M' each, f the cheapest send and
+per-micro-batch overhead every stage pays, fixed the fill's sends and overheads and the iteration's;
+where nothing hides the gradient all-reduce (DeepSpeed), plus the all-reduce of the fullest stage's
+1 / pp of the parameters over the fewest nodes its ring can span. All minimised over every (tp, dp,
+micro-batch size) the part's GPU count admits (tests: each part's bound against brute force). Counting the GPUs
 fractionally instead gives a quick bound, B M >= global batch / micro-batch x tp x A / sum_g (GPUs
 of type g / V_g), whatever dp: it rules most parts out before the full bound is computed. A part
 whose GPUs cannot hold one copy of the weights, gradients and optimizer state is dropped.
@@ -44,7 +50,8 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from amp_tui.core.cost import CostModel, Prediction
+from amp_tui.core.cost import CostModel, Prediction, backward_overlap
+from amp_tui.core.memory import state_bytes_per_param
 from amp_tui.core.errors import Cancelled
 from amp_tui.core.objective import Objective
 from amp_tui.core.placement import Nodes, placement_label
@@ -204,6 +211,13 @@ def part_bounds(scenario: Scenario, rows: np.ndarray, cost: CostModel | None = N
         / max(float(whole.intra.max()), float(whole.inter.max()))      # per sample, at tp 1
     cut_latency = 2.0 * min(float(whole.intra_latency.min()), float(whole.inter_latency.min()))
     overhead, per_micro_batch = cost.params("iteration_overhead_s"), cost.params("micro_batch_overhead_s")
+    # Where nothing hides the gradient all-reduce (backward_overlap 0, plain data parallelism), a
+    # data-parallel ring that spans N >= 2 nodes crosses a network interface: 2 (N - 1) / N of the
+    # bytes (or more, as one ring) over a link no faster than the fastest node's; the fullest
+    # stage holds 1 / pp of the parameters at least.
+    exposed = (plain and backward_overlap(cost) == 0 and cost.knobs.zero_stage < 3 and not cost.knobs.hsdp_shard
+               and cost.knobs.ep == 1)
+    all_params = float(scenario.model.columns["params"].sum())
     for tp in _tp_options(scenario, totals):
         allowed_tp = np.array([scenario.search.allow_cross_node_tp or n % tp == 0 for n in per_node])[subset_index]
         for mbs in (m for m in divisors(gbs) if m <= scenario.search.max_micro_batch_size):
@@ -252,6 +266,13 @@ def part_bounds(scenario: Scenario, rows: np.ndarray, cost: CostModel | None = N
                     bound = np.maximum(bound, overhead + _filled_pipeline(
                         a[rows_ok], new, V[fastest_first], m, sends + per_micro_batch,
                         (pp - 1) * sends + pp * per_micro_batch, B))
+                    # the fewest nodes a ring of dp spans: its ranks lie tp apart, at most
+                    # ceil(GPUs per node / tp) of them on one node
+                    nodes = -(-dp // -(-int(gpn.max()) // tp))
+                    if exposed and nodes > 1:
+                        per_param = state_bytes_per_param(training, dp, cost.knobs.zero_stage).weights
+                        bound = bound + (per_param * all_params / (tp * pp) * 2.0 * (nodes - 1) / nodes
+                                         / float(whole.inter.max()))
                 best[rows_ok] = np.minimum(best[rows_ok], bound)
     return np.where(fits, best, np.inf)
 
