@@ -39,6 +39,24 @@ def test_every_floor_is_below_the_candidates_best_partition(spec):
                 assert floor <= best * (1 + 1e-9), (candidate.tp, candidate.pp, candidate.dp, candidate.mbs, floor, best)
 
 
+@settings(max_examples=examples(25), deadline=None)
+@given(spec=mixed_kinds())
+def test_floors_count_only_the_tensor_parallel_traffic_overlap_leaves_exposed(spec):
+    """Under tp_comm_overlap a stage pays part of its tensor-parallel traffic (heavy here): the
+    candidates' floors stay below their best partitions."""
+    spec["training"]["tp_comm_overlap"] = True
+    for entry in spec["model"]["layers"]:
+        entry["tp_comm_bytes"] = 1e9
+    scn = parse_scenario(spec)
+    for knobs in knob_choices(scn.training):
+        cost = CostModel(scn, knobs)
+        candidates = [cost.candidate(*key) for key in enumerate_candidates(scn, knobs=knobs)]
+        for candidate, floor in zip(candidates, _time_floors(candidates, lambda: False)):
+            best, _ = brute_force(candidate)
+            if best is not None:
+                assert floor <= best * (1 + 1e-9), (candidate.tp, candidate.pp, candidate.dp, floor, best)
+
+
 def _heterogeneous(draw, groups: int, max_layers: int, slow_memory: bool):
     """`groups` single-GPU-per-node groups of different GPUs (some with little memory), layers of
     mixed kinds: every node order is a distinct placement."""
