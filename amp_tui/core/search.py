@@ -370,8 +370,8 @@ def _order_free_floors(cost: CostModel, families: list[tuple[int, int, int, int]
                        cancel: Callable[[], bool]) -> list[float]:
     """Per (tp, pp, dp, micro-batch size), a lower bound on the iteration time of every node order
     (the bound of _time_floors, relaxed to hold whatever the order): every group serves a stage
-    (all GPUs are used); no tensor-parallel link is faster than the fastest link of any node, so
-    b and the slow-downs are taken there; no more stages can be served by the k least slowed-down
+    (all GPUs are used); no tensor-parallel link on a group's GPUs is faster than that group's
+    fastest link, so b and the slow-downs are taken there; no more stages can be served by the k least slowed-down
     groups alone than their GPUs make up, so each stage's slow-down is at least the one of the
     sorted multiset that this count allows (the pipeline floor only falls as slow-downs fall);
     each stage sends across at least one boundary, the cheapest cut over the fastest link; the
@@ -382,6 +382,10 @@ def _order_free_floors(cost: CostModel, families: list[tuple[int, int, int, int]
     groups = scenario.cluster.nodes
     nodes = Nodes(scenario.cluster, tuple(range(len(groups))), cost.params)
     fastest_link = 1.0 / max(float(nodes.intra.max()), float(nodes.inter.max()))
+    # A tensor-parallel ring holding a group's GPU runs inside its node or leaves it through its
+    # network interface: its slowest link is no faster than the faster of the group's two.
+    own_link = 1.0 / np.array([max(float(nodes.intra[nodes.node_group == g].max()),
+                                   float(nodes.inter[nodes.node_group == g].max())) for g in range(len(groups))])
     least_latency = min(float(nodes.intra_latency.min()), float(nodes.inter_latency.min()))
     least_output = float(cost._output[:-1].min()) if len(cost._output) > 1 else 0.0
     gpus = np.array([group.gpus_per_node * group.count for group in groups])
@@ -391,9 +395,9 @@ def _order_free_floors(cost: CostModel, families: list[tuple[int, int, int, int]
     for tp, pp, dp, mbs in families:
         if cancel():
             raise Cancelled
-        spb = fastest_link * tp_exposed(cost) if tp * cost.knobs.cp > 1 else 0.0
-        times = np.array([compute + tp_bytes * spb for compute, tp_bytes in
-                          (cost.layer_times(g, tp, mbs) for g in range(len(groups)))])
+        spb = own_link * tp_exposed(cost) if tp * cost.knobs.cp > 1 else np.zeros(len(groups))
+        times = np.array([compute + tp_bytes * spb[g] for g, (compute, tp_bytes) in
+                          enumerate(cost.layer_times(g, tp, mbs) for g in range(len(groups)))])
         fastest = times.min(axis=0)
         busy = fastest > 0
         core = np.array([kind == common for kind in kinds]) & busy
