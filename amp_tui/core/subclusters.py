@@ -53,6 +53,7 @@ import numpy as np
 from amp_tui.core.cost import CostModel, Prediction, backward_overlap
 from amp_tui.core.memory import state_bytes_per_param
 from amp_tui.core.errors import Cancelled
+from amp_tui.core.knobs import knob_choices
 from amp_tui.core.objective import Objective
 from amp_tui.core.placement import Nodes, placement_label
 from amp_tui.core.pricing import priced, used_nodes
@@ -205,7 +206,8 @@ def part_bounds(scenario: Scenario, rows: np.ndarray, cost: CostModel | None = N
     limit = np.broadcast_to(np.asarray(limit, dtype=np.float64), (len(rows),))
     # The pipeline's fill, sends and fixed costs (below), for the cost model's techniques alone:
     # every stage sends across a boundary at least, at the least bytes over the fastest link.
-    plain = cost.knobs.cp == 1 and cost.knobs.virtual_stages == 1
+    plain = (cost.knobs.cp == 1 and cost.knobs.virtual_stages == 1
+             and knob_choices(training, scenario.model) == [cost.knobs])     # (no `auto` technique)
     whole = Nodes(scenario.cluster, tuple(range(len(groups))), cost.params)
     output = scenario.model.columns["output_bytes"]
     cheapest_cut = 2.0 * float(output[:-1].min() if len(output) > 1 else 0.0) \
