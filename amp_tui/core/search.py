@@ -366,6 +366,26 @@ def _one_layer_each(rho: np.ndarray, ascending: np.ndarray) -> np.ndarray:
     return (slowest_first * ascending[:, :count]).max(axis=1) if count else np.zeros(len(rho))
 
 
+def _orders_can_hold(candidate: Candidate, roomiest: np.ndarray) -> bool:
+    """Whether some node order might fit the model in memory, with `candidate` any order's
+    candidate of its (tp, pp, dp, micro-batch size) (their memory terms do not depend on the
+    order) and `roomiest` the node groups by usable GPU memory, most first. A stage's capacity is
+    its smallest GPU's, so no more stages have at least the k-th roomiest group's than the k
+    roomiest groups' GPUs make up; a stage holds at most the layers whose state and activations
+    (with the fewest micro-batches any stage keeps in flight) and the least transient peak fit
+    there, the smallest first; the stages must hold every layer between them."""
+    layout, per_stage = candidate.layout, candidate.layout.tp * candidate.dp
+    act_prefix, peak, in_flight = candidate.memory_arrays
+    need = np.cumsum(np.sort(np.diff(candidate.state_prefix) + float(in_flight.min()) * np.diff(act_prefix)))
+    groups = candidate.cost.scenario.cluster.nodes
+    room = np.array([groups[g].gpu.usable_memory_bytes for g in roomiest]) \
+        - candidate.cost.training.runtime_reserve_bytes - float(peak.min())
+    held = (need[None, :] <= room[:, None]).sum(axis=1)                    # layers per group's stage
+    gpus = np.array([groups[g].gpus_per_node * groups[g].count for g in roomiest])
+    stages = np.minimum(np.cumsum(gpus) // per_stage, candidate.pp)
+    return int((held * np.diff(stages, prepend=0)).sum()) >= candidate.num_layers
+
+
 def _order_free_floors(cost: CostModel, families: list[tuple[int, int, int, int]],
                        cancel: Callable[[], bool]) -> list[float]:
     """Per (tp, pp, dp, micro-batch size), a lower bound on the iteration time of every node order
@@ -392,9 +412,13 @@ def _order_free_floors(cost: CostModel, families: list[tuple[int, int, int, int]
     kinds = [layer.kind for layer in cost.model.layers]
     common = max(dict.fromkeys(kinds), key=kinds.count)
     out = []
+    roomiest = np.argsort([-group.gpu.usable_memory_bytes for group in groups], kind="stable")
     for tp, pp, dp, mbs in families:
         if cancel():
             raise Cancelled
+        if not _orders_can_hold(cost.candidate(tp, pp, dp, mbs, tuple(range(len(groups)))), roomiest):
+            out.append(math.inf)
+            continue
         spb = own_link * tp_exposed(cost) if tp * cost.knobs.cp > 1 else np.zeros(len(groups))
         times = np.array([compute + tp_bytes * spb[g] for g, (compute, tp_bytes) in
                           enumerate(cost.layer_times(g, tp, mbs) for g in range(len(groups)))])
