@@ -375,7 +375,9 @@ def search_parts(scenario: Scenario, objective: Objective | None = None, *, top:
     def find(counts: tuple[int, ...]) -> int | None:
         if where is not None:
             return where.get(counts)
-        hits = np.flatnonzero((rows == np.array(counts)).all(axis=1))
+        hits = np.flatnonzero(rows[:, 0] == counts[0])    # narrowed group by group: a full
+        for g in range(1, len(counts)):                     # comparison took 30 ms on 65,000 parts
+            hits = hits[rows[hits, g] == counts[g]]
         return int(hits[0]) if len(hits) else None
 
     seeds = [whole] + [tuple(0 if h == g else c for h, c in enumerate(whole)) for g in range(len(groups))]
