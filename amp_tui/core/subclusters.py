@@ -256,15 +256,19 @@ def part_bounds(scenario: Scenario, rows: np.ndarray, cost: CostModel | None = N
                 stages = cumulative[rows_ok] // (tp * dp)
                 new = np.diff(stages, axis=1, prepend=0)
                 speed = (new / V[fastest_first]).sum(axis=1)
-                pp = totals[total_index[rows_ok]] // (tp * dp)
-                m = np.maximum(a[rows_ok] / speed, _bottleneck_floor(descending, subset_index[rows_ok], pp))
+                m = a[rows_ok] / speed                                       # bottleneck floor
                 first = np.argmax(stages > 0, axis=1)
                 fill = np.maximum(f[rows_ok], a[rows_ok] * V[fastest_first][first])
                 B = gbs // (mbs * dp)
                 bound = np.maximum((B - 1) * m + fill, B * m)
-                if plain:       # where it can lower the part's bound below the limit: the finer one is higher still
-                    lower = (bound < best[rows_ok]) & (bound < limit[rows_ok])
-                    rows_ok, bound, m, new, pp = rows_ok[lower], bound[lower], m[lower], new[lower], pp[lower]
+                # the finer bounds below are higher still: only where they can lower the part's
+                # bound below the limit
+                lower = (bound < best[rows_ok]) & (bound < limit[rows_ok])
+                rows_ok, m, new, fill = rows_ok[lower], m[lower], new[lower], fill[lower]
+                pp = totals[total_index[rows_ok]] // (tp * dp)
+                m = np.maximum(m, _bottleneck_floor(descending, subset_index[rows_ok], pp))
+                bound = np.maximum((B - 1) * m + fill, B * m)
+                if plain:
                     sends = np.where(pp > 1, cheapest_cut * mbs / tp + cut_latency, 0.0)
                     bound = np.maximum(bound, overhead + _filled_pipeline(
                         a[rows_ok], new, V[fastest_first], m, sends + per_micro_batch,
