@@ -27,7 +27,8 @@ of type g / V_g), whatever dp: it rules most parts out before the full bound is 
 whose GPUs cannot hold one copy of the weights, gradients and optimizer state is dropped.
 
 The whole cluster is searched first, then the cluster without each one node group (so that adding a
-node group never makes the best plan found slower), then the other parts in increasing order of
+node group never makes the best plan found slower; lowest bound first, each unless its bound cannot
+beat the N-th best found), then the other parts in increasing order of
 bound (the objective's weight x bound for --objective cost), each with `search(..., cutoff=)` so
 that nothing slower than the N-th best found so far is solved. The enumeration stops when the next
 bound cannot beat the N-th best: then the result is exact.
@@ -426,6 +427,7 @@ def search_parts(scenario: Scenario, objective: Objective | None = None, *, top:
             limit = cutoff() / weights[survivors]
         tight = part_bounds(scenario, rows[survivors], cost, limit=limit, should_cancel=user_cancel)
         weighted[survivors] = np.maximum(weighted[survivors], weights[survivors] * tight)
+    seeds.sort(key=lambda i: weighted[i])    # the likeliest first: the N-th best then rules out more
     rest = survivors[np.argsort(weighted[survivors], kind="stable")]
     order = seeds + [i for i in rest.tolist() if i not in seeds and tuple(rows[i].tolist()) != whole]
     stopped_at = None        # no part left unsearched can beat this (objective weight x time)
