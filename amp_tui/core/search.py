@@ -374,7 +374,7 @@ def _orders_can_hold(candidate: Candidate, roomiest: np.ndarray) -> bool:
     roomiest groups' GPUs make up; a stage holds at most the layers whose state and activations
     (with the fewest micro-batches any stage keeps in flight) and the least transient peak fit
     there, the smallest first; the stages must hold every layer between them."""
-    layout, per_stage = candidate.layout, candidate.layout.tp * candidate.dp
+    per_stage = candidate.layout.tp * candidate.dp
     act_prefix, peak, in_flight = candidate.memory_arrays
     need = np.cumsum(np.sort(np.diff(candidate.state_prefix) + float(in_flight.min()) * np.diff(act_prefix)))
     groups = candidate.cost.scenario.cluster.nodes

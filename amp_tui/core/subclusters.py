@@ -52,9 +52,9 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from amp_tui.core.cost import CostModel, Prediction, backward_overlap
-from amp_tui.core.memory import state_bytes_per_param
 from amp_tui.core.errors import Cancelled
 from amp_tui.core.knobs import knob_choices
+from amp_tui.core.memory import state_bytes_per_param
 from amp_tui.core.objective import Objective
 from amp_tui.core.placement import Nodes, placement_label
 from amp_tui.core.pricing import priced, used_nodes
