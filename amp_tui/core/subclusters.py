@@ -417,34 +417,44 @@ def search_parts(scenario: Scenario, objective: Objective | None = None, *, top:
         ranked.sort(key=lambda item: (item[0], objective.key(item[1])))
         del ranked[top:]
 
+    def tighten(indices: np.ndarray) -> np.ndarray:
+        """The full bound of the parts the quick one (or the full one, given the N-th best found so
+        far) does not rule out; returns those."""
+        indices = indices[weighted[indices] < cutoff()]
+        if len(indices):
+            with np.errstate(divide="ignore"):     # (a part of free nodes weighs nothing)
+                limit = cutoff() / weights[indices]
+            tight = part_bounds(scenario, rows[indices], cost, limit=limit, should_cancel=user_cancel)
+            weighted[indices] = np.maximum(weighted[indices], weights[indices] * tight)
+        return indices[weighted[indices] < cutoff()]
+
     # The whole cluster first: its search always completes, and its N-th best strategy tells which
-    # parts need the full bound at all (the quick bound rules out the rest).
+    # parts need the full bound at all (the quick bound rules out the rest). Then the other seeds,
+    # lowest full bound first (the N-th best they find makes the full bound of the other parts
+    # stop earlier, and rules out more of them).
     if seeds and tuple(rows[seeds[0]].tolist()) == whole:
         search_part(seeds.pop(0))
-    survivors = np.flatnonzero(weighted < cutoff())
-    if len(survivors):
-        with np.errstate(divide="ignore"):     # (a part of free nodes weighs nothing)
-            limit = cutoff() / weights[survivors]
-        tight = part_bounds(scenario, rows[survivors], cost, limit=limit, should_cancel=user_cancel)
-        weighted[survivors] = np.maximum(weighted[survivors], weights[survivors] * tight)
-    seeds.sort(key=lambda i: weighted[i])    # the likeliest first: the N-th best then rules out more
-    rest = survivors[np.argsort(weighted[survivors], kind="stable")]
-    order = seeds + [i for i in rest.tolist() if i not in seeds and tuple(rows[i].tolist()) != whole]
+    seeds = sorted(tighten(np.array(seeds, dtype=np.int64)).tolist(), key=lambda i: weighted[i])
+    for i in seeds:
+        if weighted[i] < cutoff():
+            search_part(i)
+    seeding = False
+    others = np.ones(len(rows), dtype=bool)
+    others[seeds + [i for i in [find(whole)] if i is not None]] = False      # searched already
+    survivors = tighten(np.flatnonzero(others))
+    order = survivors[np.argsort(weighted[survivors], kind="stable")].tolist()
     stopped_at = None        # no part left unsearched can beat this (objective weight x time)
     for index, i in enumerate(order):
-        seeding = index < len(seeds)
-        if weighted[i] >= cutoff():
-            if not seeding:     # past the seeds, parts come in order of bound
-                break
-            continue
+        if weighted[i] >= cutoff():     # parts come in order of bound
+            break
         report(index / len(order))
-        if not seeding and (searched >= MAX_SEARCHES or cancel()):
+        if searched >= MAX_SEARCHES or cancel():
             stopped_at = index
             break
         try:
             search_part(i)
         except Cancelled:
-            if not out_of_time or seeding:
+            if not out_of_time:
                 raise
             stopped_at = index
             break
