@@ -223,7 +223,9 @@ def _time_floors(candidates: list[Candidate], cancel: Callable[[], bool], refine
     time is tau_s >= C_s + f_s with C_s >= rho_s x (its share of sum b). Then
       (B - 1) max tau + sum C >= min over M of (B - 1) M + S(M), where S(M) fills stages fastest
         first, each up to C_s = M - f_s, until all of sum b is placed (a fractional relaxation),
-        and M >= ceil(k / pp) x (k-th largest b) since k layers that slow must share pp stages;
+        and M >= ceil(k / pp) x (k-th largest b) since k layers that slow must share pp stages,
+        M >= _one_layer_each (every stage holds a layer) and, refined, M >= _whole_layers_floor
+        (no stage holds part of a layer, on its own GPUs' times);
       fill adds the cheapest cut at every boundary; tail >= all parameters / sum_s (1 / e_coef_s).
     Candidates with the same pp are solved together, up to FLOOR_BATCH at a time; `cancel` is
     polled between batches. Without `refine`, only this bound (cheaper); with it, the strongest
@@ -391,11 +393,14 @@ def _order_free_floors(cost: CostModel, families: list[tuple[int, int, int, int]
     """Per (tp, pp, dp, micro-batch size), a lower bound on the iteration time of every node order
     (the bound of _time_floors, relaxed to hold whatever the order): every group serves a stage
     (all GPUs are used); no tensor-parallel link on a group's GPUs is faster than that group's
-    fastest link, so b and the slow-downs are taken there; no more stages can be served by the k least slowed-down
-    groups alone than their GPUs make up, so each stage's slow-down is at least the one of the
-    sorted multiset that this count allows (the pipeline floor only falls as slow-downs fall);
-    each stage sends across at least one boundary, the cheapest cut over the fastest link; the
-    memory caps and the all-reduce are left out (zero), the iteration's fixed cost kept."""
+    fastest link, so b and the slow-downs are taken there; no more stages can be served by the k
+    least slowed-down groups alone than their GPUs make up, so each stage's slow-down is at least
+    the one of the sorted multiset that this count allows (the pipeline floor only falls as
+    slow-downs fall); the bottleneck holds whole core layers and every stage a layer of its own
+    (_whole_layers_floor, _one_layer_each, on that multiset); each stage sends across at least one
+    boundary, the cheapest cut over the fastest link; the memory caps and the all-reduce are left
+    out (zero), the iteration's fixed cost kept. A family no order can fit in memory
+    (_orders_can_hold) gets inf."""
     from amp_tui.core.placement import Nodes
 
     scenario = cost.scenario
