@@ -223,7 +223,9 @@ def _time_floors(candidates: list[Candidate], cancel: Callable[[], bool], refine
     time is tau_s >= C_s + f_s with C_s >= rho_s x (its share of sum b). Then
       (B - 1) max tau + sum C >= min over M of (B - 1) M + S(M), where S(M) fills stages fastest
         first, each up to C_s = M - f_s, until all of sum b is placed (a fractional relaxation),
-        and M >= ceil(k / pp) x (k-th largest b) since k layers that slow must share pp stages;
+        and M >= ceil(k / pp) x (k-th largest b) since k layers that slow must share pp stages,
+        M >= _one_layer_each (every stage holds a layer) and, refined, M >= _whole_layers_floor
+        (no stage holds part of a layer, on its own GPUs' times);
       fill adds the cheapest cut at every boundary; tail >= all parameters / sum_s (1 / e_coef_s).
     Candidates with the same pp are solved together, up to FLOOR_BATCH at a time; `cancel` is
     polled between batches. Without `refine`, only this bound (cheaper); with it, the strongest
@@ -254,7 +256,12 @@ def _time_floors(candidates: list[Candidate], cancel: Callable[[], bool], refine
         sends[:, :-1] += cheapest_cut
         sends[:, 1:] += cheapest_cut
         k = np.arange(1, descending.shape[1] + 1)
-        m_floor = (np.ceil(k / pp)[None, :] * descending).max(axis=1)
+        m_floor = np.maximum((np.ceil(k / pp)[None, :] * descending).max(axis=1),
+                             _one_layer_each(rho, descending[:, ::-1]))
+        if refine:      # on the stage's own GPUs (the slowest serving type's, its tp link included)
+            core = group[0].cost.floor_cache["core layers"]
+            m_floor = np.maximum(m_floor, _whole_layers_floor(
+                np.array([c.stage_layer_times[0][:, core] for c in group]), sends))
         B = np.array([c.num_micro_batches for c in group], dtype=np.float64)
         v = np.array([c.knobs.virtual_stages for c in group], dtype=np.float64)
         core_rho = np.where(serves, np.array([t[4] for t in times])[:, None, :], 0.0).max(axis=2)
@@ -325,34 +332,101 @@ def _pipeline_floors(rho: np.ndarray, sends: np.ndarray, work: np.ndarray, m_flo
     return np.where(m >= lowest[:, None], total, np.inf).min(axis=1)
 
 
+def _whole_layers_floor(core_times: np.ndarray, sends: np.ndarray) -> np.ndarray:
+    """Per row, a floor on the bottleneck's busy time that counts whole layers of the most common
+    kind (the core layers, e.g. transformer blocks; `core_times`: (n, pp, C), each stage's time
+    for each of them, or a lower bound on it): with every stage busy at most M, stage s holds at
+    most K_s(M) of them, the most whose times sum to at most M - f_s (`sends`: its cheapest sends,
+    (n, pp)), the cheapest first, wherever they lie. The stages hold all C core layers between
+    them, so sum_s K_s(M) >= C: M is at least the C-th smallest of the thresholds
+    f_s + (sum of stage s's k cheapest core layers) over every s and k. Contiguity, memory and
+    the other layers are relaxed; what it keeps that the fractional floors lose is that a stage
+    cannot hold part of a layer."""
+    count = core_times.shape[2]
+    if not count:
+        return np.zeros(len(core_times))
+    thresholds = np.cumsum(np.sort(core_times, axis=2), axis=2) + sends[:, :, None]
+    return np.partition(thresholds.reshape(len(core_times), -1), count - 1, axis=1)[:, count - 1]
+
+
+def tp_exposed(cost: CostModel) -> float:
+    """The share of a layer's tensor-parallel communication left on its critical path: all of it,
+    or what overlapping it with the GEMMs leaves (cost.stage_times prices it so). A floor that
+    charged the whole of it overstated the stage times under tp_comm_overlap."""
+    return 1.0 - cost.params("tp_overlap") if cost.training.tp_comm_overlap else 1.0
+
+
+def _one_layer_each(rho: np.ndarray, ascending: np.ndarray) -> np.ndarray:
+    """Per row, a floor on the bottleneck stage's compute: every stage holds a layer of its own,
+    and a stage at slow-down rho takes at least rho x that layer's fastest time, so the bottleneck
+    is at least the least, over the ways of giving each stage a distinct layer, of the largest
+    rho x b; the slowest stage with the cheapest layer, the next with the next, and so on, gives
+    that least (exchanging two stages' layers never lowers the larger product). Arrays: rho
+    (n, pp), the stages' slow-downs; ascending (n, L), the layers' fastest times, ascending."""
+    count = min(rho.shape[1], ascending.shape[1])
+    slowest_first = -np.sort(-rho, axis=1)[:, :count]
+    return (slowest_first * ascending[:, :count]).max(axis=1) if count else np.zeros(len(rho))
+
+
+def _orders_can_hold(candidate: Candidate, roomiest: np.ndarray) -> bool:
+    """Whether some node order might fit the model in memory, with `candidate` any order's
+    candidate of its (tp, pp, dp, micro-batch size) (their memory terms do not depend on the
+    order) and `roomiest` the node groups by usable GPU memory, most first. A stage's capacity is
+    its smallest GPU's, so no more stages have at least the k-th roomiest group's than the k
+    roomiest groups' GPUs make up; a stage holds at most the layers whose state and activations
+    (with the fewest micro-batches any stage keeps in flight) and the least transient peak fit
+    there, the smallest first; the stages must hold every layer between them."""
+    per_stage = candidate.layout.tp * candidate.dp
+    act_prefix, peak, in_flight = candidate.memory_arrays
+    need = np.cumsum(np.sort(np.diff(candidate.state_prefix) + float(in_flight.min()) * np.diff(act_prefix)))
+    groups = candidate.cost.scenario.cluster.nodes
+    room = np.array([groups[g].gpu.usable_memory_bytes for g in roomiest]) \
+        - candidate.cost.training.runtime_reserve_bytes - float(peak.min())
+    held = (need[None, :] <= room[:, None]).sum(axis=1)                    # layers per group's stage
+    gpus = np.array([groups[g].gpus_per_node * groups[g].count for g in roomiest])
+    stages = np.minimum(np.cumsum(gpus) // per_stage, candidate.pp)
+    return int((held * np.diff(stages, prepend=0)).sum()) >= candidate.num_layers
+
+
 def _order_free_floors(cost: CostModel, families: list[tuple[int, int, int, int]],
                        cancel: Callable[[], bool]) -> list[float]:
     """Per (tp, pp, dp, micro-batch size), a lower bound on the iteration time of every node order
     (the bound of _time_floors, relaxed to hold whatever the order): every group serves a stage
-    (all GPUs are used); no tensor-parallel link is faster than the fastest link of any node, so
-    b and the slow-downs are taken there; no more stages can be served by the k least slowed-down
-    groups alone than their GPUs make up, so each stage's slow-down is at least the one of the
-    sorted multiset that this count allows (the pipeline floor only falls as slow-downs fall);
-    each stage sends across at least one boundary, the cheapest cut over the fastest link; the
-    memory caps and the all-reduce are left out (zero), the iteration's fixed cost kept."""
+    (all GPUs are used); no tensor-parallel link on a group's GPUs is faster than that group's
+    fastest link, so b and the slow-downs are taken there; no more stages can be served by the k
+    least slowed-down groups alone than their GPUs make up, so each stage's slow-down is at least
+    the one of the sorted multiset that this count allows (the pipeline floor only falls as
+    slow-downs fall); the bottleneck holds whole core layers and every stage a layer of its own
+    (_whole_layers_floor, _one_layer_each, on that multiset); each stage sends across at least one
+    boundary, the cheapest cut over the fastest link; the memory caps and the all-reduce are left
+    out (zero), the iteration's fixed cost kept. A family no order can fit in memory
+    (_orders_can_hold) gets inf."""
     from amp_tui.core.placement import Nodes
 
     scenario = cost.scenario
     groups = scenario.cluster.nodes
     nodes = Nodes(scenario.cluster, tuple(range(len(groups))), cost.params)
     fastest_link = 1.0 / max(float(nodes.intra.max()), float(nodes.inter.max()))
+    # A tensor-parallel ring holding a group's GPU runs inside its node or leaves it through its
+    # network interface: its slowest link is no faster than the faster of the group's two.
+    own_link = 1.0 / np.array([max(float(nodes.intra[nodes.node_group == g].max()),
+                                   float(nodes.inter[nodes.node_group == g].max())) for g in range(len(groups))])
     least_latency = min(float(nodes.intra_latency.min()), float(nodes.inter_latency.min()))
     least_output = float(cost._output[:-1].min()) if len(cost._output) > 1 else 0.0
     gpus = np.array([group.gpus_per_node * group.count for group in groups])
     kinds = [layer.kind for layer in cost.model.layers]
     common = max(dict.fromkeys(kinds), key=kinds.count)
     out = []
+    roomiest = np.argsort([-group.gpu.usable_memory_bytes for group in groups], kind="stable")
     for tp, pp, dp, mbs in families:
         if cancel():
             raise Cancelled
-        spb = fastest_link if tp * cost.knobs.cp > 1 else 0.0
-        times = np.array([compute + tp_bytes * spb for compute, tp_bytes in
-                          (cost.layer_times(g, tp, mbs) for g in range(len(groups)))])
+        if not _orders_can_hold(cost.candidate(tp, pp, dp, mbs, tuple(range(len(groups)))), roomiest):
+            out.append(math.inf)
+            continue
+        spb = own_link * tp_exposed(cost) if tp * cost.knobs.cp > 1 else np.zeros(len(groups))
+        times = np.array([compute + tp_bytes * spb[g] for g, (compute, tp_bytes) in
+                          enumerate(cost.layer_times(g, tp, mbs) for g in range(len(groups)))])
         fastest = times.min(axis=0)
         busy = fastest > 0
         core = np.array([kind == common for kind in kinds]) & busy
@@ -362,9 +436,9 @@ def _order_free_floors(cost: CostModel, families: list[tuple[int, int, int, int]
         k = np.arange(1, len(fastest) + 1)
         m_floor = float((np.ceil(k / pp) * np.sort(fastest)[::-1]).max())
         # every stage sends across one boundary at least, each at least the cheapest cut over the
-        # fastest link (as Candidate.cut_cost prices it)
-        cut = 2.0 * v * (mbs / cost.knobs.cp * least_output * fastest_link + least_latency) if pp > 1 else 0.0
-        best = 0.0
+        # fastest link (as Candidate.cut_cost prices it: each of the tp x cp ranks sends its share)
+        cut = 2.0 * v * (mbs / (cost.knobs.cp * tp) * least_output * fastest_link + least_latency) if pp > 1 else 0.0
+        variants = []
         for mask, work in ((busy, float(fastest.sum())), (core, float(fastest[core].sum()))):
             if not mask.any():
                 continue
@@ -372,6 +446,14 @@ def _order_free_floors(cost: CostModel, families: list[tuple[int, int, int, int]
             ascending = np.argsort(slowdown, kind="stable")
             stages = np.minimum(np.cumsum(gpus[ascending]) // per_stage, pp)
             rho = np.repeat(slowdown[ascending], np.diff(stages, prepend=0))
+            if mask is busy:    # (the core slow-down says nothing of the other layers)
+                m_floor = max(m_floor, float(_one_layer_each(rho[None, :], np.sort(fastest)[None, :])[0]))
+            variants.append((rho, work))
+        if core.any():      # whole core layers, each at least its slow-down x its fastest time
+            stage_times = variants[-1][0][:, None] * np.sort(fastest[core])[None, :]
+            m_floor = max(m_floor, float(_whole_layers_floor(stage_times[None, :, :], np.full((1, pp), cut))[0]))
+        best = 0.0
+        for rho, work in variants:
             floor = _pipeline_floors(rho[None, :], np.full((1, pp), cut), np.array([work]), np.array([m_floor]),
                                      np.array([v * (B - 1) + 1.0])) / v
             best = max(best, float(floor[0]) + cut * (pp - 1) / v)
@@ -483,7 +565,7 @@ def _fastest_times(candidate: Candidate, spb: float
         times = []
         for g in layout.serving_groups:
             compute, tp_bytes = cost.layer_times(g, candidate.tp, candidate.mbs)
-            times.append(compute + tp_bytes * spb)
+            times.append(compute + tp_bytes * spb * tp_exposed(cost))
         times = np.array(times)
         fastest = times.min(axis=0)
         busy = fastest > 0

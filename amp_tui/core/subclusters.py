@@ -13,15 +13,22 @@ a_l = min_g v_lg / V_g over the part's types, A = sum_l a_l: a stage holding lay
 type g runs at least sum_S v_lg >= V_g sum_S a_l per micro-batch (the slowest type sets its pace).
 With the types sorted fastest first, at most floor(GPUs of the k fastest types / (tp x dp)) stages
 hold no slower type, so the stages' total speed is at most sum_k (new stages at type k) / V_k and
-the bottleneck stage takes M >= A / that speed. Then, with B micro-batches,
+the bottleneck stage takes M >= A / that speed, and M >= ceil(k / pp) x the k-th slowest layer
+(on its fastest type), since k such layers share pp stages. Then, with B micro-batches,
     iteration >= max((B - 1) M + fill, B M),   fill >= max(sum_l min_g v_lg, A x V of the fastest stage),
-minimised over every (tp, dp, micro-batch size) the part's GPU count admits. Counting the GPUs
+and, sharper (_filled_pipeline), iteration >= min over M' >= M of (B - 1) (M' + f) + S(M') + fixed:
+S(M') the least compute of the stages filled fastest first up to M' each, f the cheapest send and
+per-micro-batch overhead every stage pays, fixed the fill's sends and overheads and the iteration's;
+where nothing hides the gradient all-reduce (DeepSpeed), plus the all-reduce of the fullest stage's
+1 / pp of the parameters over the fewest nodes its ring can span. All minimised over every (tp, dp,
+micro-batch size) the part's GPU count admits (tests: each part's bound against brute force). Counting the GPUs
 fractionally instead gives a quick bound, B M >= global batch / micro-batch x tp x A / sum_g (GPUs
 of type g / V_g), whatever dp: it rules most parts out before the full bound is computed. A part
 whose GPUs cannot hold one copy of the weights, gradients and optimizer state is dropped.
 
 The whole cluster is searched first, then the cluster without each one node group (so that adding a
-node group never makes the best plan found slower), then the other parts in increasing order of
+node group never makes the best plan found slower; lowest bound first, each unless its bound cannot
+beat the N-th best found), then the other parts in increasing order of
 bound (the objective's weight x bound for --objective cost), each with `search(..., cutoff=)` so
 that nothing slower than the N-th best found so far is solved. The enumeration stops when the next
 bound cannot beat the N-th best: then the result is exact.
@@ -44,13 +51,15 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from amp_tui.core.cost import CostModel, Prediction
+from amp_tui.core.cost import CostModel, Prediction, backward_overlap
 from amp_tui.core.errors import Cancelled
+from amp_tui.core.knobs import knob_choices
+from amp_tui.core.memory import state_bytes_per_param
 from amp_tui.core.objective import Objective
-from amp_tui.core.placement import placement_label
+from amp_tui.core.placement import Nodes, placement_label
 from amp_tui.core.pricing import priced, used_nodes
 from amp_tui.core.scenario import Scenario
-from amp_tui.core.search import SearchResult, SearchStats, divisors, search
+from amp_tui.core.search import SearchResult, SearchStats, divisors, search, tp_exposed
 from amp_tui.core.strategy import Strategy
 
 MAX_PARTS = 200_000     # node-count vectors bounded in full
@@ -164,12 +173,14 @@ def _tp_options(scenario: Scenario, totals: np.ndarray) -> list[int]:
 
 
 def part_bounds(scenario: Scenario, rows: np.ndarray, cost: CostModel | None = None, *,
-                quick: bool = False, should_cancel: Callable[[], bool] | None = None) -> np.ndarray:
+                quick: bool = False, limit: np.ndarray | float = math.inf,
+                should_cancel: Callable[[], bool] | None = None) -> np.ndarray:
     """Per row of node counts, a lower bound on the iteration time of every strategy on those nodes
     (inf where no strategy can fit or none exists). See the module docstring. `quick`: a weaker
     bound, cheap enough for every part: B M with the stages' GPUs counted fractionally (M >= A x
     tp x dp / R, so B M >= global batch / micro-batch x tp x A / R, whatever dp), or the fill.
-    `should_cancel` is polled between passes; Cancelled is raised when it turns true."""
+    Where the bound reaches `limit` (per row, or one for all) it may be a weaker one that still
+    reaches it. `should_cancel` is polled between passes; Cancelled is raised when it turns true."""
     cancel = should_cancel or (lambda: False)
     groups = scenario.cluster.nodes
     training = scenario.training
@@ -191,13 +202,32 @@ def part_bounds(scenario: Scenario, rows: np.ndarray, cost: CostModel | None = N
         spb = np.full(len(groups), 1.0 / max(max(g.intra_node_bandwidth, g.inter_node_bandwidth) for g in groups))
     else:
         spb = np.array([1.0 / g.intra_node_bandwidth for g in groups])
+    exposed_tp = tp_exposed(cost)
     best = np.full(len(rows), np.inf)
+    limit = np.broadcast_to(np.asarray(limit, dtype=np.float64), (len(rows),))
+    # The pipeline's fill, sends and fixed costs (below), for the cost model's techniques alone:
+    # every stage sends across a boundary at least, at the least bytes over the fastest link.
+    plain = (cost.knobs.cp == 1 and cost.knobs.virtual_stages == 1
+             and knob_choices(training, scenario.model) == [cost.knobs])     # (no `auto` technique)
+    whole = Nodes(scenario.cluster, tuple(range(len(groups))), cost.params)
+    output = scenario.model.columns["output_bytes"]
+    cheapest_cut = 2.0 * float(output[:-1].min() if len(output) > 1 else 0.0) \
+        / max(float(whole.intra.max()), float(whole.inter.max()))      # per sample, at tp 1
+    cut_latency = 2.0 * min(float(whole.intra_latency.min()), float(whole.inter_latency.min()))
+    overhead, per_micro_batch = cost.params("iteration_overhead_s"), cost.params("micro_batch_overhead_s")
+    # Where nothing hides the gradient all-reduce (backward_overlap 0, plain data parallelism), a
+    # data-parallel ring that spans N >= 2 nodes crosses a network interface: 2 (N - 1) / N of the
+    # bytes (or more, as one ring) over a link no faster than the fastest node's; the fullest
+    # stage holds 1 / pp of the parameters at least.
+    exposed = (plain and backward_overlap(cost) == 0 and cost.knobs.zero_stage < 3 and not cost.knobs.hsdp_shard
+               and cost.knobs.ep == 1)
+    all_params = float(scenario.model.columns["params"].sum())
     for tp in _tp_options(scenario, totals):
         allowed_tp = np.array([scenario.search.allow_cross_node_tp or n % tp == 0 for n in per_node])[subset_index]
         for mbs in (m for m in divisors(gbs) if m <= scenario.search.max_micro_batch_size):
             if cancel():
                 raise Cancelled
-            v = np.array([compute + tp_bytes * spb[g] for g, (compute, tp_bytes) in
+            v = np.array([compute + tp_bytes * spb[g] * exposed_tp for g, (compute, tp_bytes) in
                           enumerate(cost.layer_times(g, tp, mbs) for g in range(len(groups)))])   # (groups, L)
             V = v.sum(axis=1)
             if cancel():
@@ -207,12 +237,14 @@ def part_bounds(scenario: Scenario, rows: np.ndarray, cost: CostModel | None = N
                 a = _subset_min(v / V[:, None], in_subset).sum(axis=1)[subset_index]
             else:       # a GPU type with nothing to compute: no steady-state floor (the fill stays)
                 a, V = np.zeros(len(rows)), np.ones(len(groups))
-            f = _subset_min(v, in_subset).sum(axis=1)[subset_index]
+            fastest_layers = _subset_min(v, in_subset)                       # (subsets, L)
+            f = fastest_layers.sum(axis=1)[subset_index]
             if quick:
                 throughput = gbs / mbs * tp * a / (gpus @ (1.0 / V))
                 best = np.where(allowed_tp, np.minimum(best, np.maximum(throughput, f)), best)
                 continue
             cumulative = np.cumsum(gpus[:, fastest_first], axis=1)          # GPUs of the k fastest types
+            descending = -np.sort(-fastest_layers, axis=1)
             for dp in divisors(gbs // mbs):
                 if cancel():
                     raise Cancelled
@@ -230,8 +262,64 @@ def part_bounds(scenario: Scenario, rows: np.ndarray, cost: CostModel | None = N
                 fill = np.maximum(f[rows_ok], a[rows_ok] * V[fastest_first][first])
                 B = gbs // (mbs * dp)
                 bound = np.maximum((B - 1) * m + fill, B * m)
+                # the finer bounds below are higher still: only where they can lower the part's
+                # bound below the limit
+                lower = (bound < best[rows_ok]) & (bound < limit[rows_ok])
+                rows_ok, m, new, fill = rows_ok[lower], m[lower], new[lower], fill[lower]
+                pp = totals[total_index[rows_ok]] // (tp * dp)
+                m = np.maximum(m, _bottleneck_floor(descending, subset_index[rows_ok], pp))
+                bound = np.maximum((B - 1) * m + fill, B * m)
+                if plain:
+                    sends = np.where(pp > 1, cheapest_cut * mbs / tp + cut_latency, 0.0)
+                    bound = np.maximum(bound, overhead + _filled_pipeline(
+                        a[rows_ok], new, V[fastest_first], m, sends + per_micro_batch,
+                        (pp - 1) * sends + pp * per_micro_batch, B))
+                    # the fewest nodes a ring of dp spans: its ranks lie tp apart, at most
+                    # ceil(GPUs per node / tp) of them on one node
+                    nodes = -(-dp // -(-int(gpn.max()) // tp))
+                    if exposed and nodes > 1:
+                        per_param = state_bytes_per_param(training, dp, cost.knobs.zero_stage).weights
+                        bound = bound + (per_param * all_params / (tp * pp) * 2.0 * (nodes - 1) / nodes
+                                         / float(whole.inter.max()))
                 best[rows_ok] = np.minimum(best[rows_ok], bound)
     return np.where(fits, best, np.inf)
+
+
+def _bottleneck_floor(descending: np.ndarray, subset: np.ndarray, pp: np.ndarray) -> np.ndarray:
+    """Per row, M >= ceil(k / pp) x the k-th largest layer time (`descending`: per subset of
+    groups, each layer's time on the subset's fastest GPU for it, largest first): k layers at
+    least that slow share pp stages, so one of them holds ceil(k / pp)."""
+    layers = descending.shape[1]
+    pairs, where = np.unique(subset * (layers + 1) + pp, return_inverse=True)
+    k = np.arange(1, layers + 1)
+    floors = (np.ceil(k[None, :] / (pairs % (layers + 1))[:, None]) * descending[pairs // (layers + 1)]).max(axis=1)
+    return floors[where.ravel()]
+
+
+def _filled_pipeline(work: np.ndarray, new: np.ndarray, pace: np.ndarray, lowest: np.ndarray, busy: np.ndarray,
+                     fixed: np.ndarray, B: int) -> np.ndarray:
+    """Per row, min over M >= `lowest` of (B - 1) (M + busy) + S(M) + fixed, where S(M) fills
+    `work` into the stages fastest first, a stage of class k (`new`: (rows, classes) stages per
+    class; `pace`: each class's seconds per unit of work, ascending) taking up to M / pace_k at
+    pace_k. M bounds every stage's compute, so for any partition with bottleneck compute M the
+    stages' compute sums to at least S(M); `busy` is what every stage's busy time adds to its
+    compute at least (the cheapest send, the per-micro-batch overhead), `fixed` what the fill and
+    drain add (the cheapest send at every boundary, the overhead at every stage).
+
+    S is convex, decreasing, and linear between the M at which the k fastest classes alone take
+    all the work, so the minimum lies at `lowest` or at one of those above it."""
+    capacity = np.cumsum(new / pace[None, :], axis=1)                     # work per unit of M
+    with np.errstate(divide="ignore"):
+        kinks = work[:, None] / capacity                                   # (rows, classes); inf: no stage yet
+    points = np.maximum(np.concatenate([lowest[:, None], kinks], axis=1), lowest[:, None])     # (rows, P)
+    finite = np.isfinite(points)
+    points = np.where(finite, points, lowest[:, None])
+    cap = new[:, None, :] * points[:, :, None] / pace[None, None, :]       # (rows, P, classes)
+    before = np.cumsum(cap, axis=2) - cap
+    placed = np.clip(work[:, None, None] - before, 0.0, cap)
+    fill = (placed * pace[None, None, :]).sum(axis=2)
+    total = (B - 1) * (points + busy[:, None]) + fill + fixed[:, None]
+    return total.min(axis=1)
 
 
 def _subset_min(per_group: np.ndarray, in_subset: np.ndarray) -> np.ndarray:
@@ -292,7 +380,9 @@ def search_parts(scenario: Scenario, objective: Objective | None = None, *, top:
     def find(counts: tuple[int, ...]) -> int | None:
         if where is not None:
             return where.get(counts)
-        hits = np.flatnonzero((rows == np.array(counts)).all(axis=1))
+        hits = np.flatnonzero(rows[:, 0] == counts[0])    # narrowed group by group: a full
+        for g in range(1, len(counts)):                     # comparison took 30 ms on 65,000 parts
+            hits = hits[rows[hits, g] == counts[g]]
         return int(hits[0]) if len(hits) else None
 
     seeds = [whole] + [tuple(0 if h == g else c for h, c in enumerate(whole)) for g in range(len(groups))]
@@ -327,31 +417,44 @@ def search_parts(scenario: Scenario, objective: Objective | None = None, *, top:
         ranked.sort(key=lambda item: (item[0], objective.key(item[1])))
         del ranked[top:]
 
+    def tighten(indices: np.ndarray) -> np.ndarray:
+        """The full bound of the parts the quick one (or the full one, given the N-th best found so
+        far) does not rule out; returns those."""
+        indices = indices[weighted[indices] < cutoff()]
+        if len(indices):
+            with np.errstate(divide="ignore"):     # (a part of free nodes weighs nothing)
+                limit = cutoff() / weights[indices]
+            tight = part_bounds(scenario, rows[indices], cost, limit=limit, should_cancel=user_cancel)
+            weighted[indices] = np.maximum(weighted[indices], weights[indices] * tight)
+        return indices[weighted[indices] < cutoff()]
+
     # The whole cluster first: its search always completes, and its N-th best strategy tells which
-    # parts need the full bound at all (the quick bound rules out the rest).
+    # parts need the full bound at all (the quick bound rules out the rest). Then the other seeds,
+    # lowest full bound first (the N-th best they find makes the full bound of the other parts
+    # stop earlier, and rules out more of them).
     if seeds and tuple(rows[seeds[0]].tolist()) == whole:
         search_part(seeds.pop(0))
-    survivors = np.flatnonzero(weighted < cutoff())
-    if len(survivors):
-        tight = part_bounds(scenario, rows[survivors], cost, should_cancel=user_cancel)
-        weighted[survivors] = np.maximum(weighted[survivors], weights[survivors] * tight)
-    rest = survivors[np.argsort(weighted[survivors], kind="stable")]
-    order = seeds + [i for i in rest.tolist() if i not in seeds and tuple(rows[i].tolist()) != whole]
+    seeds = sorted(tighten(np.array(seeds, dtype=np.int64)).tolist(), key=lambda i: weighted[i])
+    for i in seeds:
+        if weighted[i] < cutoff():
+            search_part(i)
+    seeding = False
+    others = np.ones(len(rows), dtype=bool)
+    others[seeds + [i for i in [find(whole)] if i is not None]] = False      # searched already
+    survivors = tighten(np.flatnonzero(others))
+    order = survivors[np.argsort(weighted[survivors], kind="stable")].tolist()
     stopped_at = None        # no part left unsearched can beat this (objective weight x time)
     for index, i in enumerate(order):
-        seeding = index < len(seeds)
-        if weighted[i] >= cutoff():
-            if not seeding:     # past the seeds, parts come in order of bound
-                break
-            continue
+        if weighted[i] >= cutoff():     # parts come in order of bound
+            break
         report(index / len(order))
-        if not seeding and (searched >= MAX_SEARCHES or cancel()):
+        if searched >= MAX_SEARCHES or cancel():
             stopped_at = index
             break
         try:
             search_part(i)
         except Cancelled:
-            if not out_of_time or seeding:
+            if not out_of_time:
                 raise
             stopped_at = index
             break

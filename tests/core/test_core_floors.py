@@ -10,7 +10,7 @@ from amp_tui.core.cost import CostModel
 from amp_tui.core.knobs import knob_choices
 from amp_tui.core.scenario import parse_scenario
 from amp_tui.core.search import _order_free_floors, _time_floors, enumerate_candidates, search
-from core_builders import brute_force, close, examples, node, scenario_dicts
+from core_builders import brute_force, close, examples, layer, node, scenario_dicts
 from test_core_subclusters import _check_against_brute_force
 
 KINDS = ("embedding", "block", "head", "other")
@@ -37,6 +37,24 @@ def test_every_floor_is_below_the_candidates_best_partition(spec):
             best, _ = brute_force(candidate)
             if best is not None:
                 assert floor <= best * (1 + 1e-9), (candidate.tp, candidate.pp, candidate.dp, candidate.mbs, floor, best)
+
+
+@settings(max_examples=examples(25), deadline=None)
+@given(spec=mixed_kinds())
+def test_floors_count_only_the_tensor_parallel_traffic_overlap_leaves_exposed(spec):
+    """Under tp_comm_overlap a stage pays part of its tensor-parallel traffic (heavy here): the
+    candidates' floors stay below their best partitions."""
+    spec["training"]["tp_comm_overlap"] = True
+    for entry in spec["model"]["layers"]:
+        entry["tp_comm_bytes"] = 1e9
+    scn = parse_scenario(spec)
+    for knobs in knob_choices(scn.training):
+        cost = CostModel(scn, knobs)
+        candidates = [cost.candidate(*key) for key in enumerate_candidates(scn, knobs=knobs)]
+        for candidate, floor in zip(candidates, _time_floors(candidates, lambda: False)):
+            best, _ = brute_force(candidate)
+            if best is not None:
+                assert floor <= best * (1 + 1e-9), (candidate.tp, candidate.pp, candidate.dp, floor, best)
 
 
 def _heterogeneous(draw, groups: int, max_layers: int, slow_memory: bool):
@@ -112,6 +130,24 @@ def test_the_order_free_floor_is_below_every_orders_best(spec):
             best, _ = brute_force(cost.candidate(*key))
             if best is not None:
                 assert floors[key[:4]] <= best * (1 + 1e-9), (key, floors[key[:4]], best)
+
+
+def test_the_order_free_floor_prices_a_tensor_parallel_send_as_the_cost_model_does():
+    """Each of a replica's tp ranks sends its 1/tp share of a boundary's activations: with sends
+    inside a node (tp 2, four stages on two 4-GPU nodes, one micro-batch, sends dominating) a
+    floor that charged every rank the whole activation lay above the best partition."""
+    layers = [layer(flops=1e6, output_bytes=1e10, name=f"l{i}", width=64.0, tokens=1.0) for i in range(8)]
+    scn = parse_scenario({
+        "name": "sends", "cluster": {"nodes": [node(gpu=gpu, gpus_per_node=4, intra=100.0, inter=100.0)
+                                               for gpu in ("V100", "T4")]},
+        "model": {"name": "sends", "sequence_length": 1, "layers": layers},
+        "training": {"global_batch_size": 1, "precision": "fp16"},
+        "search": {"reorder_nodes": True, "use_all_gpus": True}})
+    cost = CostModel(scn)
+    keys = [key for key in enumerate_candidates(scn) if key[:4] == (2, 4, 1, 1)]
+    assert len(keys) == 2
+    (floor,) = _order_free_floors(cost, [(2, 4, 1, 1)], lambda: False)
+    assert floor <= min(brute_force(cost.candidate(*key))[0] for key in keys) * (1 + 1e-9)
 
 
 @settings(max_examples=examples(15), deadline=None)

@@ -193,6 +193,37 @@ def test_bounds_are_below_every_part_best():
         assert found and bound <= found[0].iteration_time_s
 
 
+@settings(max_examples=examples(40), deadline=None)
+@given(spec=scenario_dicts(max_layers=8, max_gpus=6), framework=st.sampled_from(["megatron", "deepspeed"]))
+def test_every_part_bound_is_below_that_parts_brute_force_best(spec, framework):
+    """Each bound on its own, not only the ranking it leads to: a bound above its part's best
+    would go unnoticed in the searches whenever that part cannot enter the top N anyway. (Under
+    DeepSpeed nothing hides the gradient all-reduce, and the bound counts it.)"""
+    spec["training"]["framework"] = framework
+    scn = parse_scenario(spec)
+    rows = np.array([counts for counts in itertools.product(*(range(g.count + 1) for g in scn.cluster.nodes))
+                     if any(counts)])
+    _, best_of_part = _brute_force_parts(scn)
+    for counts, bound in zip(rows.tolist(), part_bounds(scn, rows)):
+        best = best_of_part.get(_canonical(scn, counts), math.inf)
+        assert bound <= best * (1 + 1e-9), (counts, bound, best)
+
+
+def test_a_part_bound_counts_an_all_reduce_nothing_hides():
+    """Two single-GPU nodes on a slow network and one heavy layer: data parallelism is forced and
+    DeepSpeed's all-reduce, which no backward pass hides, is nearly all of the iteration; the
+    bound counts it (and stays below the best)."""
+    spec = {"name": "all-reduce", "cluster": {"nodes": [node(count=2, gpu="V100", inter=1.0)]},
+            "model": {"name": "one layer", "sequence_length": 1,
+                      "layers": [layer(params=2e8, flops=1e9, output_bytes=1e3, name="l0", width=64.0, tokens=1.0)]},
+            "training": {"global_batch_size": 2, "precision": "fp16", "framework": "deepspeed", "zero_stage": 0}}
+    scn = parse_scenario(spec)
+    best = search(scn, top=1).strategies[0]
+    assert best.dp_allreduce_s > 0.9 * best.iteration_time_s
+    (bound,) = part_bounds(scn, np.array([[2]]))
+    assert 0.9 * best.iteration_time_s <= bound <= best.iteration_time_s
+
+
 def test_evaluate_refuses_impossible_idle_nodes():
     scn = load_scenario("bench-128-gpus")
     with pytest.raises(SpecError, match=r"strategy.idle.*node group 1 has 8 nodes"):
