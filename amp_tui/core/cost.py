@@ -748,9 +748,11 @@ class Candidate:
         """Per stage per micro-batch: tensor-parallel collectives' and pipeline sends' latency."""
         latency = np.zeros(self.pp)
         if self.tp > 1:
-            _, tp_bytes = self.cost.layer_times(self.layout.stage_groups[0][0], self.tp, self.mbs)
-            messages = np.concatenate([[0.0], np.cumsum(np.where(tp_bytes > 0, self.cost.tp_messages, 0.0))])
-            latency += (messages[ends] - messages[starts]) * 2.0 * (self.tp - 1) * self.layout.stage_tp_latency
+            for s, groups in enumerate(self.layout.stage_groups):
+                # a layer measured on the stage's GPU holds its all-reduces, latency included
+                _, tp_bytes = self.cost.layer_times(groups[0], self.tp, self.mbs)
+                messages = np.where(tp_bytes > 0, self.cost.tp_messages, 0.0)[starts[s]:ends[s]].sum()
+                latency[s] += messages * 2.0 * (self.tp - 1) * self.layout.stage_tp_latency[s]
         if self.pp > 1:
             latency[:-1] += self.cut_latency
             latency[1:] += self.cut_latency
