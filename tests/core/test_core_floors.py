@@ -29,7 +29,10 @@ def mixed_kinds(draw, max_layers=6, max_gpus=8, max_groups=3):
 @settings(max_examples=examples(60), deadline=None)
 @given(spec=mixed_kinds())
 def test_every_floor_is_below_the_candidates_best_partition(spec):
-    scn = parse_scenario(spec)
+    _assert_floors_below_brute_force(parse_scenario(spec))
+
+
+def _assert_floors_below_brute_force(scn) -> None:
     for knobs in knob_choices(scn.training):
         cost = CostModel(scn, knobs)
         candidates = [cost.candidate(*key) for key in enumerate_candidates(scn, knobs=knobs)]
@@ -47,14 +50,7 @@ def test_floors_count_only_the_tensor_parallel_traffic_overlap_leaves_exposed(sp
     spec["training"]["tp_comm_overlap"] = True
     for entry in spec["model"]["layers"]:
         entry["tp_comm_bytes"] = 1e9
-    scn = parse_scenario(spec)
-    for knobs in knob_choices(scn.training):
-        cost = CostModel(scn, knobs)
-        candidates = [cost.candidate(*key) for key in enumerate_candidates(scn, knobs=knobs)]
-        for candidate, floor in zip(candidates, _time_floors(candidates, lambda: False)):
-            best, _ = brute_force(candidate)
-            if best is not None:
-                assert floor <= best * (1 + 1e-9), (candidate.tp, candidate.pp, candidate.dp, floor, best)
+    _assert_floors_below_brute_force(parse_scenario(spec))
 
 
 def _heterogeneous(draw, groups: int, max_layers: int, slow_memory: bool):

@@ -267,62 +267,42 @@ def test_fp8_needs_a_gpu_that_has_it_and_runs_matmuls_faster():
     assert info.value.field == "training.precision" and "A100-80GB" in str(info.value)
 
 
-def _h100_llama_block(precision: str):
-    """One LLaMA block (8k tokens) on an H100 node, AMP's ideal links: (scenario, GPU, params, model)."""
+def _llama_block(precision: str, gpu: str = "H100"):
+    """One LLaMA block (8k tokens) on an 8-GPU node, AMP's ideal links: (scenario, GPU, params, model)."""
     from amp_tui.core.hardware import gpu_catalog
-    scn = parse_scenario({"cluster": {"nodes": [{"count": 1, "gpu": "H100", "gpus_per_node": 8,
+    scn = parse_scenario({"cluster": {"nodes": [{"count": 1, "gpu": gpu, "gpus_per_node": 8,
                                                  "intra_node_bandwidth": "450 GB/s", "inter_node_bandwidth": "400 Gbps"}]},
                           "model": {"family": "llama", "hidden_size": 4096, "num_layers": 1, "num_heads": 32,
                                     "sequence_length": 8192, "vocab_size": 32000},
                           "training": {"global_batch_size": 8, "precision": precision}, "calibration": IDEAL})
-    return scn, gpu_catalog()["H100"], scn.params, scn.model
+    return scn, gpu_catalog()[gpu], scn.params, scn.model
 
 
-def test_fp8_runs_the_attention_core_at_the_bf16_rate():
-    """By hand on one block: linear FLOPs at the fp8 peak x fp8_efficiency, attention FLOPs at bf16."""
-    from amp_tui.core.terms.compute import analytic_forward, matmul_efficiency
-    scn, gpu, params, model = _h100_llama_block("fp8")
-    fp8, bf16 = (analytic_forward(model, gpu, p, params, 1, 1, False, 1.0) for p in ("fp8", "bf16"))
-    block = [i for i, layer in enumerate(model.layers) if layer.kind == "block"][0]
-    flops, _ = attention_core(model)
-    rows, width = float(model.columns["tokens"][block]), float(model.columns["width"][block])
-    eff = float(matmul_efficiency(gpu, params, np.array([rows]), np.array([width]))[0])
-    linear = float(model.columns["flops"][block]) - flops
-    expected_gap = (linear / (gpu.peak_flops("bf16") * eff)
-                    - linear / (gpu.peak_flops("fp8") * eff * params("fp8_efficiency")))
-    assert bf16[block] - fp8[block] == pytest.approx(expected_gap, rel=1e-9)
-
-
-def _b200_llama_block(precision: str):
-    """One LLaMA block (8k tokens) on a DGX B200 node, AMP's ideal links: (scenario, GPU, params, model)."""
-    from amp_tui.core.hardware import gpu_catalog
-    scn = parse_scenario({"cluster": {"nodes": [{"count": 1, "gpu": "B200", "gpus_per_node": 8,
-                                                 "intra_node_bandwidth": "900 GB/s", "inter_node_bandwidth": "400 Gbps"}]},
-                          "model": {"family": "llama", "hidden_size": 4096, "num_layers": 1, "num_heads": 32,
-                                    "sequence_length": 8192, "vocab_size": 32000},
-                          "training": {"global_batch_size": 8, "precision": precision}, "calibration": IDEAL})
-    return scn, gpu_catalog()["B200"], scn.params, scn.model
-
-
-def test_fp4_runs_linear_layers_at_the_nvfp4_peak_and_the_attention_core_in_bf16():
-    """By hand on one block: NVFP4 linear FLOPs at the fp4 peak x fp4_efficiency, attention at bf16;
-    activations kept as fp8's (Transformer Engine's casts)."""
+@pytest.mark.parametrize("precision, gpu", [("fp8", "H100"), ("fp4", "B200")])
+def test_low_precision_runs_linear_layers_at_its_peak_and_the_attention_core_in_bf16(precision, gpu):
+    """By hand on one block: linear FLOPs at the fp8 (NVFP4) peak x fp8_efficiency
+    (fp4_efficiency), attention FLOPs at bf16; activations kept as Transformer Engine's casts."""
     from amp_tui.core.terms.compute import FP8_ACTIVATION_SHARE, activation_terms, analytic_forward, matmul_efficiency
-    scn, gpu, params, model = _b200_llama_block("fp4")
-    assert gpu.peak_flops("fp4") == 9000e12 and "fp4" in gpu.precisions
-    fp4, bf16 = (analytic_forward(model, gpu, p, params, 1, 1, False, 1.0) for p in ("fp4", "bf16"))
+    scn, gpu, params, model = _llama_block(precision, gpu)
+    assert precision in gpu.precisions and gpu.peak_flops(precision) > gpu.peak_flops("bf16")
+    low, bf16 = (analytic_forward(model, gpu, p, params, 1, 1, False, 1.0) for p in (precision, "bf16"))
     block = [i for i, layer in enumerate(model.layers) if layer.kind == "block"][0]
     flops, _ = attention_core(model)
     rows, width = float(model.columns["tokens"][block]), float(model.columns["width"][block])
     eff = float(matmul_efficiency(gpu, params, np.array([rows]), np.array([width]))[0])
     linear = float(model.columns["flops"][block]) - flops
     expected_gap = (linear / (gpu.peak_flops("bf16") * eff)
-                    - linear / (gpu.peak_flops("fp4") * eff * params("fp4_efficiency")))
-    assert bf16[block] - fp4[block] == pytest.approx(expected_gap, rel=1e-9)
+                    - linear / (gpu.peak_flops(precision) * eff * params(f"{precision}_efficiency")))
+    assert bf16[block] - low[block] == pytest.approx(expected_gap, rel=1e-9)
     knobs = resolve(Strategy(1, 1, 8, 1), scn.training)
-    kept_fp4, _ = activation_terms(model, 1, knobs, scn.training)
+    kept_low, _ = activation_terms(model, 1, knobs, scn.training)
     kept_bf16, _ = activation_terms(model, 1, knobs, replace(scn.training, precision="bf16"))
-    assert kept_fp4[block] == pytest.approx(FP8_ACTIVATION_SHARE * kept_bf16[block])
+    assert kept_low[block] == pytest.approx(FP8_ACTIVATION_SHARE * kept_bf16[block])
+
+
+def test_the_catalog_gives_blackwell_its_dense_nvfp4_rate():
+    from amp_tui.core.hardware import gpu_catalog
+    assert [gpu_catalog()[g].peak_flops("fp4") for g in ("B200", "GB200", "GB300")] == [9000e12, 10000e12, 15000e12]
 
 
 def test_fp4_needs_a_gpu_that_has_it():
@@ -342,7 +322,7 @@ def test_flash_attention_backward_recomputes_the_scores_by_hand():
     """Flash attention's backward runs 5 multiplies against the forward's 2: the attention core
     costs 3.5 forwards. By hand on one LLaMA block: compute - 3 x forward = 0.5 x attention."""
     from amp_tui.core.terms.compute import analytic_forward, matmul_efficiency
-    scn, gpu, params, model = _h100_llama_block("bf16")
+    scn, gpu, params, model = _llama_block("bf16")
     block = [i for i, layer in enumerate(model.layers) if layer.kind == "block"][0]
     compute, _ = CostModel(scn).layer_times(0, 1, 2)
     forward = analytic_forward(model, gpu, "bf16", params, 1, 1, False, 2.0)
