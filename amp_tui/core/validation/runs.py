@@ -105,8 +105,8 @@ def unsupported(case: ReplayCase, honoured: dict[str, set] | None = None) -> lis
         reasons.append("needs sequence parallelism")
     if case.cp not in honoured["cp"]:
         reasons.append("needs context parallelism")
-    if case.virtual_stages not in honoured["virtual_stages"]:
-        reasons.append("needs the interleaved schedule")
+    if case.virtual_stages is not None and case.virtual_stages not in honoured["virtual_stages"]:
+        reasons.append("needs the interleaved schedule")   # (None: a data gap, the depth not stated)
     if case.ep not in honoured["ep"]:
         reasons.append("needs expert parallelism")
     return reasons + list(case.data_gaps)
