@@ -440,7 +440,7 @@ def _fit_defaults() -> int:
               for link in ("nvlink", "infiniband", "ethernet", "pcie")
               if (family, link) != ("link_efficiency", "ethernet")]
     names += ["dp_overlap.megatron", "dp_overlap.fsdp", "layer_floor_s", "micro_batch_overhead_s",
-              "iteration_overhead_s", "gemm_half_dim", "fp8_efficiency", "fp4_efficiency", "tp_overlap"]
+              "iteration_overhead_s", "gemm_half_dim", "fp8_efficiency", "fp4_efficiency", "backward_ratio", "tp_overlap"]
     values, before, after = fit_parameters(cases, names, max_evaluations=150)
     rows = [[name, f"{prior(name)[0]:.4g}", f"{values[name]:.4g}"] for name in names]
     print(_table(["parameter", "default", "fitted"], rows, {1, 2}))
