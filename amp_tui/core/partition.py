@@ -52,6 +52,7 @@ from amp_tui.core.errors import Cancelled
 from amp_tui.core.strategy import even_partition
 
 INF = float("inf")
+PROBES = 8                 # segment lengths tried at once per row in _greedy_fits
 CAP_MIN_CELLS = 2**16      # smaller tables cost less than the even split's time, to cap them with
 
 
@@ -399,11 +400,8 @@ def partitions_fit(candidates: list[Candidate], should_cancel: Callable[[], bool
     judged as the segment tables judge it but without building them: what the search asks of the
     candidates its bound ruled out, all at once.
 
-    Candidates whose even split fits are settled first. For the rest: a segment needs more memory
-    the more layers it holds, so of the ends the stages before can reach, the latest one before
-    layer j is the best start for a stage ending at j. Stage by stage that gives every reachable
-    end; the candidates advance together, deepest pipelines first in the arrays, and those left
-    with no reachable end drop out."""
+    Candidates whose even split fits are settled first, then most of the rest by a greedy walk
+    (_greedy_fits), and the few it leaves open exactly (_reachable_fits)."""
     fits = np.zeros(len(candidates), dtype=bool)
     if not candidates:
         return fits
@@ -415,11 +413,84 @@ def partitions_fit(candidates: list[Candidate], should_cancel: Callable[[], bool
         return fits
     if cancel():
         raise Cancelled
-    rows = np.array(todo)                               # candidate index of each row
-    memory = _SegmentMemory([candidates[i] for i in todo])
+    settled, greedy = _greedy_fits(_SegmentMemory([candidates[i] for i in todo]), cancel)
+    fits[todo] = greedy
+    open_ = [i for i, done in zip(todo, settled) if not done]
+    if open_:
+        fits[open_] = _reachable_fits(_SegmentMemory([candidates[i] for i in open_]), cancel)
+    return fits
+
+
+def _greedy_fits(memory: _SegmentMemory, cancel: Callable[[], bool]) -> tuple[np.ndarray, np.ndarray]:
+    """(settled, fits) per row (rows deepest first): whether a greedy walk settles whether some
+    partition fits, and if so whether one does. O(pp log L) per row, the rows side by side.
+
+    A segment needs more memory the more layers it holds, so the walk gives each stage in turn
+    the most layers that fit it from where the stage before ended (leaving a layer for each stage
+    after it). If every stage gets at least one layer and the last ends at layer L, that is a
+    partition that fits. If some stage s cannot hold even the one layer where it starts, the walk
+    goes on with stage s empty, and its ends u_s bound every fitting partition's ends e_s from
+    above: if e_{s-1} <= u_{s-1} and e_s > u_{s-1}, stage s of that partition holds layers
+    [e_{s-1}, e_s), which contain [u_{s-1}, e_s): so layer u_{s-1} fits alone (else u_s =
+    u_{s-1} >= e_s) and the walk reaches e_s or beyond. Hence u_s < s + 1 (stage s cannot end
+    that early) or u_{pp-1} < L means that no partition fits. Left open: walks that reach layer L
+    with some stage left empty."""
+    L, total = memory.L, len(memory.pp)
+    rows = np.arange(total)                     # the original row of each row still walking
+    pos = np.zeros(total, dtype=np.int64)       # where the last stage placed ended
+    strict = np.ones(total, dtype=bool)         # no stage left empty so far
+    length = -(-L // memory.pp)                  # the last stage's length, first the even split's
+    done_pos, done_strict = pos.copy(), strict.copy()
+    for s in range(int(memory.pp[0]) if total else 0):
+        if cancel():
+            raise Cancelled
+        n = int(np.count_nonzero(memory.pp > s))    # rows still placing stages
+        if n == 0:
+            break
+        start, room = pos[:n, None], memory.capacity[:n, s:s + 1]
+        most = L - memory.pp[:n] + 1 + s - pos[:n]      # it leaves a layer for each stage after it
+        # The lengths that fit are 1 ... f (none: f = 0), f in [fit, most]: PROBES lengths per
+        # row at once, first around the length of the stage before (or the even split's), then
+        # spread evenly over what is left open, which shrinks PROBES + 1-fold each time.
+        fit, most = np.zeros(n, dtype=np.int64), most.copy()
+        lengths = np.clip(length[:n, None] - PROBES // 2 + 1 + np.arange(PROBES), 1, most[:, None])
+        gap = most
+        while True:
+            ok = memory.need(n, s, start, start + lengths) <= room
+            open_ = gap > 0         # (rows already settled probe lengths in [1, most] too, unheeded)
+            fit = np.where(open_, np.maximum(fit, np.where(ok, lengths, 0).max(axis=1)), fit)
+            most = np.where(open_, np.minimum(most, np.where(ok, most[:, None], lengths - 1).min(axis=1)), most)
+            gap = most - fit
+            if not gap.any():
+                break
+            lengths = np.maximum(np.minimum(fit[:, None] + 1 + (gap[:, None] * np.arange(PROBES)) // PROBES,
+                                            most[:, None]), 1)
+        strict[:n] &= fit > 0
+        length[:n] = np.maximum(fit, 1)
+        low = pos[:n] + fit
+        pos[:n] = low
+        stuck = np.concatenate([low <= s, np.zeros(len(rows) - n, dtype=bool)])
+        if stuck.any():                         # no partition fits these: settled
+            done_pos[rows[stuck]], done_strict[rows[stuck]] = -1, False
+            keep = ~stuck
+            memory.keep(keep)
+            rows, pos, strict, length = rows[keep], pos[keep], strict[keep], length[keep]
+    done_pos[rows], done_strict[rows] = pos, strict
+    settled = (done_pos < L) | done_strict
+    return settled, (done_pos == L) & done_strict
+
+
+def _reachable_fits(memory: _SegmentMemory, cancel: Callable[[], bool]) -> np.ndarray:
+    """Per row (rows deepest first), whether some partition fits, exactly: a segment needs more
+    memory the more layers it holds, so of the ends the stages before can reach, the latest one
+    before layer j is the best start for a stage ending at j. Stage by stage that gives every
+    reachable end; the rows advance together, and those left with no reachable end drop out.
+    O(pp L) per row."""
+    rows = np.arange(len(memory.pp))            # the original row of each row still walking
+    fits = np.zeros(len(rows), dtype=bool)
     L = memory.L
     ends = np.arange(L + 1)
-    reach = np.broadcast_to(ends == 0, (len(todo), L + 1)).copy()
+    reach = np.broadcast_to(ends == 0, (len(rows), L + 1)).copy()
     for s in range(int(memory.pp[0])):
         if cancel():
             raise Cancelled
@@ -447,20 +518,23 @@ def partitions_fit(candidates: list[Candidate], should_cancel: Callable[[], bool
 class _SegmentMemory:
     """Memory of segments for many candidates at once, a row each, in SegmentTables' arithmetic.
 
-    Per row: the parameter and activation prefix sums of its (tp, micro-batch) and the transient
-    peak's sparse table, flattened so that levels[k * L + i] = max(peak[i:i + 2**k]); per stage
-    its capacity and micro-batches in flight (stages beyond a row's pp: infinite room)."""
+    Per (tp, micro-batch) of the rows, the activation prefix sums and the transient peak's sparse
+    table, flattened so that levels[u, k * L + i] = max(peak[i:i + 2**k]); per row which of them
+    (kind), its parameter prefix sums, and per stage its capacity and micro-batches in flight
+    (stages beyond a row's pp: infinite room)."""
 
     def __init__(self, candidates: list[Candidate]):
         self.L = L = candidates[0].num_layers
         self.reserve = candidates[0].cost.training.runtime_reserve_bytes
         self.pp = np.array([c.pp for c in candidates])
-        shared: dict[tuple, tuple] = {}
+        shared: dict[tuple, int] = {}
+        layers = []
         for c in candidates:
             if (c.tp, c.mbs) not in shared:
-                shared[c.tp, c.mbs] = (c.memory_arrays[0], _peak_levels(c))
-        layer_rows = [shared[c.tp, c.mbs] for c in candidates]
-        self.acts, self.levels = (np.array(column) for column in zip(*layer_rows))
+                shared[c.tp, c.mbs] = len(layers)
+                layers.append((c.memory_arrays[0], _peak_levels(c)))
+        self.kind = np.array([shared[c.tp, c.mbs] for c in candidates])
+        self.acts, self.levels = (np.array(column) for column in zip(*layers))
         self.state = np.array([c.state_prefix for c in candidates])     # weights, gradients, optimizer
         self.capacity = np.full((len(candidates), int(self.pp.max())), np.inf)
         self.in_flight = np.zeros(self.capacity.shape)
@@ -471,7 +545,7 @@ class _SegmentMemory:
 
     def keep(self, rows: np.ndarray) -> None:
         """Keep only these rows (a mask or indices), in their order."""
-        for name in ("pp", "acts", "levels", "state", "capacity", "in_flight"):
+        for name in ("pp", "kind", "state", "capacity", "in_flight"):
             setattr(self, name, getattr(self, name)[rows])
 
     def need(self, n: int, stage: int | None, start: np.ndarray, end: np.ndarray | slice) -> np.ndarray:
@@ -479,18 +553,19 @@ class _SegmentMemory:
         in turn), on `stage` (None: column s is on stage s); entries with end <= start are
         meaningless."""
         L = self.L
-        row = np.arange(n)[:, None]
+        row, kind = np.arange(n)[:, None], self.kind[:n, None]
         if isinstance(end, slice):
-            state_end, acts_end = self.state[:n, end], self.acts[:n, end]
-            end = np.broadcast_to(np.arange(L + 1)[end], state_end.shape)
+            end = np.arange(L + 1)[end][None, :]
+            state_end = self.state[:n, end[0]]
+            end = np.broadcast_to(end, state_end.shape)
         else:
-            state_end, acts_end = self.state[row, end], self.acts[row, end]
+            state_end = self.state[row, end]
         k = self.floor_log2[np.maximum(end - start, 0)]
-        at = row * self.levels.shape[1] + k * L                     # the row's level k, flattened
+        at = kind * self.levels.shape[1] + k * L                   # the row's level k, flattened
         levels = self.levels.ravel()
         seg_peak = np.maximum(levels[at + np.minimum(start, L - 1)], levels[at + np.maximum(end - (1 << k), 0)])
         state = state_end - self.state[row, start]
-        acts = acts_end - self.acts[row, start]
+        acts = self.acts[kind, end] - self.acts[kind, start]
         in_flight = self.in_flight[:n] if stage is None else self.in_flight[:n, stage:stage + 1]
         return (state + seg_peak + self.reserve) + in_flight * acts
 

@@ -113,6 +113,19 @@ def test_partitions_fit_equals_brute_force(candidate):
     assert partitions_fit([candidate]).tolist() == [brute_force(candidate)[0] is not None]
 
 
+@settings(max_examples=examples(60), deadline=None)
+@given(candidate=candidates())
+def test_greedy_and_reachable_fits_equal_brute_force(candidate):
+    """partitions_fit's two walks on their own (the even split settles most candidates before
+    them): the greedy one is right whenever it settles, the exact one always."""
+    expected = brute_force(candidate)[0] is not None
+    settled, fits = partition._greedy_fits(partition._SegmentMemory([candidate]), lambda: False)
+    event("greedy settles" if settled[0] else "greedy leaves open")
+    if settled[0]:
+        assert fits[0] == expected
+    assert partition._reachable_fits(partition._SegmentMemory([candidate]), lambda: False).tolist() == [expected]
+
+
 @settings(max_examples=examples(30), deadline=None)
 @given(spec=scenario_dicts(max_layers=10))
 def test_partitions_fit_in_one_batch(spec):
