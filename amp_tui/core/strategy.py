@@ -259,7 +259,8 @@ def validate_strategy(scenario: Scenario, strategy: Strategy, field: str = "stra
         _validate_hsdp(knobs.hsdp_shard, knobs.zero_stage, dp, field)
     if strategy.partition is not None:
         if len(strategy.partition) != pp:
-            chunks = f", or {pp * knobs.virtual_stages} (pp x virtual_stages) chunks" if knobs.virtual_stages > 1 else ""
+            chunks = (f", or {pp * knobs.virtual_stages} chunks (pp x virtual_stages) when the strategy states "
+                      "virtual_stages") if knobs.virtual_stages > 1 else ""
             raise SpecError(f"{field}.partition", list(strategy.partition), f"needs {pp} entries, one per stage{chunks}")
         if min(strategy.partition) < 1:
             raise SpecError(f"{field}.partition", list(strategy.partition), "every stage needs at least one layer")

@@ -219,7 +219,7 @@ def parse_run(run: dict, scenarios: dict[str, Scenario] | None = None) -> Replay
                                 recompute=None if recompute == AUTO else recompute, zero_stage=zero_stage,
                                 sequence_parallel=bool(sequence_parallel), cp=cp,
                                 virtual_stages=virtual_stages or _UNSTATED_DEPTH)
-            if zero_stage < 3 and not oom and _cannot_hold_weights(scenario, tp * pp * ep):
+            if zero_stage <= 1 and not oom and _cannot_hold_weights(scenario, tp * pp * ep):
                 gaps.append("stated degrees cannot hold the 16-bit weights and gradients (ZeRO-3 / FSDP not stated?)")
         except SpecError as err:
             gaps.append(f"cannot be built: {err}")
