@@ -219,6 +219,13 @@ class CostModel:
         return compute, np.where(without_base, 0.0, (comm1 - per_sample) + per_sample * mbs)
 
     @cached_property
+    def tp_exposed(self) -> float:
+        """The share of a layer's tensor-parallel communication left on its critical path: all of
+        it, or what overlapping it with the GEMMs leaves (training.tp_comm_overlap: the
+        collectives run in chunks beside the GEMMs they feed). Floors use it too."""
+        return 1.0 - self.params("tp_overlap") if self.training.tp_comm_overlap else 1.0
+
+    @cached_property
     def tp_messages(self) -> np.ndarray:
         """Per layer per sample-independent micro-batch: tensor-parallel collectives (each a ring
         of 2 (tp - 1) steps): a Megatron block all-reduces twice per pass, another layer that
@@ -254,15 +261,13 @@ class CostModel:
             tp_part = np.zeros(self.model.num_layers)
             shard_part = np.zeros(self.model.num_layers)
             alpha = self.tp_messages * (2.0 * (tp - 1) * tp_latency) if tp > 1 else 0.0
-            # Overlapped collectives run in chunks beside the GEMMs: only the rest is exposed.
-            tp_exposed = 1.0 - self.params("tp_overlap") if self.training.tp_comm_overlap else 1.0
             collectives = compute_terms.zero3_collectives(self.training.framework, self.knobs.recompute)
             sharded = compute_terms.zero3_layer_time(self._params, self.training.bytes_per_element, tp, shard,
                                                      collectives) if shard[0] else None
             for g in groups:
                 compute, tp_bytes = self.layer_times(g, tp, mbs)
                 # A measured time already holds its all-reduces, latency included (tp_bytes = 0).
-                comm = (tp_bytes * tp_seconds_per_byte + np.where(tp_bytes > 0, alpha, 0.0)) * tp_exposed
+                comm = (tp_bytes * tp_seconds_per_byte + np.where(tp_bytes > 0, alpha, 0.0)) * self.tp_exposed
                 total = compute + comm
                 exposed = 0.0
                 if sharded is not None:    # prefetched: the layer waits only for what compute does not hide

@@ -104,10 +104,9 @@ class SegmentTables:
 
     def _band(self, W: int) -> None:
         """The rows kept with segments of up to W layers (none when W = 0 or pp W < L)."""
-        pp, L, R = self.pp, self.L, self.R
+        pp = self.pp
         s = np.arange(pp)
-        low = np.maximum(0, L - (pp - 1 - s) * W - s - 1) if W else np.zeros(pp, dtype=np.int64)
-        high = np.maximum(low, np.minimum(R, (s + 1) * W - s)) if W * pp >= L else low
+        low, high = _band_limits(pp, self.L, W)
         self._low, self._offset = low, np.concatenate([[0], np.cumsum(high - low)])
         self._stage = np.repeat(s, high - low)                                  # per row: its stage,
         self._r = np.arange(self._offset[-1]) - self._offset[self._stage] + low[self._stage]
@@ -137,12 +136,9 @@ class SegmentTables:
         transient peak only grow), so the segments that fit are the shortest ones; a binary
         search per row, all rows at once, each step one segment per row (in the arithmetic of
         _SegmentMemory.need, the transient peak from its sparse table)."""
-        c, L = self.candidate, self.L
-        act_prefix, _, in_flight = c.memory_arrays
-        levels = _peak_levels(c).reshape(-1, L)
-        reserve = c.cost.training.runtime_reserve_bytes
+        c = self.candidate
         ends, stage = self._ends, self._stage
-        capacity, in_flight = c.layout.stage_capacity[stage], in_flight[stage]
+        capacity, in_flight = c.layout.stage_capacity[stage], c.memory_arrays[2][stage]
         low, high = np.zeros(len(ends), dtype=np.int64), most        # low fit, more than high do not
         probe = True                    # first try the longest: when memory binds nowhere, done
         while True:
@@ -151,11 +147,7 @@ class SegmentTables:
                 return low
             w = np.where(open_, high if probe else (low + high + 1) // 2, 1)
             probe = False
-            start = ends - w
-            k = _floor_log2(L)[w]
-            seg_peak = np.maximum(levels[k, start], levels[k, ends - (1 << k)])
-            fixed = c.state_prefix[ends] - c.state_prefix[start] + seg_peak + reserve
-            fits = fixed + in_flight * (act_prefix[ends] - act_prefix[start]) <= capacity
+            fits = _segment_need(c, ends - w, ends, in_flight) <= capacity
             low = np.where(open_ & fits, w, low)
             high = np.where(open_ & ~fits, w - 1, high)
 
@@ -166,17 +158,11 @@ class SegmentTables:
         a binary search over w, each step checking every segment of w layers (the transient peak
         from its sparse table)."""
         c, L = self.candidate, self.L
-        act_prefix, _, in_flight = c.memory_arrays
-        levels = _peak_levels(c).reshape(-1, L)
-        reserve, room, fewest = c.cost.training.runtime_reserve_bytes, c.layout.stage_capacity.max(), in_flight.min()
+        room, fewest = c.layout.stage_capacity.max(), c.memory_arrays[2].min()
 
         def fits(w: int) -> bool:
             start = np.arange(L - w + 1)
-            end = start + w
-            k = w.bit_length() - 1
-            seg_peak = np.maximum(levels[k][start], levels[k][end - (1 << k)])
-            fixed = c.state_prefix[end] - c.state_prefix[start] + seg_peak + reserve
-            return bool(np.any(fixed + fewest * (act_prefix[end] - act_prefix[start]) <= room))
+            return bool(np.any(_segment_need(c, start, start + w, fewest) <= room))
 
         low, high = 0, self.R              # low layers fit (0: trivially), high + 1 do not
         if fits(high):
@@ -318,11 +304,9 @@ class SegmentTables:
         value = np.full(L + W, INF)
         step = value.itemsize
         offset, band_low = self._band_rows
-        bands = []
-        for s in range(pp - 1):
-            low = max(0, L - (pp - 1 - s) * W - s - 1)
-            bands.append((low, max(low, min(R, (s + 1) * W - s))))
-        bands.append((R - 1, R if pp * W >= L else R - 1))
+        lows, highs = _band_limits(pp, L, W)
+        bands = list(zip(lows.tolist(), highs.tolist()))[:-1]
+        bands.append((R - 1, R if pp * W >= L else R - 1))      # the last stage ends at layer L
         low, high = bands[0]                # stage 0 starts at layer 0: segment r holds r + 1 layers
         r = np.arange(low, min(high, W))
         rows = self.row(0, r)
@@ -371,6 +355,16 @@ class SegmentTables:
             flat.append((offset[s] + j - s - 1 - band_low[s]) * W + size - 1)
         return (float(self.tau.ravel()[flat].max()), float(np.add.reduce(self.g.ravel()[flat])),
                 float(self.e.ravel()[flat].max()))
+
+
+def _band_limits(pp: int, L: int, W: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per stage s, the rows r in [low, high) it may end on (at layer s + 1 + r) when no stage
+    holds more than W layers: at most (s + 1) W layers before its end, at most (pp - 1 - s) W
+    after it (none when W = 0 or pp W < L)."""
+    R, s = L - pp + 1, np.arange(pp)
+    low = np.maximum(0, L - (pp - 1 - s) * W - s - 1) if W else np.zeros(pp, dtype=np.int64)
+    high = np.maximum(low, np.minimum(R, (s + 1) * W - s)) if W * pp >= L else low
+    return low, high
 
 
 @functools.lru_cache(maxsize=8)
@@ -579,6 +573,19 @@ def even_split_memory(candidates: list[Candidate]) -> tuple[np.ndarray, np.ndarr
     for depth in np.unique(memory.pp):
         bounds[memory.pp == depth, :depth + 1] = np.cumsum([0, *even_partition(memory.L, int(depth))])
     return memory.need(n, None, bounds[:, :-1], bounds[:, 1:]), memory.capacity
+
+
+def _segment_need(c: Candidate, start: np.ndarray, end: np.ndarray, in_flight) -> np.ndarray:
+    """Memory of the segments [start, end) (end > start, arrays broadcast) of one candidate with
+    `in_flight` micro-batches of activations, in SegmentTables' arithmetic: state, transient peak
+    (from its sparse table), reserve and activations."""
+    L = c.num_layers
+    act_prefix = c.memory_arrays[0]
+    levels = _peak_levels(c).reshape(-1, L)
+    k = _floor_log2(L)[end - start]
+    seg_peak = np.maximum(levels[k, start], levels[k, end - (1 << k)])
+    return (c.state_prefix[end] - c.state_prefix[start] + seg_peak + c.cost.training.runtime_reserve_bytes
+            + in_flight * (act_prefix[end] - act_prefix[start]))
 
 
 def _peak_levels(c: Candidate) -> np.ndarray:

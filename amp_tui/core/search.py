@@ -349,13 +349,6 @@ def _whole_layers_floor(core_times: np.ndarray, sends: np.ndarray) -> np.ndarray
     return np.partition(thresholds.reshape(len(core_times), -1), count - 1, axis=1)[:, count - 1]
 
 
-def tp_exposed(cost: CostModel) -> float:
-    """The share of a layer's tensor-parallel communication left on its critical path: all of it,
-    or what overlapping it with the GEMMs leaves (cost.stage_times prices it so). A floor that
-    charged the whole of it overstated the stage times under tp_comm_overlap."""
-    return 1.0 - cost.params("tp_overlap") if cost.training.tp_comm_overlap else 1.0
-
-
 def _one_layer_each(rho: np.ndarray, ascending: np.ndarray) -> np.ndarray:
     """Per row, a floor on the bottleneck stage's compute: every stage holds a layer of its own,
     and a stage at slow-down rho takes at least rho x that layer's fastest time, so the bottleneck
@@ -424,7 +417,7 @@ def _order_free_floors(cost: CostModel, families: list[tuple[int, int, int, int]
         if not _orders_can_hold(cost.candidate(tp, pp, dp, mbs, tuple(range(len(groups)))), roomiest):
             out.append(math.inf)
             continue
-        spb = own_link * tp_exposed(cost) if tp * cost.knobs.cp > 1 else np.zeros(len(groups))
+        spb = own_link * cost.tp_exposed if tp * cost.knobs.cp > 1 else np.zeros(len(groups))
         times = np.array([compute + tp_bytes * spb[g] for g, (compute, tp_bytes) in
                           enumerate(cost.layer_times(g, tp, mbs) for g in range(len(groups)))])
         fastest = times.min(axis=0)
@@ -565,7 +558,7 @@ def _fastest_times(candidate: Candidate, spb: float
         times = []
         for g in layout.serving_groups:
             compute, tp_bytes = cost.layer_times(g, candidate.tp, candidate.mbs)
-            times.append(compute + tp_bytes * spb * tp_exposed(cost))
+            times.append(compute + tp_bytes * spb * cost.tp_exposed)
         times = np.array(times)
         fastest = times.min(axis=0)
         busy = fastest > 0

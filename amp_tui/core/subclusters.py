@@ -59,7 +59,7 @@ from amp_tui.core.objective import Objective
 from amp_tui.core.placement import Nodes, placement_label
 from amp_tui.core.pricing import priced, used_nodes
 from amp_tui.core.scenario import Scenario
-from amp_tui.core.search import SearchResult, SearchStats, divisors, search, tp_exposed
+from amp_tui.core.search import SearchResult, SearchStats, divisors, search
 from amp_tui.core.strategy import Strategy
 
 MAX_PARTS = 200_000     # node-count vectors bounded in full
@@ -202,7 +202,7 @@ def part_bounds(scenario: Scenario, rows: np.ndarray, cost: CostModel | None = N
         spb = np.full(len(groups), 1.0 / max(max(g.intra_node_bandwidth, g.inter_node_bandwidth) for g in groups))
     else:
         spb = np.array([1.0 / g.intra_node_bandwidth for g in groups])
-    exposed_tp = tp_exposed(cost)
+    exposed_tp = cost.tp_exposed
     best = np.full(len(rows), np.inf)
     limit = np.broadcast_to(np.asarray(limit, dtype=np.float64), (len(rows),))
     # The pipeline's fill, sends and fixed costs (below), for the cost model's techniques alone:
