@@ -15,7 +15,7 @@ experts and back (all-to-all dispatch and combine) under expert parallelism.
 from __future__ import annotations
 
 from amp_tui.core.errors import SpecError
-from amp_tui.core.model import Layer
+from amp_tui.core.model import LOSS_WORKSPACE_PER_LOGIT, Layer
 from amp_tui.core.units import parse_int
 
 FAMILIES = ("gpt", "llama", "bert")
@@ -95,7 +95,7 @@ def build_family(family: str, spec: dict, e: int, field: str) -> tuple[dict, tup
         name=head_name, kind="head", params=v * h + 2 * h + (h * h + h if transform else 0),
         flops=2 * s * h * v + (2 * s * h * h if transform else 0),
         activation_bytes=(2 * s * h + 2 * s * v) * scale, activation_replicated_bytes=2 * s * h * scale,
-        output_bytes=4 * s, workspace_bytes=12 * s * v, tokens=s, width=h,
+        output_bytes=4 * s, workspace_bytes=LOSS_WORKSPACE_PER_LOGIT * s * v, tokens=s, width=h,
     )
     return shape, (embedding, block, head)
 

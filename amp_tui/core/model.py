@@ -253,7 +253,8 @@ def _infer_shape(groups: tuple[Layer, ...], bytes_per_element: int,
     the tokens per sample; every layer that does not state them takes both, as a preset with a
     hidden size and sequence length would, and the block's copies are marked as blocks (two
     tensor-parallel all-reduces per pass). Without such a layer each layer's shape is inferred on
-    its own (terms/compute.py layer_shapes) and a sample counts as one token."""
+    its own (terms/compute.py layer_shapes) and a sample counts as one token. A list that ends in a
+    loss gets the loss's workspace (_loss_workspace)."""
     counts: dict[tuple, int] = {}
     for layer in groups:
         if layer.params > 0 and layer.output_bytes > 0:
@@ -270,7 +271,34 @@ def _infer_shape(groups: tuple[Layer, ...], bytes_per_element: int,
         is_block = (layer.params, layer.flops, layer.activation_bytes, layer.output_bytes) == block
         return replace(layer, tokens=layer.tokens or float(tokens), width=layer.width or width,
                        kind="block" if is_block and layer.kind == "other" else layer.kind)
-    return tuple(shaped(layer) for layer in groups), tokens
+    return _loss_workspace(tuple(shaped(layer) for layer in groups), tokens, width, bytes_per_element), tokens
+
+
+# The cross-entropy's transient buffers per logit, as the GPT family writes them (families.py):
+# three fp32 copies of the logits (upcast, softmax, gradient); each framework holds a share of
+# them (terms/compute.py LOSS_BUFFERS).
+LOSS_WORKSPACE_PER_LOGIT = 12
+
+
+def _loss_workspace(groups: tuple[Layer, ...], tokens: int, width: float,
+                    bytes_per_element: int) -> tuple[Layer, ...]:
+    """A list that states no workspace anywhere and whose last layer outputs at most one fp32
+    value per token ends in a loss: its logits are its input (the previous layer's output), or,
+    where it has weights itself (an output projection and loss in one layer), tokens x its
+    parameters / width. Without this a plain file predicted every one of AMP's five
+    out-of-memory runs to fit."""
+    last = groups[-1]
+    if any(layer.workspace_bytes for layer in groups) or last.repeat != 1 or last.output_bytes > 4 * tokens:
+        return groups
+    if last.params > 0:
+        logits = tokens * last.params / width
+    elif len(groups) > 1:
+        logits = groups[-2].output_bytes / bytes_per_element
+    else:
+        return groups
+    loss = replace(last, workspace_bytes=LOSS_WORKSPACE_PER_LOGIT * logits,
+                   kind="head" if last.kind == "other" else last.kind)
+    return (*groups[:-1], loss)
 
 
 def _check_size(groups: tuple[Layer, ...], field_name: str) -> None:

@@ -8,6 +8,8 @@ from amp_tui.core.evaluate import evaluate
 from amp_tui.core.scenario import load_scenario, parse_scenario
 from amp_tui.core.search import search
 from amp_tui.core.strategy import Strategy
+from amp_tui.core.validation.replay import run_validation
+from amp_tui.core.validation.runs import AMP_SCENARIO, load_runs, parse_run, source_key
 
 CONTRACT = ("params", "flops", "activation_bytes", "output_bytes", "tp_comm_bytes", "profile")
 
@@ -42,6 +44,38 @@ def test_plain_layers_pick_the_presets_best_strategy(name):
     assert (found.strategy.tp, found.strategy.pp, found.strategy.dp, found.strategy.micro_batch_size) == \
         (best.strategy.tp, best.strategy.pp, best.strategy.dp, best.strategy.micro_batch_size)
     assert found.iteration_time_s == pytest.approx(best.iteration_time_s, rel=0.02)
+
+
+def test_the_loss_gets_the_presets_workspace():
+    """The last layer outputs one fp32 value per token: a loss over its input's logits."""
+    preset, contract = load_scenario("paper-homogeneous").model, plain("paper-homogeneous").model
+    assert contract.groups[-1].workspace_bytes == preset.groups[-1].workspace_bytes > 0
+    assert sum(layer.workspace_bytes for layer in contract.groups) == contract.groups[-1].workspace_bytes
+
+
+def test_an_output_projection_with_its_loss_gets_the_workspace_from_its_weights():
+    layers = [{"params": 12 * 64 * 64 + 13 * 64, "flops": 1e9, "activation_bytes": 1e6, "output_bytes": 2 * 128 * 64,
+               "repeat": 4},
+              {"params": 64 * 1000, "flops": 1e9, "activation_bytes": 1e6, "output_bytes": 4 * 128}]
+    scenario = parse_scenario({"cluster": {"preset": "4x-g4dn.12xlarge"}, "model": {"layers": layers},
+                               "training": {"global_batch_size": 8}})
+    assert scenario.model.groups[-1].workspace_bytes == 12 * 128 * 1000
+    stated = [layers[0], {**layers[1], "workspace_bytes": 5}]
+    kept = parse_scenario({"cluster": {"preset": "4x-g4dn.12xlarge"}, "model": {"layers": stated},
+                           "training": {"global_batch_size": 8}})
+    assert kept.model.groups[-1].workspace_bytes == 5
+
+
+def test_plain_layers_predict_amps_out_of_memory_runs():
+    """Replayed from the plain file, AMP's runs that ran out of memory are predicted not to fit
+    (all but the one the preset also predicts to fit) and every run that ran fits. Before the loss
+    workspace was inferred, all five were predicted to fit."""
+    scenarios = {AMP_SCENARIO: plain(AMP_SCENARIO)}
+    cases = [parse_run(run, scenarios) for run in load_runs() if source_key(run) == "amp-homogeneous"]
+    replayed = run_validation(cases=cases).replayed
+    oom = [r for r in replayed if r.case.measured.out_of_memory]
+    assert len(oom) == 5 and sum(r.predicted_fits for r in oom) <= 1
+    assert all(r.predicted_fits for r in replayed if not r.case.measured.out_of_memory)
 
 
 def test_layers_without_a_repeated_one_keep_their_own_shapes():
