@@ -172,6 +172,30 @@ def test_a_heterogeneous_run_becomes_one_node_group_per_gpu_type(mix):
     assert evaluate(case.scenario, case.strategy).iteration_time_s > 0
 
 
+@pytest.mark.parametrize("label, name", [
+    ("Tesla P100-PCIE-16GB", "P100-PCIe"), ("P100 SXM2", "P100"), ("TITAN V", "TITAN-V"), ("Titan RTX", "TITAN-RTX"),
+    ("GeForce RTX 2080 Ti", "RTX-2080Ti"), ("RTX 3060", "RTX-3060"), ("A30", "A30"), ("RTX 6000 Ada", "RTX-6000-Ada"),
+    ("RTX A6000", "RTX-A6000"), ("V100 PCIe 16GB", "V100-PCIe"), ("V100-SXM2-32GB", "V100-32GB"), ("MI210", "MI210"),
+    ("A40", "A40"), ("A100 40GB", "A100-40GB"),
+])
+def test_gpus_of_mixed_clusters_are_in_the_catalog(label, name):
+    """The cards heterogeneous-cluster papers mix: a run naming one is replayed on its figures."""
+    from amp_tui.core.hardware import gpu_catalog
+    from amp_tui.core.validation.runs import _catalog_gpu
+    assert _catalog_gpu(label) == name and name in gpu_catalog()
+
+
+def test_a_card_without_bf16_refuses_it():
+    from amp_tui.core.errors import SpecError
+    from amp_tui.core.scenario import parse_scenario
+    spec = {"cluster": {"nodes": [{"count": 2, "gpu": "RTX-2080Ti", "gpus_per_node": 4,
+                                   "intra_node_bandwidth": "16 GB/s", "inter_node_bandwidth": "10 Gbps"}]},
+            "model": {"preset": "gpt2-medium"}, "training": {"global_batch_size": 8}}
+    assert parse_scenario(spec).cluster.nodes[0].gpu.name == "RTX-2080Ti"
+    with pytest.raises(SpecError, match="bf16"):
+        parse_scenario({**spec, "training": {"global_batch_size": 8, "precision": "bf16"}})
+
+
 def test_a_gpu_mix_that_does_not_add_up_is_a_data_gap():
     import copy
 
