@@ -434,8 +434,8 @@ def _fit_defaults() -> int:
     cases = [c for c in load_cases() if c.scenario is not None and not unsupported(c)]
     gpus = Counter(g.gpu.name for c in cases for g in c.scenario.cluster.nodes if not g.gpu.name.startswith("T4"))
     names = [f"compute_efficiency.{g}" for g in gpus]
-    # TCP Ethernet's efficiency is set from physics (NCCL over sockets: about half the line rate):
-    # only AMP's T4 runs use it, and there it would absorb their profiles' overstated compute.
+    # TCP Ethernet's efficiencies are set from physics and a sweep over AMP's runs (params.py): only
+    # AMP's T4 runs use it, and there a free fit would absorb their profiles' overstated compute.
     names += [f"{family}.{link}" for family in ("link_efficiency", "link_latency_s")
               for link in ("nvlink", "infiniband", "ethernet", "pcie")
               if (family, link) != ("link_efficiency", "ethernet")]

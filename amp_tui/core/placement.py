@@ -8,7 +8,9 @@ inter-node bandwidths, shared by every concurrent flow that leaves (or enters) t
 interface. That sharing is why four tensor-parallel replicas all-reducing across the same nodes are
 not four times faster than one. Each bandwidth is the catalog figure times the achieved fraction of
 its link class (params `link_efficiency.CLASS`), and every message on a link pays its class's
-latency (`link_latency_s.CLASS`, the alpha term).
+latency (`link_latency_s.CLASS`, the alpha term). One flow across nodes also reaches at most the
+share `link_flow_share.CLASS` of the line rate: over TCP one NCCL connection gets about half, while
+the four flows of four GPUs through one interface together get more (1.0 for RDMA links).
 
 A data-parallel all-reduce whose ring spans nodes with several members per node runs as NCCL does
 when that is faster: reduce-scatter inside each node, all-reduce across nodes, all-gather inside
@@ -97,6 +99,10 @@ class Nodes:
                                for g in groups])[self.node_group]
         self.inter = np.array([g.inter_node_bandwidth * params("link_efficiency", g.inter_link_class)
                                for g in groups])[self.node_group]
+        # One connection through a network interface reaches at most this (link_flow_share);
+        # several side by side together reach the interface's achieved bandwidth (`inter`).
+        self.inter_flow = np.array([g.inter_node_bandwidth * params("link_flow_share", g.inter_link_class)
+                                    for g in groups])[self.node_group]
         self.intra_latency = np.array([params("link_latency_s", g.intra_link_class) for g in groups])[self.node_group]
         self.inter_latency = np.array([params("link_latency_s", g.inter_link_class) for g in groups])[self.node_group]
         self.usable = np.array([g.gpu.usable_memory_bytes for g in groups])       # per node group
@@ -115,8 +121,9 @@ class Nodes:
         size = src.shape[0] * nodes
         n_out = np.bincount((row + src_node)[crossing], minlength=size)
         n_in = np.bincount((row + dst_node)[crossing], minlength=size)
-        shared = np.minimum(self.inter[src_node] / np.maximum(n_out[row + src_node], 1),
-                            self.inter[dst_node] / np.maximum(n_in[row + dst_node], 1))
+        shared = np.minimum(np.minimum(self.inter[src_node] / np.maximum(n_out[row + src_node], 1),
+                                       self.inter[dst_node] / np.maximum(n_in[row + dst_node], 1)),
+                            np.minimum(self.inter_flow[src_node], self.inter_flow[dst_node]))
         return np.where(crossing, shared, self.intra[src_node])
 
     def flow_latency(self, src: np.ndarray, dst: np.ndarray) -> np.ndarray:

@@ -280,7 +280,7 @@ def part_bounds(scenario: Scenario, rows: np.ndarray, cost: CostModel | None = N
                     if exposed and nodes > 1:
                         per_param = state_bytes_per_param(training, dp, cost.knobs.zero_stage).weights
                         bound = bound + (per_param * all_params / (tp * pp) * 2.0 * (nodes - 1) / nodes
-                                         / float(whole.inter.max()))
+                                         / float(np.minimum(whole.inter, whole.inter_flow).max()))
                 best[rows_ok] = np.minimum(best[rows_ok], bound)
     return np.where(fits, best, np.inf)
 

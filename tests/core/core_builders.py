@@ -43,6 +43,7 @@ def layer(params=0.0, flops=0.0, activation_bytes=0.0, output_bytes=0.0, **extra
 IDEAL = {"parameters": {
     **{f"link_efficiency.{c}": 1.0 for c in ("nvlink", "pcie", "infiniband", "ethernet")},
     **{f"link_latency_s.{c}": 0.0 for c in ("nvlink", "pcie", "infiniband", "ethernet")},
+    **{f"link_flow_share.{c}": 1.0 for c in ("nvlink", "pcie", "infiniband", "ethernet")},
     **{f"dp_overlap.{f}": 0.0 for f in ("megatron", "deepspeed", "fsdp")},
     "layer_floor_s": 0.0, "micro_batch_overhead_s": 0.0, "iteration_overhead_s": 0.0,
     "memory_fragmentation": 0.0, "backward_ratio": 2.0,

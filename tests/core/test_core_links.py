@@ -1,0 +1,34 @@
+"""Flows across nodes: one connection reaches at most link_flow_share of the line rate, several
+through one interface share its achieved bandwidth (link_efficiency)."""
+
+import numpy as np
+import pytest
+
+from amp_tui.core.params import FAMILIES
+from amp_tui.core.placement import Nodes
+from amp_tui.core.scenario import load_scenario
+
+LINE = 50e9 / 8          # g4dn.12xlarge: 50 Gbps
+
+
+@pytest.fixture(scope="module")
+def nodes():
+    return Nodes(load_scenario("paper-homogeneous").cluster, (0,))
+
+
+def test_one_flow_is_capped_below_the_shared_interface(nodes):
+    one = nodes.flow_bandwidth(np.array([[0]]), np.array([[4]]))[0, 0]
+    assert one == pytest.approx(LINE * FAMILIES["link_flow_share"].default_for("ethernet"))
+    assert one < LINE * FAMILIES["link_efficiency"].default_for("ethernet")
+
+
+def test_four_flows_through_one_interface_share_its_achieved_bandwidth(nodes):
+    src, dst = np.arange(4)[None, :], np.arange(4, 8)[None, :]
+    four = nodes.flow_bandwidth(src, dst)[0]
+    assert four == pytest.approx(np.full(4, LINE * FAMILIES["link_efficiency"].default_for("ethernet") / 4))
+    assert four.sum() > nodes.flow_bandwidth(np.array([[0]]), np.array([[4]]))[0, 0]
+
+
+def test_flows_inside_a_node_are_not_capped(nodes):
+    inside = nodes.flow_bandwidth(np.array([[0]]), np.array([[1]]))[0, 0]
+    assert inside == pytest.approx(nodes.intra[0])
