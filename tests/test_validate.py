@@ -234,11 +234,16 @@ def test_nemo_gb300_run_maps_fp8_sp_and_interleaving(cases):
     s = case.strategy
     assert (s.tp, s.pp, s.dp, s.virtual_stages, s.sequence_parallel) == (4, 8, 8, 4, True)
     assert case.scenario.model.family == "llama" and case.scenario.model.shape["num_kv_heads"] == 8
-    # 256 GPUs span NVL72 domains: the network between nodes is the NICs' (4 x 800 Gb/s) ...
-    assert case.scenario.cluster.nodes[0].inter_node_bandwidth == pytest.approx(3200e9 / 8)
-    # ... 64 GPUs fit in one: NVLink all the way.
-    small = next(c for c in cases.values() if c.gpu == "GB200" and c.scenario and c.scenario.cluster.num_gpus <= 72)
-    assert small.scenario.cluster.nodes[0].inter_node_bandwidth == pytest.approx(900e9)
+    # 256 GPUs in trays of 4 span NVL72 domains: a domain of 64 (16 trays) is one node, NVLink
+    # inside, and its network is its trays' NICs together (16 x 4 x 800 Gb/s) ...
+    group = case.scenario.cluster.nodes[0]
+    assert (group.count, group.gpus_per_node) == (4, 64)
+    assert group.intra_node_bandwidth == pytest.approx(900e9)
+    assert group.inter_node_bandwidth == pytest.approx(16 * 3200e9 / 8)
+    # ... 64 GPUs fit in one: NVLink all the way (when trays talked over their NICs, the 405B
+    # ZeRO-3 run on 128 GB200s was predicted 2.4x too slow).
+    small = next(c for c in cases.values() if c.gpu == "GB200" and c.scenario and c.scenario.cluster.num_gpus == 64)
+    assert [(g.count, g.gpus_per_node) for g in small.scenario.cluster.nodes] == [(1, 64)]
 
 
 def test_torchtitan_run_keeps_its_memory_and_fsdp(cases):

@@ -20,6 +20,7 @@ from amp_tui.core.errors import SpecError
 from amp_tui.core.hardware import gpu_catalog, instance_catalog
 from amp_tui.core.scenario import AUTO, Scenario, load_scenario, parse_scenario
 from amp_tui.core.strategy import Strategy, even_partition
+from amp_tui.core.units import parse_bandwidth
 
 # What the cost model honours today, per technique. The harness maps every run's techniques in
 # full; widening one of these sets (e.g. adding "fp8" or 3) is all it takes to replay the runs
@@ -438,6 +439,7 @@ _DGX_INSTANCE = {"A100-40GB": "dgx-a100", "A100-80GB": "dgx-a100", "H100": "dgx-
 _BLACKWELL_NODES = {"B200": ("900 GB/s", "3200 Gbps"), "GB200": ("900 GB/s", "1600 Gbps"),
                     "GB300": ("900 GB/s", "3200 Gbps")}
 _NVL72 = 72   # GPUs in one GB200/GB300 NVLink domain
+_NVL_GPUS = ("GB200", "GB300")
 
 
 def _node_figures(gpu: str) -> tuple[str, str] | None:
@@ -480,6 +482,8 @@ def _cluster_spec(cluster: dict, notes: list[str]) -> dict:
             raise SpecError("cluster.gpus_per_node", per_node, f"does not divide the {count} {label} GPUs")
         intra = _intra_bandwidth(str(entry.get("intra_node") or cluster.get("intra_node") or ""), name)
         inter = _inter_bandwidth(entry.get("inter_node", cluster.get("inter_node")), name, per_node, num_gpus, notes)
+        if name in _NVL_GPUS and count > per_node:
+            per_node, inter = _nvlink_domain(count, per_node, inter, notes)
         nodes.append({"count": count // per_node, "gpu": gpu, "gpus_per_node": per_node,
                       "intra_node_bandwidth": intra, "inter_node_bandwidth": inter})
     return {"name": str(cluster.get("name") or "cluster"), "nodes": nodes}
@@ -530,6 +534,17 @@ def _intra_bandwidth(label: str, gpu: str) -> str:
     raise SpecError("cluster.intra_node", label, "link not recognised")
 
 
+def _nvlink_domain(count: int, per_tray: int, tray_network: str, notes: list[str]) -> tuple[int, str]:
+    """GB200 and GB300 trays of `per_tray` GPUs sit in racks whose NVLink switches join up to 72
+    GPUs: within a rack every GPU reaches every other at its NVLink rate, so a rack is one node
+    (as the gb200-nvl72 instance models it) whose network is its trays' NICs together. Racks hold
+    the most whole trays up to 72 that divide the GPUs evenly."""
+    domain = max(d for d in range(per_tray, _NVL72 + 1, per_tray) if count % d == 0)
+    trays = domain // per_tray
+    notes.append(f"NVLink domains of {domain} GPUs ({trays} trays of {per_tray}), one node each")
+    return domain, f"{trays * parse_bandwidth(tray_network, 'inter_node') * 8 / 1e9:g} Gbps"
+
+
 def _inter_bandwidth(label, gpu: str, per_node: int, num_gpus: int, notes: list[str]) -> str:
     text = str(label or "")
     if match := re.search(r"(\d+)\s*x\s*(\d+)\s*Gb/?s", text):                 # "8x 400 Gb/s"
@@ -541,9 +556,6 @@ def _inter_bandwidth(label, gpu: str, per_node: int, num_gpus: int, notes: list[
     figures = _node_figures(gpu)
     if text or not figures:
         raise SpecError("cluster.inter_node", text or None, "link not recognised")
-    if gpu in ("GB200", "GB300") and num_gpus <= _NVL72:
-        notes.append(f"network not stated: {num_gpus} GPUs share one NVL72 NVLink domain")
-        return figures[0]
     if num_gpus > per_node:
         notes.append(f"network not stated: {figures[1]} per node assumed")
     return figures[1]
