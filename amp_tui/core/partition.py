@@ -54,6 +54,7 @@ from amp_tui.core.strategy import even_partition
 INF = float("inf")
 PROBES = 8                 # segment lengths tried at once per row in _greedy_fits
 CAP_MIN_CELLS = 2**16      # smaller tables cost less than the even split's time, to cap them with
+REBUILD_SHARE = 0.5        # solve cuts its tables again at its first partitions' time if they shrink this much
 
 
 @dataclass(frozen=True)
@@ -103,21 +104,64 @@ class SegmentTables:
         return self._offset[stage] + r - self._low[stage]
 
     def _band(self, W: int) -> None:
-        """The rows kept with segments of up to W layers (none when W = 0 or pp W < L)."""
+        """The rows kept with segments of up to W layers (none when W = 0 or pp W < L), and, with
+        a cap, only the ends a partition with every tau below it can reach (_reach_limits)."""
         pp = self.pp
         s = np.arange(pp)
         low, high = _band_limits(pp, self.L, W)
-        self._low, self._offset = low, np.concatenate([[0], np.cumsum(high - low)])
+        if self.tau_cap < INF and W:
+            earliest, latest = self._reach_limits()
+            low = np.maximum(low, earliest - s - 1)
+            high = np.maximum(low, np.minimum(high, latest - s))
+        self._low, self._high = low, high
+        self._offset = np.concatenate([[0], np.cumsum(high - low)])
         self._stage = np.repeat(s, high - low)                                  # per row: its stage,
         self._r = np.arange(self._offset[-1]) - self._offset[self._stage] + low[self._stage]
         self._ends = self._stage + 1 + self._r                                  # its end j
         self._band_rows = (self._offset.tolist(), low.tolist())
 
-    def _build(self) -> None:
-        pp, L = self.pp, self.L
+    def _reach_limits(self) -> tuple[np.ndarray, np.ndarray]:
+        """Per stage, the earliest and the latest layer it can end after in a partition whose
+        every stage has tau below tau_cap. Such a stage's compute is at most the cap less the
+        overhead and its cheapest sends (as in _bottleneck_exceeds), so it holds the fewer layers
+        the later it starts: the stages before s, each taking the most it may from where the last
+        one ended, end no earlier than any such partition's (if they end later, stage s's room
+        reaches further too), and stage s ends no later than the greedy walk's; likewise from
+        the last layer backwards. O(pp log L): on a mixed cluster a slow stage's band is narrow
+        (1,000 uneven layers on 4 stages of bench-1024-gpus-1000-layers: 1.0 M cells cut at the
+        cap on the longest segment of any stage, XXX with the bands)."""
+        c, pp, L = self.candidate, self.pp, self.L
+        prefix = c.time_prefix
+        sends = np.zeros(pp)
+        if pp > 1:
+            cheapest = c.cut_cost[:, 1:-1].min(axis=1)
+            sends[:-1] += cheapest
+            sends[1:] += cheapest
+        room = (self.tau_cap * (1 + 1e-9) - c.micro_batch_overhead - sends).tolist()
+        latest, earliest = np.empty(pp, dtype=np.int64), np.empty(pp, dtype=np.int64)
+        j = 0
+        for s in range(pp):             # forward: the furthest each stage can reach
+            j = min(int(np.searchsorted(prefix[s], prefix[s][j] + room[s], side="right")) - 1, L - (pp - 1 - s))
+            latest[s] = j
+        j = earliest[pp - 1] = L
+        for s in range(pp - 1, 0, -1):  # backward: where stage s can start at the earliest
+            j = max(int(np.searchsorted(prefix[s], prefix[s][j] - room[s], side="left")), s)
+            earliest[s - 1] = j
+        return earliest, latest
+
+    @functools.cached_property
+    def cells(self) -> int:
+        """The tables' size (rows x W), known before they are built."""
         # No segment longer than the cap allows is needed (tau_cap), nor built.
         W = min(self.R, self._longest_below_cap(), self._longest_fitting())
         self._band(W)
+        self._W = W
+        return int(self._offset[-1]) * W
+
+    def _build(self) -> None:
+        pp, L = self.pp, self.L
+        self.cells
+        W = self._W
         if W == 0 or W * pp < L:
             self._feasible = np.zeros((0, W), dtype=bool)
             return
@@ -305,8 +349,9 @@ class SegmentTables:
         step = value.itemsize
         offset, band_low = self._band_rows
         lows, highs = _band_limits(pp, L, W)
-        bands = list(zip(lows.tolist(), highs.tolist()))[:-1]
-        bands.append((R - 1, R if pp * W >= L else R - 1))      # the last stage ends at layer L
+        lows, highs = np.maximum(lows, self._low), np.minimum(highs, self._high)   # within the tables' bands
+        bands = list(zip(lows.tolist(), np.maximum(lows, highs).tolist()))[:-1]
+        bands.append((R - 1, R if pp * W >= L and self._high[-1] == R else R - 1))  # the last stage ends at layer L
         low, high = bands[0]                # stage 0 starts at layer 0: segment r holds r + 1 layers
         r = np.arange(low, min(high, W))
         rows = self.row(0, r)
@@ -588,6 +633,13 @@ def _segment_need(c: Candidate, start: np.ndarray, end: np.ndarray, in_flight) -
             + in_flight * (act_prefix[end] - act_prefix[start]))
 
 
+def _fits(c: Candidate, partition: tuple[int, ...]) -> bool:
+    """Whether every stage of a partition fits its memory, in SegmentTables' arithmetic."""
+    ends = np.cumsum(partition)
+    need = _segment_need(c, ends - np.array(partition), ends, c.memory_arrays[2])
+    return bool(np.all(need <= c.layout.stage_capacity))
+
+
 def _peak_levels(c: Candidate) -> np.ndarray:
     """A sparse table of the per-layer transient peak, levels[k][i] = max(peak[i:i + 2**k]), one
     per (tp, micro-batch) of the scenario."""
@@ -645,10 +697,12 @@ def solve(tables: SegmentTables, upper_bound: float = INF,
     # A partition with max tau >= (J - g_floor - e_floor) / (B - 1) costs at least J: with J the
     # bound, or else the even split's time (when it fits, the optimum costs no more), its
     # segments with tau that high are never needed, and the tables are cut short of them.
-    if upper_bound < INF or tables.pp * tables.R ** 2 < CAP_MIN_CELLS or not even_fits():
-        bound = upper_bound
-    else:
-        bound = candidate.quick_evaluate(even_partition(candidate.num_layers, candidate.pp))[0]
+    # A partition found cheaply that fits (the even split, one balanced by compute) bounds it too.
+    bound = upper_bound
+    if tables.pp * tables.R ** 2 >= CAP_MIN_CELLS:
+        for heuristic in (even_partition(candidate.num_layers, candidate.pp), _balanced_partition(candidate)):
+            if heuristic is not None and _fits(candidate, heuristic):
+                bound = min(bound, candidate.quick_evaluate(heuristic)[0])
     if B > 1 and bound < INF:
         tables.tau_cap = (bound - g_floor - e_floor) / (B - 1)
     if not deep:
@@ -681,6 +735,16 @@ def solve(tables: SegmentTables, upper_bound: float = INF,
         tau, g_sum, e_max = tables.measures(p)
         if (B - 1) * tau + g_sum + e_max < best_j:
             best_j, best_p = (B - 1) * tau + g_sum + e_max, p
+    # The walk needs no segment whose tau alone would cost best_j: when cutting the tables there
+    # shrinks them well, the walk reads tables cut there (t_star, e_star and g_min, from more
+    # segments, stay lower bounds).
+    if B > 1 and best_j < INF:
+        narrower = SegmentTables(candidate)
+        narrower.poll, narrower.tau_cap = poll, (best_j - g_floor - e_floor) / (B - 1)
+        if narrower.cells < REBUILD_SHARE * tables.cells:
+            tables = narrower
+            if not tables.feasible.any():
+                return PartitionResult(best_p, best_j, solves)
     e_limit = best_j - (B - 1) * t_star - g_min
     t_low = t_star          # the least max tau with every max E below the limit
     e_ok = tables.feasible & (tables.e < e_limit)
@@ -735,23 +799,56 @@ def _bottleneck_exceeds(candidate: Candidate, limit: float) -> bool:
     limit - overhead - its cheapest sends of compute; filling stages greedily in order is exact
     for that relaxation (a shorter segment never costs more), so if it leaves layers over, so
     does every partition. O(pp log L)."""
-    limit = limit * (1 + 1e-9)
-    pp, L = candidate.pp, candidate.num_layers
-    prefix = candidate.time_prefix
+    return _greedy_ends(candidate, limit * (1 + 1e-9))[-1] < candidate.num_layers
+
+
+def _cheapest_sends(candidate: Candidate) -> np.ndarray:
+    """Per stage, the least time its sends can take per micro-batch: its boundaries at their
+    cheapest cuts."""
+    pp = candidate.pp
     sends = np.zeros(pp)
     if pp > 1:
         cheapest = candidate.cut_cost[:, 1:-1].min(axis=1)
         sends[:-1] += cheapest
         sends[1:] += cheapest
-    room = limit - candidate.micro_batch_overhead - sends
-    if np.any(room < 0):
-        return True
-    i = 0
+    return sends
+
+
+def _greedy_ends(candidate: Candidate, limit: float, sends: np.ndarray | None = None) -> list[int]:
+    """Where each stage ends when each in turn takes the most layers whose compute fits in
+    `limit` less the overhead and its cheapest sends (the last end short of L: layers left over;
+    an end may repeat where a stage has no room)."""
+    pp, L = candidate.pp, candidate.num_layers
+    prefix = candidate.time_prefix
+    room = (limit - candidate.micro_batch_overhead - (_cheapest_sends(candidate) if sends is None else sends)).tolist()
+    ends, i = [], 0
     for s in range(pp):
-        i = int(np.searchsorted(prefix[s], prefix[s][i] + room[s], side="right")) - 1
+        if room[s] >= 0:
+            i = int(np.searchsorted(prefix[s], prefix[s][i] + room[s], side="right")) - 1
+        ends.append(i)
         if i >= L:
-            return False
-    return True
+            break
+    return ends
+
+
+def _balanced_partition(candidate: Candidate) -> tuple[int, ...] | None:
+    """A partition with a small max compute, found cheaply to cap the tables with its time: the
+    least bottleneck (to 1%) at which the greedy walk of _greedy_ends covers every layer, walked
+    once more leaving a layer to each later stage. Memory is not considered (None if the walk
+    leaves a stage empty)."""
+    pp, L = candidate.pp, candidate.num_layers
+    sends = _cheapest_sends(candidate)
+    low, high = 0.0, float(candidate.time_prefix[:, -1].max() + candidate.micro_batch_overhead + sends.max())
+    while high - low > 0.01 * high:
+        middle = (low + high) / 2
+        if _greedy_ends(candidate, middle, sends)[-1] >= L:
+            high = middle
+        else:
+            low = middle
+    ends = _greedy_ends(candidate, high, sends)
+    bounds = [0] + [min(end, L - (pp - 1 - s)) for s, end in enumerate(ends[:pp - 1])] + [L]
+    sizes = np.diff(bounds)
+    return tuple(int(n) for n in sizes) if len(sizes) == pp and np.all(sizes >= 1) else None
 
 
 def _sum_and_tail_floors(candidate: Candidate) -> tuple[float, float]:
@@ -772,8 +869,10 @@ def _solve_by_enumeration(tables: SegmentTables, upper_bound: float) -> Partitio
     else:
         first = np.arange(1, L)
         sizes = np.stack([first, L - first])
-    sizes = sizes[:, (sizes <= W).all(axis=0)]            # longer segments never fit or never win
     stage = np.arange(tables.pp)[:, None]
+    r = np.cumsum(sizes, axis=0) - stage - 1
+    # longer segments, or ends outside the bands, never fit or never win
+    sizes = sizes[:, ((sizes <= W) & (r >= tables._low[:, None]) & (r < tables._high[:, None])).all(axis=0)]
     index = (tables.row(stage, np.cumsum(sizes, axis=0) - stage - 1), sizes - 1)
     fits = tables.feasible[index].all(axis=0)
     if not fits.any():                  # solve checked that some partition fits: none can win

@@ -20,7 +20,6 @@ import numpy as np
 from amp_tui.core.cost import Candidate, CostModel, Prediction, over_capacity
 from amp_tui.core.errors import Cancelled
 from amp_tui.core.knobs import Knobs, default_knobs, knob_choices
-from amp_tui.core.limits import partition_table_fits
 from amp_tui.core.orders import NodeOrders, node_orders
 from amp_tui.core.partition import INF, SegmentTables, even_split_memory, partitions_fit, solve
 from amp_tui.core.pricing import priced
@@ -151,8 +150,6 @@ def enumerate_candidates(scenario: Scenario, orders: NodeOrders | None = None, k
             if pp * v > layers:
                 break
             if v > 1 and pp == 1:
-                continue
-            if not partition_table_fits(layers, pp):    # limits.py: bounded memory per candidate
                 continue
             dp = n // (tp * cp * pp)
             if gbs % dp or (dp * cp) % knobs.ep or (knobs.hsdp_shard and (dp % knobs.hsdp_shard or

@@ -195,12 +195,12 @@ def test_tables_cut_at_the_even_splits_cap_keep_the_optimum(candidate):
 
 
 @settings(max_examples=examples(40), deadline=None)
-@given(candidate=candidates(max_layers=10, max_pp=4), scale=st.sampled_from([1.001, 1.2, 2.0]))
+@given(candidate=st.one_of(candidates(max_layers=10, max_pp=4), candidates(max_layers=12, max_pp=12)),
+       scale=st.sampled_from([1.001, 1.2, 2.0]))
 def test_cut_tables_hold_every_segment_below_the_cap(candidate, scale):
-    """With tau_cap above the least max tau of a partition, the tables keep every segment that
-    fits in memory with tau below the cap and that a partition of such segments can use (its
-    stage ends where the others leave room), with the same figures as the uncut tables, in fewer
-    or as many cells."""
+    """With tau_cap above the least max tau of a partition, the tables keep every segment of every
+    partition (brute force) whose segments all fit in memory with tau below the cap, with the
+    same figures as the uncut tables, in fewer or as many cells; shallow and deep pipelines."""
     full = SegmentTables(candidate)
     assume(full.feasible.any() and candidate.pp > 1)
     t_star, _ = full.minmax(full.tau, full.feasible)
@@ -210,15 +210,17 @@ def test_cut_tables_hold_every_segment_below_the_cap(candidate, scale):
     cut.tau_cap = cap
     assert cut.feasible.size <= full.feasible.size
     kept = full.feasible & (full.tau < cap)
-    stage, r = full._stage[:, None], full._r[:, None]
-    w = np.broadcast_to(np.arange(full.W), kept.shape)
-    stage, r = np.broadcast_to(stage, kept.shape)[kept], np.broadcast_to(r, kept.shape)[kept]
-    w = w[kept]
+    used = set()
+    for sizes in compositions(candidate.num_layers, candidate.pp):
+        ends = np.cumsum(sizes)
+        segments = [(s, int(ends[s]) - s - 1, size - 1) for s, size in enumerate(sizes)]
+        if all(w < full.W and full._low[s] <= r < full._high[s] and kept[full.row(s, r), w]
+               for s, r, w in segments):
+            used.update(segments)
+    assert used
+    stage, r, w = (np.array(column) for column in zip(*sorted(used)))
     assert np.all(w < cut.W)
-    L, pp, W = candidate.num_layers, candidate.pp, cut.W
-    usable = (stage + 1 + r <= (stage + 1) * W) & (stage + 1 + r >= L - (pp - 1 - stage) * W)
-    assert usable.any()
-    stage, r, w, kept_tau, kept_e = stage[usable], r[usable], w[usable], full.tau[kept][usable], full.e[kept][usable]
-    rows = cut.row(stage, r)
+    assert np.all((r >= cut._low[stage]) & (r < cut._high[stage]))
+    rows, full_rows = cut.row(stage, r), full.row(stage, r)
     assert np.all(cut.feasible[rows, w])
-    assert np.allclose(cut.tau[rows, w], kept_tau) and np.allclose(cut.e[rows, w], kept_e)
+    assert np.allclose(cut.tau[rows, w], full.tau[full_rows, w]) and np.allclose(cut.e[rows, w], full.e[full_rows, w])
