@@ -54,6 +54,8 @@ from amp_tui.core.strategy import even_partition
 INF = float("inf")
 PROBES = 8                 # segment lengths tried at once per row in _greedy_fits
 CAP_MIN_CELLS = 2**16      # smaller tables cost less than the even split's time, to cap them with
+MAX_TABLE_CELLS = 2**22    # larger segment tables are lean: never held whole (SegmentTables.lean)
+LEAN_CHUNK_CELLS = 2**18   # cells of lean tables computed at once
 REBUILD_SHARE = 0.5        # solve cuts its tables again at its first partitions' time if they shrink this much
 
 
@@ -153,35 +155,47 @@ class SegmentTables:
     def cells(self) -> int:
         """The tables' size (rows x W), known before they are built."""
         # No segment longer than the cap allows is needed (tau_cap), nor built.
-        W = min(self.R, self._longest_below_cap(), self._longest_fitting())
+        W = min(self.R, self._longest_below(self.tau_cap), self._longest_fitting())
         self._band(W)
         self._W = W
         return int(self._offset[-1]) * W
 
     def _build(self) -> None:
-        pp, L = self.pp, self.L
         self.cells
         W = self._W
-        if W == 0 or W * pp < L:
+        if W == 0 or W * self.pp < self.L:
             self._feasible = np.zeros((0, W), dtype=bool)
             return
         if self.poll is not None:
             self.poll()
-        # Segments with r < w would start before layer s: marked infeasible, so that masks derived
-        # from `feasible` tell the longest segment in play (_longest); _dp never reads them.
-        self._feasible = np.arange(W) < self._fitting_lengths(np.minimum(self._r + 1, W))[:, None]
-        start = self._ends[:, None] - 1 - np.arange(W)     # per row and length, the first layer
-        self._valid = start >= 0
-        self._start = np.maximum(start, 0)
+        self._feasible = self._rows_feasible(slice(None), W)
 
-    def _fitting_lengths(self, most: np.ndarray) -> np.ndarray:
+    @property
+    def lean(self) -> bool:
+        """Tables of more than MAX_TABLE_CELLS cells are never held whole: each DP computes each
+        stage's rows when it reaches them, a chunk at a time, and drops them (slower, as every DP
+        builds them again, but memory stays O(MAX_TABLE_CELLS) whatever the depth or the bound)."""
+        return self.cells > MAX_TABLE_CELLS
+
+    @property
+    def empty(self) -> bool:
+        """Whether the tables hold no segment that fits (lean tables: whether they hold none)."""
+        return self.cells == 0 or (not self.lean and not self.feasible.any())
+
+    def _rows_feasible(self, rows: slice, W: int) -> np.ndarray:
+        """Whether each segment of up to W layers of these rows fits its stage's memory. Segments
+        with r < w would start before layer s: marked infeasible, so that masks derived from
+        `feasible` tell the longest segment in play (_longest); _dp never reads them."""
+        return np.arange(W) < self._fitting_lengths(rows, np.minimum(self._r[rows] + 1, W))[:, None]
+
+    def _fitting_lengths(self, rows: slice, most: np.ndarray) -> np.ndarray:
         """Per row, how many of its segments fit its stage's memory, of the `most` shortest: a
         segment needs more memory the more layers it holds (weights, activations and the
         transient peak only grow), so the segments that fit are the shortest ones; a binary
         search per row, all rows at once, each step one segment per row (in the arithmetic of
         _SegmentMemory.need, the transient peak from its sparse table)."""
         c = self.candidate
-        ends, stage = self._ends, self._stage
+        ends, stage = self._ends[rows], self._stage[rows]
         capacity, in_flight = c.layout.stage_capacity[stage], c.memory_arrays[2][stage]
         low, high = np.zeros(len(ends), dtype=np.int64), most        # low fit, more than high do not
         probe = True                    # first try the longest: when memory binds nowhere, done
@@ -219,16 +233,16 @@ class SegmentTables:
                 high = w - 1
         return low
 
-    def _longest_below_cap(self) -> int:
-        """The most layers a segment may hold with tau below tau_cap on some stage: tau is at least
+    def _longest_below(self, cap: float) -> int:
+        """The most layers a segment may hold with tau below `cap` on some stage: tau is at least
         the segment's compute plus the overhead per micro-batch, and compute grows with the
         segment (prefix sums of times >= 0), so per start a binary search finds the last end
         below the cap. With a cap near the optimum's bottleneck the tables shrink from
         (pp, R, W) to about (pp, R, L / pp): O(L^2) whatever the depth."""
-        if self.tau_cap == INF:
+        if cap == INF:
             return self.L
         c = self.candidate
-        room = self.tau_cap * (1 + 1e-9) - c.micro_batch_overhead      # margin against rounding
+        room = cap * (1 + 1e-9) - c.micro_batch_overhead      # margin against rounding
         if room <= 0:
             return 0
         starts = np.arange(self.L + 1)
@@ -239,71 +253,77 @@ class SegmentTables:
             longest = max(longest, int((ends - starts).max()))
         return longest
 
-    # The cost tables are built on first use: a candidate whose first bound loses needs only tau.
-    @functools.cached_property
-    def _compute(self) -> np.ndarray:
+    # Each table is computed by rows: all of them at once, built on first use (a candidate whose
+    # first bound loses needs only tau), or, for lean tables, a chunk of rows in each DP.
+    def _starts(self, rows: slice, W: int) -> tuple[np.ndarray, np.ndarray]:
+        """Per row and length up to W, the segment's first layer (0 where there is none), and
+        whether there is one."""
+        start = self._ends[rows, None] - 1 - np.arange(W)
+        return np.maximum(start, 0), start >= 0
+
+    def _rows_compute(self, rows: slice, start: np.ndarray) -> np.ndarray:
         """Segment compute time, from the prefix sums of each distinct stage hardware's times."""
         c = self.candidate
         prefix, hardware = c.time_prefix, c.stage_hardware
         kinds = _hardware_kinds(hardware)
+        ends = self._ends[rows]
         if len(kinds) == 1:
-            return prefix[0][self._ends][:, None] - prefix[0][self._start]
-        compute = np.empty(self._start.shape)
+            return prefix[0][ends][:, None] - prefix[0][start]
+        stage = self._stage[rows]
+        compute = np.empty(start.shape)
         for kind, first in kinds.items():
             if self.poll is not None:
                 self.poll()
-            mine = np.array([k == kind for k in hardware])[self._stage]
-            compute[mine] = prefix[first][self._ends[mine]][:, None] - prefix[first][self._start[mine]]
+            mine = np.array([k == kind for k in hardware])[stage]
+            compute[mine] = prefix[first][ends[mine]][:, None] - prefix[first][start[mine]]
         return compute
 
-    @functools.cached_property
-    def _busy(self) -> np.ndarray:
+    def _rows_busy(self, rows: slice, compute: np.ndarray) -> np.ndarray:
         """Per segment, compute + the send after it + the engine's fixed cost per micro-batch."""
         c, pp = self.candidate, self.pp
-        compute, overhead = self._compute, c.micro_batch_overhead
+        overhead = c.micro_batch_overhead
         if pp == 1:
             return compute + overhead
-        extra = np.full(len(compute), overhead)         # the last stage sends nothing after it
-        inner = self._stage < pp - 1
-        stage = self._stage[inner]
-        extra[inner] = (c.cut_unit[self._ends[inner]] * c.layout.boundary_seconds_per_byte[stage]
+        stage, ends = self._stage[rows], self._ends[rows]
+        extra = np.full(len(stage), overhead)         # the last stage sends nothing after it
+        inner = stage < pp - 1
+        stage = stage[inner]
+        extra[inner] = (c.cut_unit[ends[inner]] * c.layout.boundary_seconds_per_byte[stage]
                         + c.cut_latency[stage] + overhead)
         return compute + extra[:, None]
 
-    @functools.cached_property
-    def g(self) -> np.ndarray:
+    def _rows_g(self, busy: np.ndarray) -> np.ndarray:
         """Per segment, its share of the fill and drain: with v interleaved chunks per rank they
         shrink v-fold (see cost.Candidate._terms)."""
         if self.candidate.knobs.virtual_stages > 1:
-            return self._busy / self.candidate.knobs.virtual_stages
-        return self._busy
+            return busy / self.candidate.knobs.virtual_stages
+        return busy
 
-    @functools.cached_property
-    def tau(self) -> np.ndarray:
+    def _rows_tau(self, rows: slice, busy: np.ndarray, start: np.ndarray, valid: np.ndarray) -> np.ndarray:
         """Per segment, its busy time per micro-batch: g (before interleaving) + the send before it."""
-        c, busy = self.candidate, self._busy
+        c = self.candidate
         if self.pp == 1:
             return busy
-        later = slice(self._offset[1], None)            # the rows of stages 1 ... pp - 1
-        before = self._stage[later] - 1                 # the boundary before each
-        received = np.where(self._valid[later], c.cut_unit[self._start[later]], 0.0)
+        stage = self._stage[rows]
+        first = int(np.count_nonzero(stage == 0))       # rows of stage 0 come first, and receive nothing
+        before = stage[first:] - 1                      # the boundary before each other row
+        received = np.where(valid[first:], c.cut_unit[start[first:]], 0.0)
         tau = np.empty(busy.shape)
-        tau[:self._offset[1]] = busy[:self._offset[1]]
-        np.add(busy[later], received * c.layout.boundary_seconds_per_byte[before][:, None]
-               + c.cut_latency[before][:, None], out=tau[later])
+        tau[:first] = busy[:first]
+        np.add(busy[first:], received * c.layout.boundary_seconds_per_byte[before][:, None]
+               + c.cut_latency[before][:, None], out=tau[first:])
         return tau
 
-    @functools.cached_property
-    def e(self) -> np.ndarray:
+    def _rows_e(self, rows: slice, compute: np.ndarray, start: np.ndarray) -> np.ndarray:
         """Per segment, the tail E after the last micro-batch: the exposed all-reduce and the
         optimizer step, with the iteration's fixed cost."""
-        c, stage = self.candidate, self._stage
-        segment_params = c.param_prefix[self._ends][:, None] - c.param_prefix[self._start]
+        c, stage = self.candidate, self._stage[rows]
+        segment_params = c.param_prefix[self._ends[rows]][:, None] - c.param_prefix[start]
         if c.hidden_share:      # the backward pass hides part of the all-reduce (cost.Candidate)
             allreduce = c.dp_coef[stage][:, None] * segment_params + c.last_bucket_latency[stage][:, None]
             if self.poll is not None:
                 self.poll()
-            e = c.exposed_allreduce(allreduce, self._compute)
+            e = c.exposed_allreduce(allreduce, compute)
             if self.poll is not None:
                 self.poll()
             e += c.opt_coef[stage][:, None] * segment_params
@@ -313,79 +333,146 @@ class SegmentTables:
         e += c.e_const[stage][:, None]
         return e
 
-    def minsum(self, allowed: np.ndarray, g: np.ndarray | None = None) -> tuple[float, tuple[int, ...] | None]:
-        """Minimum sum of g over partitions using only allowed segments, and one such partition.
-        `g` replaces the tables' g, e.g. with segments already excluded (set to INF)."""
-        return self._dp(self.g if g is None else g, allowed, np.add)
+    @functools.cached_property
+    def _start_valid(self) -> tuple[np.ndarray, np.ndarray]:
+        self.feasible
+        return self._starts(slice(None), self.W)
 
-    def minmax(self, cost: np.ndarray, allowed: np.ndarray) -> tuple[float, tuple[int, ...] | None]:
-        """Minimum over allowed partitions of the largest per-stage `cost`, and one such partition."""
-        return self._dp(cost, allowed, np.maximum)
+    @functools.cached_property
+    def _compute(self) -> np.ndarray:
+        return self._rows_compute(slice(None), self._start_valid[0])
 
-    def _dp(self, cost: np.ndarray, allowed: np.ndarray, combine) -> tuple[float, tuple[int, ...] | None]:
-        """The best value over partitions of the allowed segments' `cost` (both (rows, >= W)
-        tables) combined stage by stage with `combine` (add or max), and one partition attaining it.
+    @functools.cached_property
+    def _busy(self) -> np.ndarray:
+        return self._rows_busy(slice(None), self._compute)
+
+    @functools.cached_property
+    def g(self) -> np.ndarray:
+        return self._rows_g(self._busy)
+
+    @functools.cached_property
+    def tau(self) -> np.ndarray:
+        return self._rows_tau(slice(None), self._busy, *self._start_valid)
+
+    @functools.cached_property
+    def e(self) -> np.ndarray:
+        return self._rows_e(slice(None), self._compute, self._start_valid[0])
+
+    def _block(self, rows: slice, W: int, cost: str, e_limit: float, t_limit: float) -> np.ndarray:
+        """Lean tables: `cost` ("g", "tau" or "e") of these rows' segments of up to W layers,
+        INF where a segment does not fit or reaches a limit, computed afresh."""
+        start, valid = self._starts(rows, W)
+        compute = self._rows_compute(rows, start)
+        busy = self._rows_busy(rows, compute)
+        tables = {"g": lambda: self._rows_g(busy), "tau": lambda: self._rows_tau(rows, busy, start, valid),
+                  "e": lambda: self._rows_e(rows, compute, start)}
+        allowed = self._rows_feasible(rows, W)
+        if e_limit < INF:
+            allowed &= tables["e"]() < e_limit
+        if t_limit < INF:
+            allowed &= tables["tau"]() < t_limit
+        return np.where(allowed, tables[cost](), INF)
+
+    def _allowed(self, e_limit: float, t_limit: float) -> np.ndarray:
+        """Whole tables: the segments that fit with E below e_limit and tau below t_limit (the
+        E mask kept for the next call, as the walk asks for one E limit many times)."""
+        allowed = self.feasible
+        if e_limit < INF:
+            if getattr(self, "_e_mask", (None,))[0] != e_limit:
+                self._e_mask = (e_limit, allowed & (self.e < e_limit))
+            allowed = self._e_mask[1]
+        if t_limit < INF:
+            allowed = allowed & (self.tau < t_limit)
+        return allowed
+
+    def minsum(self, e_limit: float = INF, t_limit: float = INF) -> tuple[float, tuple[int, ...] | None]:
+        """Minimum sum of g over partitions of segments that fit with E below e_limit and tau
+        below t_limit, and one such partition."""
+        return self._dp("g", np.add, e_limit, t_limit)
+
+    def minmax(self, cost: str, e_limit: float = INF, t_limit: float = INF) -> tuple[float, tuple[int, ...] | None]:
+        """Minimum over such partitions of the largest per-stage `cost` ("tau" or "e"), and one
+        such partition."""
+        return self._dp(cost, np.maximum, e_limit, t_limit)
+
+    def _dp(self, cost: str, combine, e_limit: float, t_limit: float) -> tuple[float, tuple[int, ...] | None]:
+        """The best value over partitions of the allowed segments' `cost` combined stage by stage
+        with `combine` (add or max), and one partition attaining it.
 
         `value` holds the best over partitions of layers [0, p) into the stages so far at index
-        p + W - 1, so stage s reads every segment start s + r - w through one strided view. Starts
-        before layer s (r < w) are impossible: positions below s hold INF when stage s reads them
-        (each is cleared once no later stage may write it), so whatever the table holds there
-        never wins. Stage 0 starts at layer 0, so its values are the diagonal; the last stage ends
-        at layer L, so only its last row is needed (and it has no r < w, as W <= R).
+        p + W - 1, so stage s reads every segment start s + r - w through one strided view (of a
+        copy, kept for the walk back, so that its own ends can be written as they are found).
+        Starts before layer s (r < w) are impossible: positions below s hold INF when stage s
+        reads them (each is cleared once no later stage may write it), so whatever the table
+        holds there never wins. Stage 0 starts at layer 0, so its values are the diagonal; the
+        last stage ends at layer L, so only its last row is needed (and it has no r < w, as
+        W <= R).
 
-        W is the longest allowed segment (_longest), at most the tables' own, so each stage's
-        band (see the class) narrows to W in the same way: only its rows are masked and
-        combined, the other ends of `value` are INF. With a tight tau limit that is a fraction
-        of the rows."""
+        W is the longest allowed segment (_longest; for lean tables, the longest below t_limit),
+        at most the tables' own, so each stage's band (see the class) narrows to W in the same
+        way: only its rows are masked and combined, the other ends of `value` are INF. With a
+        tight tau limit that is a fraction of the rows."""
         pp, L, R = self.pp, self.L, self.R
-        W = _longest(allowed)
+        lean = self.lean
+        if lean:
+            W = min(self._W, self._longest_below(t_limit))
+        else:
+            allowed = self._allowed(e_limit, t_limit)
+            W = _longest(allowed)
+            table = getattr(self, cost)
         if W == 0:
             return INF, None
+        offset, band_low = self._band_rows
+
+        def masked(s: int, low: int, high: int) -> np.ndarray:
+            """Stage s's rows r in [low, high), the segments not allowed at INF."""
+            rows = slice(offset[s] + low - band_low[s], offset[s] + high - band_low[s])
+            if lean:
+                return self._block(rows, W, cost, e_limit, t_limit)
+            return np.where(allowed[rows, :W], table[rows, :W], INF)
+
         if pp == 1:
-            row = self.row(0, R - 1)
-            v = float(cost[row, R - 1]) if R <= W and allowed[row, R - 1] else INF
+            ok = R <= W and self._low[0] <= R - 1 < self._high[0]
+            v = float(masked(0, R - 1, R)[0, R - 1]) if ok else INF
             return (v, (L,)) if v < INF else (INF, None)
         value = np.full(L + W, INF)
         step = value.itemsize
-        offset, band_low = self._band_rows
         lows, highs = _band_limits(pp, L, W)
         lows, highs = np.maximum(lows, self._low), np.minimum(highs, self._high)   # within the tables' bands
         bands = list(zip(lows.tolist(), np.maximum(lows, highs).tolist()))[:-1]
         bands.append((R - 1, R if pp * W >= L and self._high[-1] == R else R - 1))  # the last stage ends at layer L
         low, high = bands[0]                # stage 0 starts at layer 0: segment r holds r + 1 layers
-        r = np.arange(low, min(high, W))
-        rows = self.row(0, r)
-        value[W + low:W + low + len(r)] = np.where(allowed[rows, r], cost[rows, r], INF)
-        # The later stages' rows masked at once (with the rows between their bands, to save calls)
-        base = offset[1] - band_low[1] + bands[1][0]
-        masked = np.where(allowed[base:, :W], cost[base:, :W], INF)
-        totals: list[tuple[int, np.ndarray]] = [(low, masked[:0])]   # per stage: its first row, costs
+        high = max(low, min(high, W))
+        if high > low:
+            value[W + low:W + high] = masked(0, low, high)[np.arange(high - low), np.arange(low, high)]
+        chunk = max(1, LEAN_CHUNK_CELLS // W) if lean else R
+        reads: list[np.ndarray] = [value]     # per stage, the values it read
         best = np.minimum.reduce
-        # starts[q, w] = value[W - 1 + q - w]: stage s's row r reads row q = s + r
-        starts = np.ndarray((L + 1, W), buffer=value, offset=(W - 1) * step, strides=(step, -step))
         for s in range(1, pp):
             if self.poll is not None:
                 self.poll()
             value[s + W - 2] = INF            # position s - 1: no segment of stage s starts there
+            read = value.copy()
+            reads.append(read)
+            # starts[q, w] = read[W - 1 + q - w]: stage s's row r reads row q = s + r
+            starts = np.ndarray((L + 1, W), buffer=read, offset=(W - 1) * step, strides=(step, -step))
             low, high = bands[s]
-            first = offset[s] - band_low[s] - base
-            combined = masked[first + low:first + high]
-            combine(starts[s + low:s + high], combined, out=combined)
-            totals.append((low, combined))
-            if s < pp - 1:
-                ends = value[s + W:s + W + R]         # ends s + 1 ... s + R
-                best(combined, axis=1, out=ends[low:high])
-                if low:
-                    ends[:low] = INF
-                if high < R:
-                    ends[high:] = INF
-        total = float(totals[-1][1][0].min()) if len(totals[-1][1]) else INF
+            ends = value[s + W:s + W + R]         # ends s + 1 ... s + R
+            for a in range(low, high, chunk):
+                b = min(high, a + chunk)
+                combined = masked(s, a, b)
+                combine(starts[s + a:s + b], combined, out=combined)
+                best(combined, axis=1, out=ends[a:b])
+            ends[:low] = INF
+            ends[high:] = INF
+        total = float(value[-1])
         if total == INF:
             return INF, None
         sizes, j = [], L                 # walk back from the end through each stage's best length
         for s in range(pp - 1, 0, -1):
-            low, combined = totals[s]
-            size = int(combined[j - s - 1 - low].argmin()) + 1
+            r = j - s - 1
+            starts = np.ndarray((L + 1, W), buffer=reads[s], offset=(W - 1) * step, strides=(step, -step))
+            size = int(combine(starts[s + r], masked(s, r, r + 1)[0]).argmin()) + 1
             sizes.append(size)
             j -= size
         sizes.append(j)
@@ -394,10 +481,20 @@ class SegmentTables:
     def measures(self, partition: tuple[int, ...]) -> tuple[float, float, float]:
         """(max tau, sum g, max E) of a partition."""
         offset, band_low = self._band_rows
-        flat, j, W = [], 0, self.W
-        for s, size in enumerate(partition):
-            j += size
-            flat.append((offset[s] + j - s - 1 - band_low[s]) * W + size - 1)
+        ends = np.cumsum(partition)
+        rows = [offset[s] + int(ends[s]) - s - 1 - band_low[s] for s in range(self.pp)]
+        if self.lean:
+            W, figures = self._W, []
+            for row, size in zip(rows, partition):
+                one = slice(row, row + 1)
+                start, valid = self._starts(one, W)
+                compute = self._rows_compute(one, start)
+                busy = self._rows_busy(one, compute)
+                figures.append((self._rows_tau(one, busy, start, valid)[0, size - 1],
+                                self._rows_g(busy)[0, size - 1], self._rows_e(one, compute, start)[0, size - 1]))
+            tau, g, e = (np.array(column) for column in zip(*figures))
+            return float(tau.max()), float(np.add.reduce(g)), float(e.max())
+        flat = [row * self.W + size - 1 for row, size in zip(rows, partition)]
         return (float(self.tau.ravel()[flat].max()), float(np.add.reduce(self.g.ravel()[flat])),
                 float(self.e.ravel()[flat].max()))
 
@@ -705,30 +802,34 @@ def solve(tables: SegmentTables, upper_bound: float = INF,
                 bound = min(bound, candidate.quick_evaluate(heuristic)[0])
     if B > 1 and bound < INF:
         tables.tau_cap = (bound - g_floor - e_floor) / (B - 1)
-    if not deep:
+    if not deep and not tables.lean:
         result = _solve_by_enumeration(tables, upper_bound)
         # Nothing found: none fits, or (the tables cut at the cap) none beats the bound.
         if result.partition is None and not even_fits() and not partitions_fit([candidate])[0]:
             return PartitionResult(None, INF, result.solves, fits=False)
         return result
+    if not deep and not even_fits() and not partitions_fit([candidate])[0]:     # lean tables
+        return PartitionResult(None, INF, 0, fits=False)
     poll()
-    if not tables.feasible.any():
+    if tables.empty:
         return PartitionResult(None, INF, 0)
-    for table in ("_compute", "_busy", "tau"):      # built in steps, so that a cancel waits less
-        poll()
-        getattr(tables, table)
+    if not tables.lean:
+        for table in ("_compute", "_busy", "tau"):      # built in steps, so that a cancel waits less
+            poll()
+            getattr(tables, table)
     poll()
-    t_star, start = tables.minmax(tables.tau, tables.feasible)
+    t_star, start = tables.minmax("tau")
     if start is None or (B - 1) * t_star + g_floor + e_floor >= upper_bound:
         return PartitionResult(None, INF, 1)
+    if not tables.lean:
+        poll()
+        tables.e
     poll()
-    tables.e
-    poll()
-    e_star, _ = tables.minmax(tables.e, tables.feasible)
+    e_star, _ = tables.minmax("e")
     if (B - 1) * t_star + g_floor + e_star >= upper_bound:
         return PartitionResult(None, INF, 2)
     poll()
-    g_min, part = tables.minsum(tables.feasible)
+    g_min, part = tables.minsum()
     solves = 3
     best_j, best_p = upper_bound, None
     for p in (start, part):
@@ -743,11 +844,10 @@ def solve(tables: SegmentTables, upper_bound: float = INF,
         narrower.poll, narrower.tau_cap = poll, (best_j - g_floor - e_floor) / (B - 1)
         if narrower.cells < REBUILD_SHARE * tables.cells:
             tables = narrower
-            if not tables.feasible.any():
+            if tables.empty:
                 return PartitionResult(best_p, best_j, solves)
     e_limit = best_j - (B - 1) * t_star - g_min
     t_low = t_star          # the least max tau with every max E below the limit
-    e_ok = tables.feasible & (tables.e < e_limit)
     while e_limit > e_star:                  # else no partition has max E below the limit
         inner_best, inner_e = INF, None
         # x_low: a lower bound on max E over the partitions left (max tau below t_limit, max E
@@ -756,8 +856,7 @@ def solve(tables: SegmentTables, upper_bound: float = INF,
         t_limit = INF if B == 1 else (best_j - g_min - x_low) / (B - 1)
         while t_limit > t_low:              # else no partition has max tau below the limit
             poll()
-            allowed = e_ok & (tables.tau < t_limit)
-            sigma, p = tables.minsum(allowed)
+            sigma, p = tables.minsum(e_limit, t_limit)
             solves += 1
             if p is None or (B - 1) * t_low + sigma >= inner_best:
                 break
@@ -771,7 +870,7 @@ def solve(tables: SegmentTables, upper_bound: float = INF,
             # Refreshed, x_low prunes more, and lowers the next limit further when it does not.
             if (B - 1) * t_low + sigma + x_low < best_j:
                 poll()
-                x_low, _ = tables.minmax(tables.e, allowed)
+                x_low, _ = tables.minmax("e", e_limit, t_limit)
                 solves += 1
             if (B - 1) * t_low + sigma + x_low >= best_j:
                 break
@@ -784,9 +883,8 @@ def solve(tables: SegmentTables, upper_bound: float = INF,
         e_limit = min(inner_e, best_j - inner_best)
         if e_limit <= e_star:
             break
-        e_ok = tables.feasible & (tables.e < e_limit)
         poll()
-        t_low, _ = tables.minmax(tables.tau, e_ok)
+        t_low, _ = tables.minmax("tau", e_limit)
         solves += 1
         if (B - 1) * t_low + g_min + e_star >= best_j:
             break

@@ -203,7 +203,7 @@ def test_cut_tables_hold_every_segment_below_the_cap(candidate, scale):
     same figures as the uncut tables, in fewer or as many cells; shallow and deep pipelines."""
     full = SegmentTables(candidate)
     assume(full.feasible.any() and candidate.pp > 1)
-    t_star, _ = full.minmax(full.tau, full.feasible)
+    t_star, _ = full.minmax("tau")
     assume(t_star < math.inf)
     cap = scale * t_star
     cut = SegmentTables(candidate)
@@ -224,3 +224,41 @@ def test_cut_tables_hold_every_segment_below_the_cap(candidate, scale):
     rows, full_rows = cut.row(stage, r), full.row(stage, r)
     assert np.all(cut.feasible[rows, w])
     assert np.allclose(cut.tau[rows, w], full.tau[full_rows, w]) and np.allclose(cut.e[rows, w], full.e[full_rows, w])
+
+
+@settings(max_examples=examples(40), deadline=None)
+@given(candidate=candidates(max_layers=12, max_pp=12))
+def test_deep_pipelines_equal_brute_force(candidate):
+    """Up to 8 stages over up to 12 layers, the tables cut at the even split's or a balanced
+    partition's cap (as large tables are) and banded per stage: the brute-force optimum."""
+    with mock.patch.object(partition, "CAP_MIN_CELLS", 0):
+        _check(candidate)
+
+
+@settings(max_examples=examples(60), deadline=None)
+@given(candidate=st.one_of(candidates(), candidates(max_layers=12, max_pp=12)),
+       chunk=st.sampled_from([1, 7, 2**18]), cap=st.booleans())
+def test_lean_tables_equal_brute_force(candidate, chunk, cap):
+    """Tables never held whole (as beyond MAX_TABLE_CELLS), computed a chunk of cells at a time
+    in every DP, one or two stages included: the brute-force optimum."""
+    with (mock.patch.object(partition, "MAX_TABLE_CELLS", 0), mock.patch.object(partition, "LEAN_CHUNK_CELLS", chunk),
+          mock.patch.object(partition, "CAP_MIN_CELLS", 0 if cap else partition.CAP_MIN_CELLS)):
+        _check(candidate)
+
+
+@settings(max_examples=examples(25), deadline=None)
+@given(candidate=candidates(max_layers=12, max_pp=12), bound_scale=st.sampled_from([0.5, 1.0, 1.5]),
+       lean=st.booleans())
+def test_deep_and_lean_upper_bounds_only_prune_what_cannot_beat_them(candidate, bound_scale, lean):
+    """With a finite bound, deep pipelines (lean tables or not): the exact best when it beats
+    the bound, else nothing."""
+    expected_time, _ = brute_force(candidate)
+    assume(expected_time is not None)
+    bound = expected_time * bound_scale
+    with mock.patch.object(partition, "MAX_TABLE_CELLS", 0 if lean else partition.MAX_TABLE_CELLS):
+        result = best_partition(candidate, upper_bound=bound)
+    if expected_time < bound * (1 - 1e-9):
+        assert result.partition is not None
+        assert close(candidate.predict(result.partition).iteration_time_s, expected_time)
+    elif expected_time > bound * (1 + 1e-9):
+        assert result.partition is None and result.iteration_time_s == math.inf
