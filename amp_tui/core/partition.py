@@ -373,17 +373,13 @@ class SegmentTables:
             allowed &= tables["tau"]() < t_limit
         return np.where(allowed, tables[cost](), INF)
 
-    def _allowed(self, e_limit: float, t_limit: float) -> np.ndarray:
-        """Whole tables: the segments that fit with E below e_limit and tau below t_limit (the
-        E mask kept for the next call, as the walk asks for one E limit many times)."""
-        allowed = self.feasible
-        if e_limit < INF:
-            if getattr(self, "_e_mask", (None,))[0] != e_limit:
-                self._e_mask = (e_limit, allowed & (self.e < e_limit))
-            allowed = self._e_mask[1]
-        if t_limit < INF:
-            allowed = allowed & (self.tau < t_limit)
-        return allowed
+    def _e_allowed(self, e_limit: float) -> tuple[np.ndarray, int]:
+        """Whole tables: the segments that fit with E below e_limit, and the longest of them
+        (kept for the next call, as the walk asks for one E limit many times)."""
+        if getattr(self, "_e_mask", (None,))[0] != e_limit:
+            allowed = self.feasible & (self.e < e_limit) if e_limit < INF else self.feasible
+            self._e_mask = (e_limit, allowed, _longest(allowed))
+        return self._e_mask[1:]
 
     def minsum(self, e_limit: float = INF, t_limit: float = INF) -> tuple[float, tuple[int, ...] | None]:
         """Minimum sum of g over partitions of segments that fit with E below e_limit and tau
@@ -408,8 +404,8 @@ class SegmentTables:
         last stage ends at layer L, so only its last row is needed (and it has no r < w, as
         W <= R).
 
-        W is the longest allowed segment (_longest; for lean tables, the longest below t_limit),
-        at most the tables' own, so each stage's band (see the class) narrows to W in the same
+        W is the longest segment that fits with E below e_limit (_longest; for lean tables, all
+        the tables hold) or that may have tau below t_limit (_longest_below), if shorter, so each stage's band (see the class) narrows to W in the same
         way: only its rows are masked and combined, the other ends of `value` are INF. With a
         tight tau limit that is a fraction of the rows."""
         pp, L, R = self.pp, self.L, self.R
@@ -417,8 +413,8 @@ class SegmentTables:
         if lean:
             W = min(self._W, self._longest_below(t_limit))
         else:
-            allowed = self._allowed(e_limit, t_limit)
-            W = _longest(allowed)
+            allowed, longest = self._e_allowed(e_limit)
+            W = min(longest, self._longest_below(t_limit))
             table = getattr(self, cost)
         if W == 0:
             return INF, None
@@ -429,7 +425,10 @@ class SegmentTables:
             rows = slice(offset[s] + low - band_low[s], offset[s] + high - band_low[s])
             if lean:
                 return self._block(rows, W, cost, e_limit, t_limit)
-            return np.where(allowed[rows, :W], table[rows, :W], INF)
+            ok = allowed[rows, :W]
+            if t_limit < INF:
+                ok = ok & (self.tau[rows, :W] < t_limit)
+            return np.where(ok, table[rows, :W], INF)
 
         if pp == 1:
             ok = R <= W and self._low[0] <= R - 1 < self._high[0]
