@@ -134,13 +134,10 @@ class SegmentTables:
         cap on the longest segment of any stage, XXX with the bands)."""
         c, pp, L = self.candidate, self.pp, self.L
         prefix = c.time_prefix
-        sends = np.zeros(pp)
-        if pp > 1:
-            cheapest = c.cut_cost[:, 1:-1].min(axis=1)
-            sends[:-1] += cheapest
-            sends[1:] += cheapest
-        room = (self.tau_cap * (1 + 1e-9) - c.micro_batch_overhead - sends).tolist()
+        room = (self.tau_cap * (1 + 1e-9) - c.micro_batch_overhead - _cheapest_sends(c)).tolist()
         latest, earliest = np.empty(pp, dtype=np.int64), np.empty(pp, dtype=np.int64)
+        if min(room) < 0:               # some stage is over the cap whatever it holds: no band
+            return np.full(pp, L), np.zeros(pp, dtype=np.int64)
         j = 0
         for s in range(pp):             # forward: the furthest each stage can reach
             j = min(int(np.searchsorted(prefix[s], prefix[s][j] + room[s], side="right")) - 1, L - (pp - 1 - s))
@@ -905,9 +902,8 @@ def _cheapest_sends(candidate: Candidate) -> np.ndarray:
     pp = candidate.pp
     sends = np.zeros(pp)
     if pp > 1:
-        cheapest = candidate.cut_cost[:, 1:-1].min(axis=1)
-        sends[:-1] += cheapest
-        sends[1:] += cheapest
+        sends[:-1] += candidate.cheapest_cut
+        sends[1:] += candidate.cheapest_cut
     return sends
 
 
@@ -954,7 +950,7 @@ def _sum_and_tail_floors(candidate: Candidate) -> tuple[float, float]:
     times, _ = candidate.stage_layer_times
     g_floor = float(times.min(axis=0).sum()) + candidate.pp * candidate.micro_batch_overhead
     if candidate.pp > 1:
-        g_floor += float(candidate.cut_cost[:, 1:-1].min(axis=1).sum())
+        g_floor += float(candidate.cheapest_cut.sum())
     return g_floor / candidate.knobs.virtual_stages, candidate.tail_floor
 
 

@@ -262,3 +262,16 @@ def test_deep_and_lean_upper_bounds_only_prune_what_cannot_beat_them(candidate, 
         assert close(candidate.predict(result.partition).iteration_time_s, expected_time)
     elif expected_time > bound * (1 + 1e-9):
         assert result.partition is None and result.iteration_time_s == math.inf
+
+
+def test_a_cap_below_a_stages_overhead_and_sends_leaves_no_band():
+    """With tau_cap below some stage's overhead plus its cheapest sends, no partition is under the
+    cap: the tables are empty (the bands' backward walk ran past the last layer, IndexError)."""
+    spec = load_scenario("paper-homogeneous").to_dict()
+    scn = parse_scenario({**spec, "cluster": {"preset": "2x-p4d+4x-g5.12xlarge"}})
+    key = max(enumerate_candidates(scn), key=lambda k: k[1])          # the deepest pipeline
+    candidate = CostModel(scn).candidate(*key)
+    assert candidate.pp > 2
+    tables = SegmentTables(candidate)
+    tables.tau_cap = candidate.micro_batch_overhead + partition._cheapest_sends(candidate).max() / 2
+    assert tables.cells == 0 and tables.empty
