@@ -98,7 +98,7 @@ class SearchResult:
 
 
 PREPARATION = 0.2  # share of the progress bar for enumerating and bounding candidates
-FLOOR_BATCH = 64   # candidates bounded in one vectorised pass, between cancellation polls
+FLOOR_BATCH = 64   # candidates bounded in one vectorised pass, between cancellation polls (fewer when deeper)
 REFINE_BATCH = 16  # candidates at the head of the queue given the refined bound together
 REFINE_MIN_LAYERS = 64   # ... on models this deep (on shallower ones the partition solve is cheaper)
 
@@ -224,7 +224,8 @@ def _time_floors(candidates: list[Candidate], cancel: Callable[[], bool], refine
         M >= _one_layer_each (every stage holds a layer) and, refined, M >= _whole_layers_floor
         (no stage holds part of a layer, on its own GPUs' times);
       fill adds the cheapest cut at every boundary; tail >= all parameters / sum_s (1 / e_coef_s).
-    Candidates with the same pp are solved together, up to FLOOR_BATCH at a time; `cancel` is
+    Candidates with the same pp are solved together, up to FLOOR_BATCH at a time (8 FLOOR_BATCH
+    stages: their arrays grow with pp, e.g. (pp, L) layer times per candidate); `cancel` is
     polled between batches. Without `refine`, only this bound (cheaper); with it, the strongest
     of the variants in pipeline_floor below and the exposed all-reduce.
     """
@@ -232,8 +233,9 @@ def _time_floors(candidates: list[Candidate], cancel: Callable[[], bool], refine
     by_pp: dict[int, list[int]] = {}
     for index, candidate in enumerate(candidates):
         by_pp.setdefault(candidate.pp, []).append(index)
-    batches = [(pp, members[i:i + FLOOR_BATCH]) for pp, members in by_pp.items()
-               for i in range(0, len(members), FLOOR_BATCH)]
+    size = {pp: max(1, min(FLOOR_BATCH, 8 * FLOOR_BATCH // pp)) for pp in by_pp}
+    batches = [(pp, members[i:i + size[pp]]) for pp, members in by_pp.items()
+               for i in range(0, len(members), size[pp])]
     for pp, members in batches:
         if cancel():
             raise Cancelled
