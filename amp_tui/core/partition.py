@@ -785,7 +785,8 @@ def solve(tables: SegmentTables, upper_bound: float = INF,
     if deep and not even_fits() and not partitions_fit([candidate])[0]:
         return PartitionResult(None, INF, 0, fits=False)
     g_floor, e_floor = _sum_and_tail_floors(candidate)
-    if deep and B > 1 and upper_bound < INF and _bottleneck_exceeds(candidate, (upper_bound - g_floor - e_floor) / (B - 1)):
+    if deep and upper_bound < INF and (g_floor + e_floor >= upper_bound or B > 1 and _bottleneck_exceeds(
+            candidate, (upper_bound - g_floor - e_floor) / (B - 1))):
         return PartitionResult(None, INF, 0)
     # A partition with max tau >= (J - g_floor - e_floor) / (B - 1) costs at least J: with J the
     # bound, or else the even split's time (when it fits, the optimum costs no more), its
