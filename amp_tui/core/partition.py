@@ -30,11 +30,19 @@ The DPs read segment tables (SegmentTables), cut to what can matter before they 
     that tau is needed; as compute grows with the segment, that caps its length W, near L / pp
     for a balanced optimum instead of all that fits in memory;
   - rows: with segments of at most W layers, stage s ends within [L - (pp - 1 - s) W, (s + 1) W],
-    so only those ends get a row; each DP narrows that again to its own longest allowed segment.
+    so only those ends get a row; with every stage's tau below the cap, greedy walks over the
+    prefix sums from both ends narrow that per stage (SegmentTables._reach_limits: a slow stage
+    of a mixed cluster gets a narrow band); each DP narrows it again to its own longest segment;
+  - the cap: the bound, or else the time of the even split or of a partition balanced by compute
+    when one fits, and once the walk's first partitions are known, their time if that cuts the
+    tables to half or less.
 Together about L W cells per table instead of pp L^2 (1,000 uneven layers on 4 stages, 2x4x128 of
 bench-1024-gpus-1000-layers: 2.0 M cells cut at what fits in memory, 1.0 M banded, 0.43 M with
 the tau cap of tp 4). Memory feasibility needs no table either: a segment needs more memory the
-more layers it holds, so each row's fitting lengths are found by binary search.
+more layers it holds, so each row's fitting lengths are found by binary search. Tables of more
+than MAX_TABLE_CELLS cells (with one micro-batch no bottleneck cap applies) are lean: never held
+whole, each DP computes a chunk of rows at a time and drops it, so memory is bounded for every
+pipeline depth, and the search leaves none out.
 
 With one or two stages there are at most L - 1 partitions, so they are all evaluated at once instead.
 """
@@ -130,8 +138,8 @@ class SegmentTables:
         one ended, end no earlier than any such partition's (if they end later, stage s's room
         reaches further too), and stage s ends no later than the greedy walk's; likewise from
         the last layer backwards. O(pp log L): on a mixed cluster a slow stage's band is narrow
-        (1,000 uneven layers on 4 stages of bench-1024-gpus-1000-layers: 1.0 M cells cut at the
-        cap on the longest segment of any stage, XXX with the bands)."""
+        (2x8x64 of bench-1024-gpus-1000-layers: 1.34 M cells cut at the cap on the longest
+        segment of any stage, 0.26 M with these bands and a balanced partition's cap)."""
         c, pp, L = self.candidate, self.pp, self.L
         prefix = c.time_prefix
         room = (self.tau_cap * (1 + 1e-9) - c.micro_batch_overhead - _cheapest_sends(c)).tolist()
