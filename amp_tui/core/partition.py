@@ -410,9 +410,10 @@ class SegmentTables:
         W <= R).
 
         W is the longest segment that fits with E below e_limit (_longest; for lean tables, all
-        the tables hold) or that may have tau below t_limit (_longest_below), if shorter, so each stage's band (see the class) narrows to W in the same
-        way: only its rows are masked and combined, the other ends of `value` are INF. With a
-        tight tau limit that is a fraction of the rows."""
+        the tables hold) or that may have tau below t_limit (_longest_below), if shorter, so
+        each stage's band (see the class) narrows to W in the same way: only its rows are masked
+        and combined, the other ends of `value` are INF. With a tight tau limit that is a
+        fraction of the rows."""
         pp, L, R = self.pp, self.L, self.R
         lean = self.lean
         if lean:
