@@ -584,7 +584,6 @@ def _stage_table(p) -> str:
 
 
 def render_search(result, top: int, objective=None, idle_search=None) -> str:
-    from amp_tui.core.limits import depths_not_searched
     from amp_tui.core.orders import ORDERS_NOTE
     from amp_tui.core.units import format_seconds
 
@@ -610,10 +609,6 @@ def render_search(result, top: int, objective=None, idle_search=None) -> str:
             out.append(f"note: {ORDERS_NOTE}; another order could be at most {gap:.1%} better")
         else:
             out.append(f"note: {ORDERS_NOTE}")
-    skipped = depths_not_searched(scenario.model.num_layers, scenario.cluster.num_gpus)
-    if skipped:
-        out.append(f"note: pipelines of {', '.join(map(str, skipped))} stages were not searched: with "
-                   f"{scenario.model.num_layers} layers their partition tables exceed amp-tui's limit (README, Limits)")
     if result.strategies:
         from amp_tui.core.confidence import confidence, within_band
 

@@ -600,10 +600,19 @@ class Candidate:
         v of them with v interleaved model chunks per pipeline rank."""
         return 2.0 * self.knobs.virtual_stages * self.layout.boundary_latency
 
+    def cut_cost(self, boundary: np.ndarray, after: np.ndarray) -> np.ndarray:
+        """Pipeline send time per micro-batch of boundaries `boundary` following layers `after` - 1
+        (arrays broadcast)."""
+        return self.cut_unit[after] * self.layout.boundary_seconds_per_byte[boundary] + self.cut_latency[boundary]
+
     @cached_property
-    def cut_cost(self) -> np.ndarray:
-        """(pp - 1, L + 1): pipeline send time per micro-batch when boundary k follows layer j - 1."""
-        return self.cut_unit[None, :] * self.layout.boundary_seconds_per_byte[:, None] + self.cut_latency[:, None]
+    def cheapest_cut(self) -> np.ndarray:
+        """(pp - 1,): per boundary, its least send time per micro-batch wherever it falls (after
+        layer 1 ... L - 1). The rounding of u x b + c only grows with u (b >= 0), so the least
+        bytes give it exactly, with no (pp - 1, L + 1) table (4 MB per candidate of 512 stages)."""
+        if self.pp == 1:
+            return np.zeros(0)
+        return self.cut_cost(np.arange(self.pp - 1), int(np.argmin(self.cut_unit[1:-1])) + 1)
 
     @cached_property
     def param_prefix(self) -> np.ndarray:
@@ -667,7 +676,7 @@ class Candidate:
         bounds = np.concatenate([[0], np.cumsum(partition)]).astype(np.int64)
         starts, ends, stages = bounds[:-1], bounds[1:], np.arange(pp)
         compute = self.time_prefix[stages, ends] - self.time_prefix[stages, starts]
-        cuts = self.cut_cost[np.arange(pp - 1), ends[:-1]] if pp > 1 else np.zeros(0)
+        cuts = self.cut_cost(np.arange(pp - 1), ends[:-1]) if pp > 1 else np.zeros(0)
         comm = np.zeros(pp)
         comm[:-1] += cuts
         comm[1:] += cuts

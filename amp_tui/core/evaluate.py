@@ -5,7 +5,7 @@ from __future__ import annotations
 from amp_tui.core.cost import CostModel, Prediction
 from amp_tui.core.errors import SpecError
 from amp_tui.core.knobs import resolve
-from amp_tui.core.limits import MAX_STRATEGIES, partition_table_fits
+from amp_tui.core.limits import MAX_STRATEGIES
 from amp_tui.core.pricing import priced
 from amp_tui.core.scenario import Scenario
 from amp_tui.core.strategy import Strategy, even_partition, parse_strategy, validate_strategy
@@ -41,10 +41,6 @@ def evaluate(scenario: Scenario, strategy: Strategy, cost: CostModel | None = No
     partition = strategy.partition
     if partition is None:
         from amp_tui.core.partition import best_partition
-
-        if not partition_table_fits(candidate.num_layers, strategy.pp):
-            raise SpecError(f"{field}.partition", None, f"required: {strategy.pp} stages over {candidate.num_layers} "
-                                                        "layers are beyond the partition search's limit")
 
         partition = best_partition(candidate).partition or even_partition(candidate.num_layers, strategy.pp)
     return priced(scenario, candidate.predict(partition))

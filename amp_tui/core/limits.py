@@ -19,10 +19,11 @@ MAX_YAML_DEPTH = 32             # a scenario nests about 8 levels deep
 MAX_YAML_NODES = 500_000        # after expanding aliases; a 2 MiB file holds at most about 200,000
 
 # Cluster and model. Llama 3 405B trained on 16,384 GPUs with 126 layers; the largest preset has 3,072
-# GPUs. The search's partition tables grow with layers x layers x pipeline stages (see
-# partition_table_fits), which bounds the layers.
+# GPUs. Every pipeline depth is searched in bounded memory (segment tables beyond
+# partition.MAX_TABLE_CELLS are computed a chunk at a time); the time of such a partition solve
+# grows with layers x layers, which bounds the layers.
 MAX_GPUS = 131_072
-MAX_LAYERS = 2_048              # after repeats; 2048^2 fits the partition table budget
+MAX_LAYERS = 2_048              # after repeats
 MAX_WHOLE_NUMBER = 2**40        # counts, sizes and batch sizes: exact in a float, products stay finite
 
 MAX_STRATEGIES = 1_000          # in one `evaluate` file; each may need a partition search
@@ -40,11 +41,6 @@ MAX_BANDWIDTH = 1e18            # bytes/s: 8 Ebit/s
 MAX_NAME_CHARS = 200
 MAX_TEXT_CHARS = 2_000          # descriptions
 
-# The partition search holds tables of up to pp x (L - pp + 1)^2 entries (about 40 bytes each, all
-# told) for a pipeline of pp stages over L layers. Pipeline depths beyond this budget are not
-# searched; every depth is, for models of up to 303 layers (a 1,000-layer model gets pipelines of up
-# to 4 stages, or of 934 and more).
-MAX_PARTITION_TABLE = 2**22
 
 
 def check_name(value: object, field: str, *, limit: int = MAX_NAME_CHARS, text: bool = False) -> str:
@@ -73,15 +69,3 @@ def check_figure(number: float, field: str, shown: object) -> None:
         raise SpecError(field, shown, f"too large (the limit is {MAX_FIGURE:g})")
     if number and abs(number) < MIN_FIGURE:
         raise SpecError(field, shown, f"too small (nonzero figures must be at least {MIN_FIGURE:g})")
-
-
-def partition_table_fits(num_layers: int, pp: int) -> bool:
-    """Whether the partition search takes on a pipeline of `pp` stages over `num_layers` layers."""
-    return pp * (num_layers - pp + 1) ** 2 <= MAX_PARTITION_TABLE
-
-
-def depths_not_searched(num_layers: int, num_gpus: int) -> list[int]:
-    """Pipeline depths a cluster and model allow but the partition search leaves out."""
-    return [pp for pp in range(2, min(num_layers, num_gpus) + 1)
-            if num_gpus % pp == 0 and not partition_table_fits(num_layers, pp)]
-

@@ -30,11 +30,19 @@ The DPs read segment tables (SegmentTables), cut to what can matter before they 
     that tau is needed; as compute grows with the segment, that caps its length W, near L / pp
     for a balanced optimum instead of all that fits in memory;
   - rows: with segments of at most W layers, stage s ends within [L - (pp - 1 - s) W, (s + 1) W],
-    so only those ends get a row; each DP narrows that again to its own longest allowed segment.
+    so only those ends get a row; with every stage's tau below the cap, greedy walks over the
+    prefix sums from both ends narrow that per stage (SegmentTables._reach_limits: a slow stage
+    of a mixed cluster gets a narrow band); each DP narrows it again to its own longest segment;
+  - the cap: the bound, or else the time of the even split or of a partition balanced by compute
+    when one fits, and once the walk's first partitions are known, their time if that cuts the
+    tables to half or less.
 Together about L W cells per table instead of pp L^2 (1,000 uneven layers on 4 stages, 2x4x128 of
 bench-1024-gpus-1000-layers: 2.0 M cells cut at what fits in memory, 1.0 M banded, 0.43 M with
 the tau cap of tp 4). Memory feasibility needs no table either: a segment needs more memory the
-more layers it holds, so each row's fitting lengths are found by binary search.
+more layers it holds, so each row's fitting lengths are found by binary search. Tables of more
+than MAX_TABLE_CELLS cells (with one micro-batch no bottleneck cap applies) are lean: never held
+whole, each DP computes a chunk of rows at a time and drops it, so memory is bounded for every
+pipeline depth, and the search leaves none out.
 
 With one or two stages there are at most L - 1 partitions, so they are all evaluated at once instead.
 """
@@ -54,6 +62,9 @@ from amp_tui.core.strategy import even_partition
 INF = float("inf")
 PROBES = 8                 # segment lengths tried at once per row in _greedy_fits
 CAP_MIN_CELLS = 2**16      # smaller tables cost less than the even split's time, to cap them with
+MAX_TABLE_CELLS = 2**22    # larger segment tables are lean: never held whole (SegmentTables.lean)
+LEAN_CHUNK_CELLS = 2**18   # cells of lean tables computed at once
+REBUILD_SHARE = 0.5        # solve cuts its tables again at its first partitions' time if they shrink this much
 
 
 @dataclass(frozen=True)
@@ -103,41 +114,93 @@ class SegmentTables:
         return self._offset[stage] + r - self._low[stage]
 
     def _band(self, W: int) -> None:
-        """The rows kept with segments of up to W layers (none when W = 0 or pp W < L)."""
+        """The rows kept with segments of up to W layers (none when W = 0 or pp W < L), and, with
+        a cap, only the ends a partition with every tau below it can reach (_reach_limits)."""
         pp = self.pp
         s = np.arange(pp)
         low, high = _band_limits(pp, self.L, W)
-        self._low, self._offset = low, np.concatenate([[0], np.cumsum(high - low)])
+        if self.tau_cap < INF and W:
+            earliest, latest = self._reach_limits()
+            low = np.maximum(low, earliest - s - 1)
+            high = np.maximum(low, np.minimum(high, latest - s))
+        self._low, self._high = low, high
+        self._offset = np.concatenate([[0], np.cumsum(high - low)])
         self._stage = np.repeat(s, high - low)                                  # per row: its stage,
         self._r = np.arange(self._offset[-1]) - self._offset[self._stage] + low[self._stage]
         self._ends = self._stage + 1 + self._r                                  # its end j
         self._band_rows = (self._offset.tolist(), low.tolist())
 
-    def _build(self) -> None:
-        pp, L = self.pp, self.L
+    def _reach_limits(self) -> tuple[np.ndarray, np.ndarray]:
+        """Per stage, the earliest and the latest layer it can end after in a partition whose
+        every stage has tau below tau_cap. Such a stage's compute is at most the cap less the
+        overhead and its cheapest sends (as in _bottleneck_exceeds), so it holds the fewer layers
+        the later it starts: the stages before s, each taking the most it may from where the last
+        one ended, end no earlier than any such partition's (if they end later, stage s's room
+        reaches further too), and stage s ends no later than the greedy walk's; likewise from
+        the last layer backwards. O(pp log L): on a mixed cluster a slow stage's band is narrow
+        (2x8x64 of bench-1024-gpus-1000-layers: 1.34 M cells cut at the cap on the longest
+        segment of any stage, 0.26 M with these bands and a balanced partition's cap)."""
+        c, pp, L = self.candidate, self.pp, self.L
+        prefix = c.time_prefix
+        room = (self.tau_cap * (1 + 1e-9) - c.micro_batch_overhead - _cheapest_sends(c)).tolist()
+        latest, earliest = np.empty(pp, dtype=np.int64), np.empty(pp, dtype=np.int64)
+        if min(room) < 0:               # some stage is over the cap whatever it holds: no band
+            return np.full(pp, L), np.zeros(pp, dtype=np.int64)
+        j = 0
+        for s in range(pp):             # forward: the furthest each stage can reach
+            j = min(int(np.searchsorted(prefix[s], prefix[s][j] + room[s], side="right")) - 1, L - (pp - 1 - s))
+            latest[s] = j
+        j = earliest[pp - 1] = L
+        for s in range(pp - 1, 0, -1):  # backward: where stage s can start at the earliest
+            j = max(int(np.searchsorted(prefix[s], prefix[s][j] - room[s], side="left")), s)
+            earliest[s - 1] = j
+        return earliest, latest
+
+    @functools.cached_property
+    def cells(self) -> int:
+        """The tables' size (rows x W), known before they are built."""
         # No segment longer than the cap allows is needed (tau_cap), nor built.
-        W = min(self.R, self._longest_below_cap(), self._longest_fitting())
+        W = min(self.R, self._longest_below(self.tau_cap), self._longest_fitting())
         self._band(W)
-        if W == 0 or W * pp < L:
+        self._W = W
+        return int(self._offset[-1]) * W
+
+    def _build(self) -> None:
+        self.cells
+        W = self._W
+        if W == 0 or W * self.pp < self.L:
             self._feasible = np.zeros((0, W), dtype=bool)
             return
         if self.poll is not None:
             self.poll()
-        # Segments with r < w would start before layer s: marked infeasible, so that masks derived
-        # from `feasible` tell the longest segment in play (_longest); _dp never reads them.
-        self._feasible = np.arange(W) < self._fitting_lengths(np.minimum(self._r + 1, W))[:, None]
-        start = self._ends[:, None] - 1 - np.arange(W)     # per row and length, the first layer
-        self._valid = start >= 0
-        self._start = np.maximum(start, 0)
+        self._feasible = self._rows_feasible(slice(None), W)
 
-    def _fitting_lengths(self, most: np.ndarray) -> np.ndarray:
+    @property
+    def lean(self) -> bool:
+        """Tables of more than MAX_TABLE_CELLS cells are never held whole: each DP computes each
+        stage's rows when it reaches them, a chunk at a time, and drops them (slower, as every DP
+        builds them again, but memory stays O(MAX_TABLE_CELLS) whatever the depth or the bound)."""
+        return self.cells > MAX_TABLE_CELLS
+
+    @property
+    def empty(self) -> bool:
+        """Whether the tables hold no segment that fits (lean tables: whether they hold none)."""
+        return self.cells == 0 or (not self.lean and not self.feasible.any())
+
+    def _rows_feasible(self, rows: slice, W: int) -> np.ndarray:
+        """Whether each segment of up to W layers of these rows fits its stage's memory. Segments
+        with r < w would start before layer s: marked infeasible, so that masks derived from
+        `feasible` tell the longest segment in play (_longest); _dp never reads them."""
+        return np.arange(W) < self._fitting_lengths(rows, np.minimum(self._r[rows] + 1, W))[:, None]
+
+    def _fitting_lengths(self, rows: slice, most: np.ndarray) -> np.ndarray:
         """Per row, how many of its segments fit its stage's memory, of the `most` shortest: a
         segment needs more memory the more layers it holds (weights, activations and the
         transient peak only grow), so the segments that fit are the shortest ones; a binary
         search per row, all rows at once, each step one segment per row (in the arithmetic of
         _SegmentMemory.need, the transient peak from its sparse table)."""
         c = self.candidate
-        ends, stage = self._ends, self._stage
+        ends, stage = self._ends[rows], self._stage[rows]
         capacity, in_flight = c.layout.stage_capacity[stage], c.memory_arrays[2][stage]
         low, high = np.zeros(len(ends), dtype=np.int64), most        # low fit, more than high do not
         probe = True                    # first try the longest: when memory binds nowhere, done
@@ -175,16 +238,16 @@ class SegmentTables:
                 high = w - 1
         return low
 
-    def _longest_below_cap(self) -> int:
-        """The most layers a segment may hold with tau below tau_cap on some stage: tau is at least
+    def _longest_below(self, cap: float) -> int:
+        """The most layers a segment may hold with tau below `cap` on some stage: tau is at least
         the segment's compute plus the overhead per micro-batch, and compute grows with the
         segment (prefix sums of times >= 0), so per start a binary search finds the last end
         below the cap. With a cap near the optimum's bottleneck the tables shrink from
         (pp, R, W) to about (pp, R, L / pp): O(L^2) whatever the depth."""
-        if self.tau_cap == INF:
+        if cap == INF:
             return self.L
         c = self.candidate
-        room = self.tau_cap * (1 + 1e-9) - c.micro_batch_overhead      # margin against rounding
+        room = cap * (1 + 1e-9) - c.micro_batch_overhead      # margin against rounding
         if room <= 0:
             return 0
         starts = np.arange(self.L + 1)
@@ -195,71 +258,77 @@ class SegmentTables:
             longest = max(longest, int((ends - starts).max()))
         return longest
 
-    # The cost tables are built on first use: a candidate whose first bound loses needs only tau.
-    @functools.cached_property
-    def _compute(self) -> np.ndarray:
+    # Each table is computed by rows: all of them at once, built on first use (a candidate whose
+    # first bound loses needs only tau), or, for lean tables, a chunk of rows in each DP.
+    def _starts(self, rows: slice, W: int) -> tuple[np.ndarray, np.ndarray]:
+        """Per row and length up to W, the segment's first layer (0 where there is none), and
+        whether there is one."""
+        start = self._ends[rows, None] - 1 - np.arange(W)
+        return np.maximum(start, 0), start >= 0
+
+    def _rows_compute(self, rows: slice, start: np.ndarray) -> np.ndarray:
         """Segment compute time, from the prefix sums of each distinct stage hardware's times."""
         c = self.candidate
         prefix, hardware = c.time_prefix, c.stage_hardware
         kinds = _hardware_kinds(hardware)
+        ends = self._ends[rows]
         if len(kinds) == 1:
-            return prefix[0][self._ends][:, None] - prefix[0][self._start]
-        compute = np.empty(self._start.shape)
+            return prefix[0][ends][:, None] - prefix[0][start]
+        stage = self._stage[rows]
+        compute = np.empty(start.shape)
         for kind, first in kinds.items():
             if self.poll is not None:
                 self.poll()
-            mine = np.array([k == kind for k in hardware])[self._stage]
-            compute[mine] = prefix[first][self._ends[mine]][:, None] - prefix[first][self._start[mine]]
+            mine = np.array([k == kind for k in hardware])[stage]
+            compute[mine] = prefix[first][ends[mine]][:, None] - prefix[first][start[mine]]
         return compute
 
-    @functools.cached_property
-    def _busy(self) -> np.ndarray:
+    def _rows_busy(self, rows: slice, compute: np.ndarray) -> np.ndarray:
         """Per segment, compute + the send after it + the engine's fixed cost per micro-batch."""
         c, pp = self.candidate, self.pp
-        compute, overhead = self._compute, c.micro_batch_overhead
+        overhead = c.micro_batch_overhead
         if pp == 1:
             return compute + overhead
-        extra = np.full(len(compute), overhead)         # the last stage sends nothing after it
-        inner = self._stage < pp - 1
-        stage = self._stage[inner]
-        extra[inner] = (c.cut_unit[self._ends[inner]] * c.layout.boundary_seconds_per_byte[stage]
+        stage, ends = self._stage[rows], self._ends[rows]
+        extra = np.full(len(stage), overhead)         # the last stage sends nothing after it
+        inner = stage < pp - 1
+        stage = stage[inner]
+        extra[inner] = (c.cut_unit[ends[inner]] * c.layout.boundary_seconds_per_byte[stage]
                         + c.cut_latency[stage] + overhead)
         return compute + extra[:, None]
 
-    @functools.cached_property
-    def g(self) -> np.ndarray:
+    def _rows_g(self, busy: np.ndarray) -> np.ndarray:
         """Per segment, its share of the fill and drain: with v interleaved chunks per rank they
         shrink v-fold (see cost.Candidate._terms)."""
         if self.candidate.knobs.virtual_stages > 1:
-            return self._busy / self.candidate.knobs.virtual_stages
-        return self._busy
+            return busy / self.candidate.knobs.virtual_stages
+        return busy
 
-    @functools.cached_property
-    def tau(self) -> np.ndarray:
+    def _rows_tau(self, rows: slice, busy: np.ndarray, start: np.ndarray, valid: np.ndarray) -> np.ndarray:
         """Per segment, its busy time per micro-batch: g (before interleaving) + the send before it."""
-        c, busy = self.candidate, self._busy
+        c = self.candidate
         if self.pp == 1:
             return busy
-        later = slice(self._offset[1], None)            # the rows of stages 1 ... pp - 1
-        before = self._stage[later] - 1                 # the boundary before each
-        received = np.where(self._valid[later], c.cut_unit[self._start[later]], 0.0)
+        stage = self._stage[rows]
+        first = int(np.count_nonzero(stage == 0))       # rows of stage 0 come first, and receive nothing
+        before = stage[first:] - 1                      # the boundary before each other row
+        received = np.where(valid[first:], c.cut_unit[start[first:]], 0.0)
         tau = np.empty(busy.shape)
-        tau[:self._offset[1]] = busy[:self._offset[1]]
-        np.add(busy[later], received * c.layout.boundary_seconds_per_byte[before][:, None]
-               + c.cut_latency[before][:, None], out=tau[later])
+        tau[:first] = busy[:first]
+        np.add(busy[first:], received * c.layout.boundary_seconds_per_byte[before][:, None]
+               + c.cut_latency[before][:, None], out=tau[first:])
         return tau
 
-    @functools.cached_property
-    def e(self) -> np.ndarray:
+    def _rows_e(self, rows: slice, compute: np.ndarray, start: np.ndarray) -> np.ndarray:
         """Per segment, the tail E after the last micro-batch: the exposed all-reduce and the
         optimizer step, with the iteration's fixed cost."""
-        c, stage = self.candidate, self._stage
-        segment_params = c.param_prefix[self._ends][:, None] - c.param_prefix[self._start]
+        c, stage = self.candidate, self._stage[rows]
+        segment_params = c.param_prefix[self._ends[rows]][:, None] - c.param_prefix[start]
         if c.hidden_share:      # the backward pass hides part of the all-reduce (cost.Candidate)
             allreduce = c.dp_coef[stage][:, None] * segment_params + c.last_bucket_latency[stage][:, None]
             if self.poll is not None:
                 self.poll()
-            e = c.exposed_allreduce(allreduce, self._compute)
+            e = c.exposed_allreduce(allreduce, compute)
             if self.poll is not None:
                 self.poll()
             e += c.opt_coef[stage][:, None] * segment_params
@@ -269,78 +338,146 @@ class SegmentTables:
         e += c.e_const[stage][:, None]
         return e
 
-    def minsum(self, allowed: np.ndarray, g: np.ndarray | None = None) -> tuple[float, tuple[int, ...] | None]:
-        """Minimum sum of g over partitions using only allowed segments, and one such partition.
-        `g` replaces the tables' g, e.g. with segments already excluded (set to INF)."""
-        return self._dp(self.g if g is None else g, allowed, np.add)
+    @functools.cached_property
+    def _start_valid(self) -> tuple[np.ndarray, np.ndarray]:
+        self.feasible
+        return self._starts(slice(None), self.W)
 
-    def minmax(self, cost: np.ndarray, allowed: np.ndarray) -> tuple[float, tuple[int, ...] | None]:
-        """Minimum over allowed partitions of the largest per-stage `cost`, and one such partition."""
-        return self._dp(cost, allowed, np.maximum)
+    @functools.cached_property
+    def _compute(self) -> np.ndarray:
+        return self._rows_compute(slice(None), self._start_valid[0])
 
-    def _dp(self, cost: np.ndarray, allowed: np.ndarray, combine) -> tuple[float, tuple[int, ...] | None]:
-        """The best value over partitions of the allowed segments' `cost` (both (rows, >= W)
-        tables) combined stage by stage with `combine` (add or max), and one partition attaining it.
+    @functools.cached_property
+    def _busy(self) -> np.ndarray:
+        return self._rows_busy(slice(None), self._compute)
+
+    @functools.cached_property
+    def g(self) -> np.ndarray:
+        return self._rows_g(self._busy)
+
+    @functools.cached_property
+    def tau(self) -> np.ndarray:
+        return self._rows_tau(slice(None), self._busy, *self._start_valid)
+
+    @functools.cached_property
+    def e(self) -> np.ndarray:
+        return self._rows_e(slice(None), self._compute, self._start_valid[0])
+
+    def _block(self, rows: slice, W: int, cost: str, e_limit: float, t_limit: float) -> np.ndarray:
+        """Lean tables: `cost` ("g", "tau" or "e") of these rows' segments of up to W layers,
+        INF where a segment does not fit or reaches a limit, computed afresh."""
+        start, valid = self._starts(rows, W)
+        compute = self._rows_compute(rows, start)
+        busy = self._rows_busy(rows, compute)
+        tables = {"g": lambda: self._rows_g(busy), "tau": lambda: self._rows_tau(rows, busy, start, valid),
+                  "e": lambda: self._rows_e(rows, compute, start)}
+        allowed = self._rows_feasible(rows, W)
+        if e_limit < INF:
+            allowed &= tables["e"]() < e_limit
+        if t_limit < INF:
+            allowed &= tables["tau"]() < t_limit
+        return np.where(allowed, tables[cost](), INF)
+
+    def _e_allowed(self, e_limit: float) -> tuple[np.ndarray, int]:
+        """Whole tables: the segments that fit with E below e_limit, and the longest of them
+        (kept for the next call, as the walk asks for one E limit many times)."""
+        if getattr(self, "_e_mask", (None,))[0] != e_limit:
+            allowed = self.feasible & (self.e < e_limit) if e_limit < INF else self.feasible
+            self._e_mask = (e_limit, allowed, _longest(allowed))
+        return self._e_mask[1:]
+
+    def minsum(self, e_limit: float = INF, t_limit: float = INF) -> tuple[float, tuple[int, ...] | None]:
+        """Minimum sum of g over partitions of segments that fit with E below e_limit and tau
+        below t_limit, and one such partition."""
+        return self._dp("g", np.add, e_limit, t_limit)
+
+    def minmax(self, cost: str, e_limit: float = INF, t_limit: float = INF) -> tuple[float, tuple[int, ...] | None]:
+        """Minimum over such partitions of the largest per-stage `cost` ("tau" or "e"), and one
+        such partition."""
+        return self._dp(cost, np.maximum, e_limit, t_limit)
+
+    def _dp(self, cost: str, combine, e_limit: float, t_limit: float) -> tuple[float, tuple[int, ...] | None]:
+        """The best value over partitions of the allowed segments' `cost` combined stage by stage
+        with `combine` (add or max), and one partition attaining it.
 
         `value` holds the best over partitions of layers [0, p) into the stages so far at index
-        p + W - 1, so stage s reads every segment start s + r - w through one strided view. Starts
-        before layer s (r < w) are impossible: positions below s hold INF when stage s reads them
-        (each is cleared once no later stage may write it), so whatever the table holds there
-        never wins. Stage 0 starts at layer 0, so its values are the diagonal; the last stage ends
-        at layer L, so only its last row is needed (and it has no r < w, as W <= R).
+        p + W - 1, so stage s reads every segment start s + r - w through one strided view (of a
+        copy, kept for the walk back, so that its own ends can be written as they are found).
+        Starts before layer s (r < w) are impossible: positions below s hold INF when stage s
+        reads them (each is cleared once no later stage may write it), so whatever the table
+        holds there never wins. Stage 0 starts at layer 0, so its values are the diagonal; the
+        last stage ends at layer L, so only its last row is needed (and it has no r < w, as
+        W <= R).
 
-        W is the longest allowed segment (_longest), at most the tables' own, so each stage's
-        band (see the class) narrows to W in the same way: only its rows are masked and
-        combined, the other ends of `value` are INF. With a tight tau limit that is a fraction
-        of the rows."""
+        W is the longest segment that fits with E below e_limit (_longest; for lean tables, all
+        the tables hold) or that may have tau below t_limit (_longest_below), if shorter, so
+        each stage's band (see the class) narrows to W in the same way: only its rows are masked
+        and combined, the other ends of `value` are INF. With a tight tau limit that is a
+        fraction of the rows."""
         pp, L, R = self.pp, self.L, self.R
-        W = _longest(allowed)
+        lean = self.lean
+        if lean:
+            W = min(self._W, self._longest_below(t_limit))
+        else:
+            allowed, longest = self._e_allowed(e_limit)
+            W = min(longest, self._longest_below(t_limit))
+            table = getattr(self, cost)
         if W == 0:
             return INF, None
+        offset, band_low = self._band_rows
+
+        def masked(s: int, low: int, high: int) -> np.ndarray:
+            """Stage s's rows r in [low, high), the segments not allowed at INF."""
+            rows = slice(offset[s] + low - band_low[s], offset[s] + high - band_low[s])
+            if lean:
+                return self._block(rows, W, cost, e_limit, t_limit)
+            ok = allowed[rows, :W]
+            if t_limit < INF:
+                ok = ok & (self.tau[rows, :W] < t_limit)
+            return np.where(ok, table[rows, :W], INF)
+
         if pp == 1:
-            row = self.row(0, R - 1)
-            v = float(cost[row, R - 1]) if R <= W and allowed[row, R - 1] else INF
+            ok = R <= W and self._low[0] <= R - 1 < self._high[0]
+            v = float(masked(0, R - 1, R)[0, R - 1]) if ok else INF
             return (v, (L,)) if v < INF else (INF, None)
         value = np.full(L + W, INF)
         step = value.itemsize
-        offset, band_low = self._band_rows
         lows, highs = _band_limits(pp, L, W)
-        bands = list(zip(lows.tolist(), highs.tolist()))[:-1]
-        bands.append((R - 1, R if pp * W >= L else R - 1))      # the last stage ends at layer L
+        lows, highs = np.maximum(lows, self._low), np.minimum(highs, self._high)   # within the tables' bands
+        bands = list(zip(lows.tolist(), np.maximum(lows, highs).tolist()))[:-1]
+        bands.append((R - 1, R if pp * W >= L and self._high[-1] == R else R - 1))  # the last stage ends at layer L
         low, high = bands[0]                # stage 0 starts at layer 0: segment r holds r + 1 layers
-        r = np.arange(low, min(high, W))
-        rows = self.row(0, r)
-        value[W + low:W + low + len(r)] = np.where(allowed[rows, r], cost[rows, r], INF)
-        # The later stages' rows masked at once (with the rows between their bands, to save calls)
-        base = offset[1] - band_low[1] + bands[1][0]
-        masked = np.where(allowed[base:, :W], cost[base:, :W], INF)
-        totals: list[tuple[int, np.ndarray]] = [(low, masked[:0])]   # per stage: its first row, costs
+        high = max(low, min(high, W))
+        if high > low:
+            value[W + low:W + high] = masked(0, low, high)[np.arange(high - low), np.arange(low, high)]
+        chunk = max(1, LEAN_CHUNK_CELLS // W) if lean else R
+        reads: list[np.ndarray] = [value]     # per stage, the values it read
         best = np.minimum.reduce
-        # starts[q, w] = value[W - 1 + q - w]: stage s's row r reads row q = s + r
-        starts = np.ndarray((L + 1, W), buffer=value, offset=(W - 1) * step, strides=(step, -step))
         for s in range(1, pp):
             if self.poll is not None:
                 self.poll()
             value[s + W - 2] = INF            # position s - 1: no segment of stage s starts there
+            read = value.copy()
+            reads.append(read)
+            # starts[q, w] = read[W - 1 + q - w]: stage s's row r reads row q = s + r
+            starts = np.ndarray((L + 1, W), buffer=read, offset=(W - 1) * step, strides=(step, -step))
             low, high = bands[s]
-            first = offset[s] - band_low[s] - base
-            combined = masked[first + low:first + high]
-            combine(starts[s + low:s + high], combined, out=combined)
-            totals.append((low, combined))
-            if s < pp - 1:
-                ends = value[s + W:s + W + R]         # ends s + 1 ... s + R
-                best(combined, axis=1, out=ends[low:high])
-                if low:
-                    ends[:low] = INF
-                if high < R:
-                    ends[high:] = INF
-        total = float(totals[-1][1][0].min()) if len(totals[-1][1]) else INF
+            ends = value[s + W:s + W + R]         # ends s + 1 ... s + R
+            for a in range(low, high, chunk):
+                b = min(high, a + chunk)
+                combined = masked(s, a, b)
+                combine(starts[s + a:s + b], combined, out=combined)
+                best(combined, axis=1, out=ends[a:b])
+            ends[:low] = INF
+            ends[high:] = INF
+        total = float(value[-1])
         if total == INF:
             return INF, None
         sizes, j = [], L                 # walk back from the end through each stage's best length
         for s in range(pp - 1, 0, -1):
-            low, combined = totals[s]
-            size = int(combined[j - s - 1 - low].argmin()) + 1
+            r = j - s - 1
+            starts = np.ndarray((L + 1, W), buffer=reads[s], offset=(W - 1) * step, strides=(step, -step))
+            size = int(combine(starts[s + r], masked(s, r, r + 1)[0]).argmin()) + 1
             sizes.append(size)
             j -= size
         sizes.append(j)
@@ -349,10 +486,20 @@ class SegmentTables:
     def measures(self, partition: tuple[int, ...]) -> tuple[float, float, float]:
         """(max tau, sum g, max E) of a partition."""
         offset, band_low = self._band_rows
-        flat, j, W = [], 0, self.W
-        for s, size in enumerate(partition):
-            j += size
-            flat.append((offset[s] + j - s - 1 - band_low[s]) * W + size - 1)
+        ends = np.cumsum(partition)
+        rows = [offset[s] + int(ends[s]) - s - 1 - band_low[s] for s in range(self.pp)]
+        if self.lean:
+            W, figures = self._W, []
+            for row, size in zip(rows, partition):
+                one = slice(row, row + 1)
+                start, valid = self._starts(one, W)
+                compute = self._rows_compute(one, start)
+                busy = self._rows_busy(one, compute)
+                figures.append((self._rows_tau(one, busy, start, valid)[0, size - 1],
+                                self._rows_g(busy)[0, size - 1], self._rows_e(one, compute, start)[0, size - 1]))
+            tau, g, e = (np.array(column) for column in zip(*figures))
+            return float(tau.max()), float(np.add.reduce(g)), float(e.max())
+        flat = [row * self.W + size - 1 for row, size in zip(rows, partition)]
         return (float(self.tau.ravel()[flat].max()), float(np.add.reduce(self.g.ravel()[flat])),
                 float(self.e.ravel()[flat].max()))
 
@@ -588,6 +735,13 @@ def _segment_need(c: Candidate, start: np.ndarray, end: np.ndarray, in_flight) -
             + in_flight * (act_prefix[end] - act_prefix[start]))
 
 
+def _fits(c: Candidate, partition: tuple[int, ...]) -> bool:
+    """Whether every stage of a partition fits its memory, in SegmentTables' arithmetic."""
+    ends = np.cumsum(partition)
+    need = _segment_need(c, ends - np.array(partition), ends, c.memory_arrays[2])
+    return bool(np.all(need <= c.layout.stage_capacity))
+
+
 def _peak_levels(c: Candidate) -> np.ndarray:
     """A sparse table of the per-layer transient peak, levels[k][i] = max(peak[i:i + 2**k]), one
     per (tp, micro-batch) of the scenario."""
@@ -640,50 +794,66 @@ def solve(tables: SegmentTables, upper_bound: float = INF,
     if deep and not even_fits() and not partitions_fit([candidate])[0]:
         return PartitionResult(None, INF, 0, fits=False)
     g_floor, e_floor = _sum_and_tail_floors(candidate)
-    if deep and B > 1 and upper_bound < INF and _bottleneck_exceeds(candidate, (upper_bound - g_floor - e_floor) / (B - 1)):
+    if deep and upper_bound < INF and (g_floor + e_floor >= upper_bound or B > 1 and _bottleneck_exceeds(
+            candidate, (upper_bound - g_floor - e_floor) / (B - 1))):
         return PartitionResult(None, INF, 0)
     # A partition with max tau >= (J - g_floor - e_floor) / (B - 1) costs at least J: with J the
     # bound, or else the even split's time (when it fits, the optimum costs no more), its
     # segments with tau that high are never needed, and the tables are cut short of them.
-    if upper_bound < INF or tables.pp * tables.R ** 2 < CAP_MIN_CELLS or not even_fits():
-        bound = upper_bound
-    else:
-        bound = candidate.quick_evaluate(even_partition(candidate.num_layers, candidate.pp))[0]
+    # A partition found cheaply that fits (the even split, one balanced by compute) bounds it too.
+    bound = upper_bound
+    if tables.pp * tables.R ** 2 >= CAP_MIN_CELLS:
+        for heuristic in (even_partition(candidate.num_layers, candidate.pp), _balanced_partition(candidate)):
+            if heuristic is not None and _fits(candidate, heuristic):
+                bound = min(bound, candidate.quick_evaluate(heuristic)[0])
     if B > 1 and bound < INF:
         tables.tau_cap = (bound - g_floor - e_floor) / (B - 1)
-    if not deep:
+    if not deep and not tables.lean:
         result = _solve_by_enumeration(tables, upper_bound)
         # Nothing found: none fits, or (the tables cut at the cap) none beats the bound.
         if result.partition is None and not even_fits() and not partitions_fit([candidate])[0]:
             return PartitionResult(None, INF, result.solves, fits=False)
         return result
+    if not deep and not even_fits() and not partitions_fit([candidate])[0]:     # lean tables
+        return PartitionResult(None, INF, 0, fits=False)
     poll()
-    if not tables.feasible.any():
+    if tables.empty:
         return PartitionResult(None, INF, 0)
-    for table in ("_compute", "_busy", "tau"):      # built in steps, so that a cancel waits less
-        poll()
-        getattr(tables, table)
+    if not tables.lean:
+        for table in ("_compute", "_busy", "tau"):      # built in steps, so that a cancel waits less
+            poll()
+            getattr(tables, table)
     poll()
-    t_star, start = tables.minmax(tables.tau, tables.feasible)
+    t_star, start = tables.minmax("tau")
     if start is None or (B - 1) * t_star + g_floor + e_floor >= upper_bound:
         return PartitionResult(None, INF, 1)
+    if not tables.lean:
+        poll()
+        tables.e
     poll()
-    tables.e
-    poll()
-    e_star, _ = tables.minmax(tables.e, tables.feasible)
+    e_star, _ = tables.minmax("e")
     if (B - 1) * t_star + g_floor + e_star >= upper_bound:
         return PartitionResult(None, INF, 2)
     poll()
-    g_min, part = tables.minsum(tables.feasible)
+    g_min, part = tables.minsum()
     solves = 3
     best_j, best_p = upper_bound, None
     for p in (start, part):
         tau, g_sum, e_max = tables.measures(p)
         if (B - 1) * tau + g_sum + e_max < best_j:
             best_j, best_p = (B - 1) * tau + g_sum + e_max, p
+    # The walk needs no segment whose tau alone would cost best_j: when cutting the tables there
+    # shrinks them well, the walk reads tables cut there (t_star, e_star and g_min, from more
+    # segments, stay lower bounds).
+    if B > 1 and best_j < INF:
+        narrower = SegmentTables(candidate)
+        narrower.poll, narrower.tau_cap = poll, (best_j - g_floor - e_floor) / (B - 1)
+        if narrower.cells < REBUILD_SHARE * tables.cells:
+            tables = narrower
+            if tables.empty:
+                return PartitionResult(best_p, best_j, solves)
     e_limit = best_j - (B - 1) * t_star - g_min
     t_low = t_star          # the least max tau with every max E below the limit
-    e_ok = tables.feasible & (tables.e < e_limit)
     while e_limit > e_star:                  # else no partition has max E below the limit
         inner_best, inner_e = INF, None
         # x_low: a lower bound on max E over the partitions left (max tau below t_limit, max E
@@ -692,8 +862,7 @@ def solve(tables: SegmentTables, upper_bound: float = INF,
         t_limit = INF if B == 1 else (best_j - g_min - x_low) / (B - 1)
         while t_limit > t_low:              # else no partition has max tau below the limit
             poll()
-            allowed = e_ok & (tables.tau < t_limit)
-            sigma, p = tables.minsum(allowed)
+            sigma, p = tables.minsum(e_limit, t_limit)
             solves += 1
             if p is None or (B - 1) * t_low + sigma >= inner_best:
                 break
@@ -707,7 +876,7 @@ def solve(tables: SegmentTables, upper_bound: float = INF,
             # Refreshed, x_low prunes more, and lowers the next limit further when it does not.
             if (B - 1) * t_low + sigma + x_low < best_j:
                 poll()
-                x_low, _ = tables.minmax(tables.e, allowed)
+                x_low, _ = tables.minmax("e", e_limit, t_limit)
                 solves += 1
             if (B - 1) * t_low + sigma + x_low >= best_j:
                 break
@@ -720,9 +889,8 @@ def solve(tables: SegmentTables, upper_bound: float = INF,
         e_limit = min(inner_e, best_j - inner_best)
         if e_limit <= e_star:
             break
-        e_ok = tables.feasible & (tables.e < e_limit)
         poll()
-        t_low, _ = tables.minmax(tables.tau, e_ok)
+        t_low, _ = tables.minmax("tau", e_limit)
         solves += 1
         if (B - 1) * t_low + g_min + e_star >= best_j:
             break
@@ -735,23 +903,55 @@ def _bottleneck_exceeds(candidate: Candidate, limit: float) -> bool:
     limit - overhead - its cheapest sends of compute; filling stages greedily in order is exact
     for that relaxation (a shorter segment never costs more), so if it leaves layers over, so
     does every partition. O(pp log L)."""
-    limit = limit * (1 + 1e-9)
-    pp, L = candidate.pp, candidate.num_layers
-    prefix = candidate.time_prefix
+    return _greedy_ends(candidate, limit * (1 + 1e-9))[-1] < candidate.num_layers
+
+
+def _cheapest_sends(candidate: Candidate) -> np.ndarray:
+    """Per stage, the least time its sends can take per micro-batch: its boundaries at their
+    cheapest cuts."""
+    pp = candidate.pp
     sends = np.zeros(pp)
     if pp > 1:
-        cheapest = candidate.cut_cost[:, 1:-1].min(axis=1)
-        sends[:-1] += cheapest
-        sends[1:] += cheapest
-    room = limit - candidate.micro_batch_overhead - sends
-    if np.any(room < 0):
-        return True
-    i = 0
+        sends[:-1] += candidate.cheapest_cut
+        sends[1:] += candidate.cheapest_cut
+    return sends
+
+
+def _greedy_ends(candidate: Candidate, limit: float, sends: np.ndarray | None = None) -> list[int]:
+    """Where each stage ends when each in turn takes the most layers whose compute fits in
+    `limit` less the overhead and its cheapest sends (the last end short of L: layers left over;
+    an end may repeat where a stage has no room)."""
+    pp, L = candidate.pp, candidate.num_layers
+    prefix = candidate.time_prefix
+    room = (limit - candidate.micro_batch_overhead - (_cheapest_sends(candidate) if sends is None else sends)).tolist()
+    ends, i = [], 0
     for s in range(pp):
-        i = int(np.searchsorted(prefix[s], prefix[s][i] + room[s], side="right")) - 1
+        if room[s] >= 0:
+            i = int(np.searchsorted(prefix[s], prefix[s][i] + room[s], side="right")) - 1
+        ends.append(i)
         if i >= L:
-            return False
-    return True
+            break
+    return ends
+
+
+def _balanced_partition(candidate: Candidate) -> tuple[int, ...] | None:
+    """A partition with a small max compute, found cheaply to cap the tables with its time: the
+    least bottleneck (to 1%) at which the greedy walk of _greedy_ends covers every layer, walked
+    once more leaving a layer to each later stage. Memory is not considered (None if the walk
+    leaves a stage empty)."""
+    pp, L = candidate.pp, candidate.num_layers
+    sends = _cheapest_sends(candidate)
+    low, high = 0.0, float(candidate.time_prefix[:, -1].max() + candidate.micro_batch_overhead + sends.max())
+    while high - low > 0.01 * high:
+        middle = (low + high) / 2
+        if _greedy_ends(candidate, middle, sends)[-1] >= L:
+            high = middle
+        else:
+            low = middle
+    ends = _greedy_ends(candidate, high, sends)
+    bounds = [0] + [min(end, L - (pp - 1 - s)) for s, end in enumerate(ends[:pp - 1])] + [L]
+    sizes = np.diff(bounds)
+    return tuple(int(n) for n in sizes) if len(sizes) == pp and np.all(sizes >= 1) else None
 
 
 def _sum_and_tail_floors(candidate: Candidate) -> tuple[float, float]:
@@ -760,7 +960,7 @@ def _sum_and_tail_floors(candidate: Candidate) -> tuple[float, float]:
     times, _ = candidate.stage_layer_times
     g_floor = float(times.min(axis=0).sum()) + candidate.pp * candidate.micro_batch_overhead
     if candidate.pp > 1:
-        g_floor += float(candidate.cut_cost[:, 1:-1].min(axis=1).sum())
+        g_floor += float(candidate.cheapest_cut.sum())
     return g_floor / candidate.knobs.virtual_stages, candidate.tail_floor
 
 
@@ -772,8 +972,10 @@ def _solve_by_enumeration(tables: SegmentTables, upper_bound: float) -> Partitio
     else:
         first = np.arange(1, L)
         sizes = np.stack([first, L - first])
-    sizes = sizes[:, (sizes <= W).all(axis=0)]            # longer segments never fit or never win
     stage = np.arange(tables.pp)[:, None]
+    r = np.cumsum(sizes, axis=0) - stage - 1
+    # longer segments, or ends outside the bands, never fit or never win
+    sizes = sizes[:, ((sizes <= W) & (r >= tables._low[:, None]) & (r < tables._high[:, None])).all(axis=0)]
     index = (tables.row(stage, np.cumsum(sizes, axis=0) - stage - 1), sizes - 1)
     fits = tables.feasible[index].all(axis=0)
     if not fits.any():                  # solve checked that some partition fits: none can win

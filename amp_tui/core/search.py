@@ -20,7 +20,6 @@ import numpy as np
 from amp_tui.core.cost import Candidate, CostModel, Prediction, over_capacity
 from amp_tui.core.errors import Cancelled
 from amp_tui.core.knobs import Knobs, default_knobs, knob_choices
-from amp_tui.core.limits import partition_table_fits
 from amp_tui.core.orders import NodeOrders, node_orders
 from amp_tui.core.partition import INF, SegmentTables, even_split_memory, partitions_fit, solve
 from amp_tui.core.pricing import priced
@@ -99,7 +98,7 @@ class SearchResult:
 
 
 PREPARATION = 0.2  # share of the progress bar for enumerating and bounding candidates
-FLOOR_BATCH = 64   # candidates bounded in one vectorised pass, between cancellation polls
+FLOOR_BATCH = 64   # candidates bounded in one vectorised pass, between cancellation polls (fewer when deeper)
 REFINE_BATCH = 16  # candidates at the head of the queue given the refined bound together
 REFINE_MIN_LAYERS = 64   # ... on models this deep (on shallower ones the partition solve is cheaper)
 
@@ -151,8 +150,6 @@ def enumerate_candidates(scenario: Scenario, orders: NodeOrders | None = None, k
             if pp * v > layers:
                 break
             if v > 1 and pp == 1:
-                continue
-            if not partition_table_fits(layers, pp):    # limits.py: bounded memory per candidate
                 continue
             dp = n // (tp * cp * pp)
             if gbs % dp or (dp * cp) % knobs.ep or (knobs.hsdp_shard and (dp % knobs.hsdp_shard or
@@ -227,7 +224,8 @@ def _time_floors(candidates: list[Candidate], cancel: Callable[[], bool], refine
         M >= _one_layer_each (every stage holds a layer) and, refined, M >= _whole_layers_floor
         (no stage holds part of a layer, on its own GPUs' times);
       fill adds the cheapest cut at every boundary; tail >= all parameters / sum_s (1 / e_coef_s).
-    Candidates with the same pp are solved together, up to FLOOR_BATCH at a time; `cancel` is
+    Candidates with the same pp are solved together, up to FLOOR_BATCH at a time (8 FLOOR_BATCH
+    stages: their arrays grow with pp, e.g. (pp, L) layer times per candidate); `cancel` is
     polled between batches. Without `refine`, only this bound (cheaper); with it, the strongest
     of the variants in pipeline_floor below and the exposed all-reduce.
     """
@@ -235,8 +233,9 @@ def _time_floors(candidates: list[Candidate], cancel: Callable[[], bool], refine
     by_pp: dict[int, list[int]] = {}
     for index, candidate in enumerate(candidates):
         by_pp.setdefault(candidate.pp, []).append(index)
-    batches = [(pp, members[i:i + FLOOR_BATCH]) for pp, members in by_pp.items()
-               for i in range(0, len(members), FLOOR_BATCH)]
+    size = {pp: max(1, min(FLOOR_BATCH, 8 * FLOOR_BATCH // pp)) for pp in by_pp}
+    batches = [(pp, members[i:i + size[pp]]) for pp, members in by_pp.items()
+               for i in range(0, len(members), size[pp])]
     for pp, members in batches:
         if cancel():
             raise Cancelled
@@ -321,10 +320,19 @@ def _pipeline_floors(rho: np.ndarray, sends: np.ndarray, work: np.ndarray, m_flo
     offset = np.cumsum(sends / rho, axis=1)         # ... less what their sends take
     lowest = np.maximum.reduce([m_floor, sends.max(axis=1), (work + offset[:, -1]) / inverse[:, -1]])
     m = np.concatenate([lowest[:, None], (work[:, None] + offset) / inverse], axis=1)   # (n, pp + 1)
-    capacity = m[:, :, None] * inverse[:, None, :] - offset[:, None, :]                # (n, pp + 1, pp)
-    full = (capacity < work[:, None, None]).sum(axis=2)     # stages filled to M before the rest fits
+    # Stages filled to M before the rest fits: the first k whose capacity m inverse_k - offset_k
+    # reaches the work, by a binary search per M (capacity grows with k where M is above every
+    # stage's sends, i.e. at M >= lowest, the only M kept): O(n pp log pp) work and O(n pp)
+    # memory, not (n, pp + 1, pp) arrays (134 MB for 64 candidates of 512 stages).
+    rows = np.arange(n)[:, None]
+    full, high = np.zeros(m.shape, dtype=np.int64), np.full(m.shape, pp)
+    while (full < high).any():
+        middle = np.minimum((full + high) // 2, pp - 1)
+        short = m * inverse[rows, middle] - offset[rows, middle] < work[:, None]
+        searching = full < high
+        full, high = np.where(searching & short, middle + 1, full), np.where(searching & ~short, middle, high)
     last = np.maximum(full - 1, 0)
-    placed = np.where(full > 0, np.take_along_axis(capacity, last[:, :, None], axis=2)[:, :, 0], 0.0)
+    placed = np.where(full > 0, m * inverse[rows, last] - offset[rows, last], 0.0)
     filled = np.where(full > 0, full * m - np.take_along_axis(np.cumsum(sends, axis=1), last, axis=1), 0.0)
     next_rho = np.take_along_axis(rho, np.minimum(full, pp - 1), axis=1)
     rest = np.where(full < pp, (work[:, None] - placed) * next_rho, 0.0)
@@ -524,7 +532,7 @@ def _layout_floor_terms(candidate: Candidate) -> tuple[tuple[np.ndarray, np.ndar
         unit_cut, latency = np.zeros(0), np.zeros(0)
         if layout.pp > 1:
             latency = candidate.cut_latency
-            unit_cut = (candidate.cut_cost[:, 1:-1] - latency[:, None]).min(axis=1) / candidate.mbs
+            unit_cut = (candidate.cheapest_cut - latency) / candidate.mbs
         cache[key] = ((unit_cut, latency), candidate.tail_floor, float(layout.stage_tp_seconds_per_byte.min()))
     return cache[key]
 

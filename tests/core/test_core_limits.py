@@ -9,8 +9,7 @@ import threading
 import pytest
 
 from amp_tui.core.errors import SpecError
-from amp_tui.core.limits import (MAX_FILE_BYTES, MAX_GPUS, MAX_LAYERS, MAX_YAML_DEPTH, depths_not_searched,
-                                 partition_table_fits)
+from amp_tui.core.limits import MAX_FILE_BYTES, MAX_GPUS, MAX_LAYERS, MAX_YAML_DEPTH
 from amp_tui.core.scenario import load_scenario, parse_scenario
 from amp_tui.core.yamlio import load_yaml_file, load_yaml_text
 
@@ -216,13 +215,12 @@ def test_a_thousand_explicit_layers():
     assert scenario.model.num_layers == 1200
 
 
-def test_partition_table_budget():
-    assert all(partition_table_fits(303, pp) for pp in range(1, 304))      # every depth, up to 303 layers
-    assert not all(partition_table_fits(304, pp) for pp in range(1, 305))
-    assert partition_table_fits(MAX_LAYERS, 1)
-    assert [pp for pp in range(1, 1001) if not partition_table_fits(1000, pp)] == list(range(5, 934))
-    assert depths_not_searched(1000, 1024) == [8, 16, 32, 64, 128, 256, 512]
-    assert depths_not_searched(126, 16384) == []
+def test_every_pipeline_depth_is_searched():
+    """No depth is left out for the size of its partition tables (large ones are lean)."""
+    from amp_tui.core.search import enumerate_candidates
+
+    depths = {key[1] for key in enumerate_candidates(load_scenario("bench-1024-gpus-1000-layers"))}
+    assert depths == {1, 2, 4, 8, 16, 32, 64, 128, 256, 512}
 
 
 def test_divisors_by_trial_division_up_to_the_square_root():

@@ -195,30 +195,83 @@ def test_tables_cut_at_the_even_splits_cap_keep_the_optimum(candidate):
 
 
 @settings(max_examples=examples(40), deadline=None)
-@given(candidate=candidates(max_layers=10, max_pp=4), scale=st.sampled_from([1.001, 1.2, 2.0]))
+@given(candidate=st.one_of(candidates(max_layers=10, max_pp=4), candidates(max_layers=12, max_pp=12)),
+       scale=st.sampled_from([1.001, 1.2, 2.0]))
 def test_cut_tables_hold_every_segment_below_the_cap(candidate, scale):
-    """With tau_cap above the least max tau of a partition, the tables keep every segment that
-    fits in memory with tau below the cap and that a partition of such segments can use (its
-    stage ends where the others leave room), with the same figures as the uncut tables, in fewer
-    or as many cells."""
+    """With tau_cap above the least max tau of a partition, the tables keep every segment of every
+    partition (brute force) whose segments all fit in memory with tau below the cap, with the
+    same figures as the uncut tables, in fewer or as many cells; shallow and deep pipelines."""
     full = SegmentTables(candidate)
     assume(full.feasible.any() and candidate.pp > 1)
-    t_star, _ = full.minmax(full.tau, full.feasible)
+    t_star, _ = full.minmax("tau")
     assume(t_star < math.inf)
     cap = scale * t_star
     cut = SegmentTables(candidate)
     cut.tau_cap = cap
     assert cut.feasible.size <= full.feasible.size
     kept = full.feasible & (full.tau < cap)
-    stage, r = full._stage[:, None], full._r[:, None]
-    w = np.broadcast_to(np.arange(full.W), kept.shape)
-    stage, r = np.broadcast_to(stage, kept.shape)[kept], np.broadcast_to(r, kept.shape)[kept]
-    w = w[kept]
+    used = set()
+    for sizes in compositions(candidate.num_layers, candidate.pp):
+        ends = np.cumsum(sizes)
+        segments = [(s, int(ends[s]) - s - 1, size - 1) for s, size in enumerate(sizes)]
+        if all(w < full.W and full._low[s] <= r < full._high[s] and kept[full.row(s, r), w]
+               for s, r, w in segments):
+            used.update(segments)
+    assert used
+    stage, r, w = (np.array(column) for column in zip(*sorted(used)))
     assert np.all(w < cut.W)
-    L, pp, W = candidate.num_layers, candidate.pp, cut.W
-    usable = (stage + 1 + r <= (stage + 1) * W) & (stage + 1 + r >= L - (pp - 1 - stage) * W)
-    assert usable.any()
-    stage, r, w, kept_tau, kept_e = stage[usable], r[usable], w[usable], full.tau[kept][usable], full.e[kept][usable]
-    rows = cut.row(stage, r)
+    assert np.all((r >= cut._low[stage]) & (r < cut._high[stage]))
+    rows, full_rows = cut.row(stage, r), full.row(stage, r)
     assert np.all(cut.feasible[rows, w])
-    assert np.allclose(cut.tau[rows, w], kept_tau) and np.allclose(cut.e[rows, w], kept_e)
+    assert np.allclose(cut.tau[rows, w], full.tau[full_rows, w]) and np.allclose(cut.e[rows, w], full.e[full_rows, w])
+
+
+@settings(max_examples=examples(40), deadline=None)
+@given(candidate=candidates(max_layers=12, max_pp=12))
+def test_deep_pipelines_equal_brute_force(candidate):
+    """Up to 8 stages over up to 12 layers, the tables cut at the even split's or a balanced
+    partition's cap (as large tables are) and banded per stage: the brute-force optimum."""
+    with mock.patch.object(partition, "CAP_MIN_CELLS", 0):
+        _check(candidate)
+
+
+@settings(max_examples=examples(60), deadline=None)
+@given(candidate=st.one_of(candidates(), candidates(max_layers=12, max_pp=12)),
+       chunk=st.sampled_from([1, 7, 2**18]), cap=st.booleans())
+def test_lean_tables_equal_brute_force(candidate, chunk, cap):
+    """Tables never held whole (as beyond MAX_TABLE_CELLS), computed a chunk of cells at a time
+    in every DP, one or two stages included: the brute-force optimum."""
+    with (mock.patch.object(partition, "MAX_TABLE_CELLS", 0), mock.patch.object(partition, "LEAN_CHUNK_CELLS", chunk),
+          mock.patch.object(partition, "CAP_MIN_CELLS", 0 if cap else partition.CAP_MIN_CELLS)):
+        _check(candidate)
+
+
+@settings(max_examples=examples(25), deadline=None)
+@given(candidate=candidates(max_layers=12, max_pp=12), bound_scale=st.sampled_from([0.5, 1.0, 1.5]),
+       lean=st.booleans())
+def test_deep_and_lean_upper_bounds_only_prune_what_cannot_beat_them(candidate, bound_scale, lean):
+    """With a finite bound, deep pipelines (lean tables or not): the exact best when it beats
+    the bound, else nothing."""
+    expected_time, _ = brute_force(candidate)
+    assume(expected_time is not None)
+    bound = expected_time * bound_scale
+    with mock.patch.object(partition, "MAX_TABLE_CELLS", 0 if lean else partition.MAX_TABLE_CELLS):
+        result = best_partition(candidate, upper_bound=bound)
+    if expected_time < bound * (1 - 1e-9):
+        assert result.partition is not None
+        assert close(candidate.predict(result.partition).iteration_time_s, expected_time)
+    elif expected_time > bound * (1 + 1e-9):
+        assert result.partition is None and result.iteration_time_s == math.inf
+
+
+def test_a_cap_below_a_stages_overhead_and_sends_leaves_no_band():
+    """With tau_cap below some stage's overhead plus its cheapest sends, no partition is under the
+    cap: the tables are empty (the bands' backward walk ran past the last layer, IndexError)."""
+    spec = load_scenario("paper-homogeneous").to_dict()
+    scn = parse_scenario({**spec, "cluster": {"preset": "2x-p4d+4x-g5.12xlarge"}})
+    key = max(enumerate_candidates(scn), key=lambda k: k[1])          # the deepest pipeline
+    candidate = CostModel(scn).candidate(*key)
+    assert candidate.pp > 2
+    tables = SegmentTables(candidate)
+    tables.tau_cap = candidate.micro_batch_overhead + partition._cheapest_sends(candidate).max() / 2
+    assert tables.cells == 0 and tables.empty

@@ -4,7 +4,6 @@ large for brute force, with uneven layers, heterogeneous stages and binding memo
 
 import math
 
-import numpy as np
 import pytest
 from hypothesis import assume, event, given, settings
 from hypothesis import strategies as st
@@ -26,16 +25,16 @@ def reference_solve(tables: SegmentTables, upper_bound: float = INF) -> tuple[fl
     if tables.pp <= 2:
         result = _solve_by_enumeration(tables, upper_bound)
         return result.iteration_time_s, result.partition
-    t_star, start = tables.minmax(tables.tau, tables.feasible)
+    t_star, start = tables.minmax("tau")
     if start is None:
         return INF, None
     g_floor, e_floor = _sum_and_tail_floors(tables.candidate)
     if (B - 1) * t_star + g_floor + e_floor >= upper_bound:
         return INF, None
-    e_star, _ = tables.minmax(tables.e, tables.feasible)
+    e_star, _ = tables.minmax("e")
     if (B - 1) * t_star + g_floor + e_star >= upper_bound:
         return INF, None
-    g_min, part = tables.minsum(tables.feasible)
+    g_min, part = tables.minsum()
     best_j, best_p = upper_bound, None
     for p in (start, part):
         tau, g_sum, e_max = tables.measures(p)
@@ -43,11 +42,10 @@ def reference_solve(tables: SegmentTables, upper_bound: float = INF) -> tuple[fl
             best_j, best_p = (B - 1) * tau + g_sum + e_max, p
     e_limit = best_j - (B - 1) * t_star - g_min
     while e_limit > e_star:
-        g_e = np.where(tables.feasible & (tables.e < e_limit), tables.g, INF)
         inner_best, inner_e = INF, None
         t_limit = INF if B == 1 else (best_j - g_min - e_star) / (B - 1)
         while t_limit > t_star:
-            sigma, p = tables.minsum(tables.tau < t_limit, g_e)
+            sigma, p = tables.minsum(e_limit, t_limit)
             if (p is None or (B - 1) * t_star + sigma + e_star >= best_j
                     or (B - 1) * t_star + sigma >= inner_best):
                 break
