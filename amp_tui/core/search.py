@@ -454,6 +454,41 @@ def _order_free_floors(cost: CostModel, families: list[tuple[int, int, int, int]
     return out
 
 
+def _family_entries(costs: list[CostModel], keys: list[tuple], cancel: Callable[[], bool]) -> list[tuple]:
+    """Per (tp, pp, dp, micro-batch size, cost model) family among `keys` with more than one stage
+    or replica (the others have a single order), a queue entry (its bound over every node order,
+    its key with an empty order, False, None)."""
+    families: dict[int, dict[tuple[int, int, int, int], None]] = {}
+    for tp, pp, dp, mbs, _, k in keys:
+        if pp > 1 or dp > 1:
+            families.setdefault(k, {})[(tp, pp, dp, mbs)] = None
+    out = []
+    for k, members in families.items():
+        for family, floor in zip(members, _order_free_floors(costs[k], list(members), cancel)):
+            out.append((floor, (*family, (), k), False, None))
+    return out
+
+
+def _expand_family(cost: CostModel, key: tuple, orders: tuple[tuple[int, ...], ...], floor: float,
+                   cancel: Callable[[], bool]) -> list[tuple]:
+    """Queue entries for a family's candidates over `orders` (`key`: the family's, `floor`: its
+    bound over every order): those that might fit in memory, each at the larger of its cheap
+    bound and the family's."""
+    tp, pp, dp, mbs, _, k = key
+    fitting = []
+    for index, order in enumerate(orders):
+        if index % 32 == 0 and cancel():
+            raise Cancelled
+        candidate = cost.candidate(tp, pp, dp, mbs, order)
+        if not _memory_shortfall(candidate):
+            fitting.append(((tp, pp, dp, mbs, order, k), candidate))
+    # Below the family's bound their cheap bounds say little (the family's is the same relaxation
+    # over every order): on deep models, straight to the refined bound.
+    refine = cost.model.num_layers >= REFINE_MIN_LAYERS
+    floors = _time_floors([candidate for _, candidate in fitting], cancel, refine=refine)
+    return [(max(own, floor), key, refine, candidate) for own, (key, candidate) in zip(floors, fitting)]
+
+
 def _stage_caps(candidate: Candidate, descending: np.ndarray) -> np.ndarray:
     """Per stage, the most work (in the fastest serving GPU's layer times) any partition can give
     it without overfilling its memory: a stage holding k layers holds at least the k with the
@@ -623,26 +658,40 @@ def search(scenario: Scenario, *, top: int | None = None,
     # at a time, and goes back in line with it.
     floors = _time_floors([candidate for _, candidate in fitting], cancel, refine=False)
     queue = [(floor, key, False, candidate) for floor, (key, candidate) in zip(floors, fitting)]
+    # Orders listed but not enumerated: one entry per (tp, pp, dp, micro-batch size) family, at its
+    # bound over every order, without a candidate; the family's orders are enumerated when it
+    # reaches the head of the queue still below the limit, and all pruned at once otherwise.
+    families = _family_entries(costs, keys, cancel) if orders.rest else []
+    queue += families
     heapq.heapify(queue)
-    total = len(queue)
+    count = len(keys) + len(families) * len(orders.rest)     # candidates, every order's
+    seeds = set(orders.orders)
 
     best: list[tuple[float, tuple, tuple[int, ...], Candidate]] = []  # max-heap by -J of the top N
     baseline: tuple[float, tuple, Candidate] | None = None
     evaluated = solves = 0
     pruned: list[Candidate] = []
-    settled = 0
+    pruned_unlisted = 0          # candidates of the orders left out ruled out by bounds
+    settled = len(no_fit)        # candidates settled (to report progress)
     while queue:
         if cancel():
             raise Cancelled
         limit = min(-best[0][0] if len(best) >= top else INF, cutoff)
         floor, key, refined, candidate = heapq.heappop(queue)
+        if candidate is None:       # a family of the orders left out
+            more = _expand_family(costs[key[5]], key, orders.rest, floor, cancel) if floor < limit else []
+            pruned_unlisted += len(orders.rest) - len(more)      # (by the bound, or short of memory)
+            settled += len(orders.rest) - len(more)
+            for item in more:
+                heapq.heappush(queue, item)
+            continue
         # (with no limit yet it is solved whatever its bound; on shallow models a solve costs less
         # than refining the bound)
         if not refined and floor < limit < INF and candidate.num_layers >= REFINE_MIN_LAYERS:
             batch, aside = [(floor, key, candidate)], []
             while queue and len(batch) < REFINE_BATCH:
                 item = heapq.heappop(queue)
-                if not item[2] and item[0] < limit:
+                if not item[2] and item[0] < limit and item[3] is not None:
                     batch.append((item[0], item[1], item[3]))
                 else:
                     aside.append(item)
@@ -652,21 +701,26 @@ def search(scenario: Scenario, *, top: int | None = None,
             for item in aside:
                 heapq.heappush(queue, item)
             continue
-        report(PREPARATION + (1 - PREPARATION) * (len(keys) - total + settled) / max(len(keys), 1))
+        report(PREPARATION + (1 - PREPARATION) * settled / max(count, 1))
         settled += 1
         if details and key[4] == rank and (baseline is None or floor < baseline[0]):   # could be the best uniform one
             uniform, _, over = candidate.quick_evaluate(even_partition(candidate.num_layers, candidate.pp))
             if over <= 0 and (baseline is None or (uniform, key) < baseline[:2]):
                 baseline = (uniform, key, candidate)
+        listed = key[4] in seeds     # (the infeasible list covers the orders searched in full)
         if floor >= limit:
-            pruned.append(candidate)
+            if listed:
+                pruned.append(candidate)
+            else:
+                pruned_unlisted += 1
             continue
         tables = SegmentTables(candidate)
         result = solve(tables, limit, cancel)
         evaluated += 1
         solves += result.solves
         if not result.fits:
-            no_fit.append((candidate, None))
+            if listed:
+                no_fit.append((candidate, None))
         elif result.partition is not None:
             entry = (-result.iteration_time_s, _negate(key), result.partition, candidate)
             if len(best) < top:
@@ -674,16 +728,11 @@ def search(scenario: Scenario, *, top: int | None = None,
             else:
                 heapq.heappushpop(best, entry)
     orders_floor = math.inf
-    if not orders.complete:     # the orders left out: is any family of them within reach?
+    if not orders.complete and not orders.rest:     # the orders left out: is any family within reach?
         limit = min(-best[0][0] if len(best) >= top else INF, cutoff)
-        families: dict[int, list[tuple[int, int, int, int]]] = {}
-        for tp, pp, dp, mbs, _, k in keys:
-            if pp > 1 or dp > 1:
-                families.setdefault(k, []).append((tp, pp, dp, mbs))
-        for k, members in families.items():
-            for floor in _order_free_floors(costs[k], list(dict.fromkeys(members)), cancel):
-                if floor < limit:
-                    orders_floor = min(orders_floor, floor)
+        for floor, *_ in _family_entries(costs, keys, cancel):
+            if floor < limit:
+                orders_floor = min(orders_floor, floor)
     # Whether a pruned candidate fits decides only whether it is listed as infeasible, so that the
     # list does not depend on `top`.
     if details:
@@ -701,8 +750,10 @@ def search(scenario: Scenario, *, top: int | None = None,
     if baseline is not None:
         candidate = baseline[2]
         baseline_prediction = priced(scenario, candidate.predict(even_partition(candidate.num_layers, candidate.pp)))
-    stats = SearchStats(candidates=len(keys), pruned=len(pruned), evaluated=evaluated, infeasible=len(infeasible),
-                        solves=solves, node_orders=len(orders.orders), all_node_orders=orders.complete,
+    stats = SearchStats(candidates=count, pruned=len(pruned) + pruned_unlisted,
+                        evaluated=evaluated, infeasible=len(infeasible), solves=solves,
+                        node_orders=len(orders.orders) + len(orders.rest),
+                        all_node_orders=orders.complete or bool(orders.rest),
                         search_time_s=time.perf_counter() - started, orders_floor=float(orders_floor))
     infeasible.sort(key=lambda entry: (entry.strategy.tp, entry.strategy.pp, entry.strategy.micro_batch_size,
                                        entry.strategy.placement or ()))
