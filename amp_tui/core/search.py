@@ -21,6 +21,7 @@ from amp_tui.core.cost import Candidate, CostModel, Prediction, over_capacity
 from amp_tui.core.errors import Cancelled
 from amp_tui.core.knobs import Knobs, default_knobs, knob_choices
 from amp_tui.core.limits import partition_table_fits
+from amp_tui.core.memory import optimizer_traffic_per_param
 from amp_tui.core.orders import NodeOrders, node_orders
 from amp_tui.core.partition import INF, SegmentTables, even_split_memory, partitions_fit, solve
 from amp_tui.core.pricing import priced
@@ -401,9 +402,13 @@ def _order_free_floors(cost: CostModel, families: list[tuple[int, int, int, int]
     nodes = Nodes(scenario.cluster, tuple(range(len(groups))), cost.params)
     fastest_link = 1.0 / max(float(nodes.intra.max()), float(nodes.inter.max()))
     # A tensor-parallel ring holding a group's GPU runs inside its node or leaves it through its
-    # network interface: its slowest link is no faster than the faster of the group's two.
-    own_link = 1.0 / np.array([max(float(nodes.intra[nodes.node_group == g].max()),
-                                   float(nodes.inter[nodes.node_group == g].max())) for g in range(len(groups))])
+    # network interface: its slowest link is no faster than the faster of the group's two. Unless
+    # it may cross nodes, it stays inside one node (tp x cp divides every node's GPU count, and
+    # ranks fill whole nodes), on that node's own link.
+    intra = np.array([float(nodes.intra[nodes.node_group == g].max()) for g in range(len(groups))])
+    inter = np.array([float(nodes.inter[nodes.node_group == g].max()) for g in range(len(groups))])
+    any_link, own_node = 1.0 / np.maximum(intra, inter), 1.0 / intra
+    per_node = np.array([group.gpus_per_node for group in groups])
     least_latency = min(float(nodes.intra_latency.min()), float(nodes.inter_latency.min()))
     least_output = float(cost._output[:-1].min()) if len(cost._output) > 1 else 0.0
     gpus = np.array([group.gpus_per_node * group.count for group in groups])
@@ -414,10 +419,12 @@ def _order_free_floors(cost: CostModel, families: list[tuple[int, int, int, int]
     for tp, pp, dp, mbs in families:
         if cancel():
             raise Cancelled
-        if not _orders_can_hold(cost.candidate(tp, pp, dp, mbs, tuple(range(len(groups)))), roomiest):
+        any_order = cost.candidate(tp, pp, dp, mbs, tuple(range(len(groups))))
+        if not _orders_can_hold(any_order, roomiest):
             out.append(math.inf)
             continue
-        spb = own_link * cost.tp_exposed if tp * cost.knobs.cp > 1 else np.zeros(len(groups))
+        inside = not scenario.search.allow_cross_node_tp and not (per_node % (tp * cost.knobs.cp)).any()
+        spb = (own_node if inside else any_link) * cost.tp_exposed if tp * cost.knobs.cp > 1 else np.zeros(len(groups))
         times = np.array([compute + tp_bytes * spb[g] for g, (compute, tp_bytes) in
                           enumerate(cost.layer_times(g, tp, mbs) for g in range(len(groups)))])
         fastest = times.min(axis=0)
@@ -445,13 +452,55 @@ def _order_free_floors(cost: CostModel, families: list[tuple[int, int, int, int]
         if core.any():      # whole core layers, each at least its slow-down x its fastest time
             stage_times = variants[-1][0][:, None] * np.sort(fastest[core])[None, :]
             m_floor = max(m_floor, float(_whole_layers_floor(stage_times[None, :, :], np.full((1, pp), cut))[0]))
+        tail, full_tail, hidden = _order_free_tails(any_order, gpus, inter, inside, int(per_node.max()))
+        tails = [(B - 1, tail)] + ([(B - 1 - hidden, full_tail)] if 0 < hidden <= B - 1 else [])
         best = 0.0
         for rho, work in variants:
-            floor = _pipeline_floors(rho[None, :], np.full((1, pp), cut), np.array([work]), np.array([m_floor]),
-                                     np.array([v * (B - 1) + 1.0])) / v
-            best = max(best, float(floor[0]) + cut * (pp - 1) / v)
-        out.append(best + cost.params("iteration_overhead_s"))
+            for steps, end in tails:
+                floor = _pipeline_floors(rho[None, :], np.full((1, pp), cut), np.array([work]), np.array([m_floor]),
+                                         np.array([v * steps + 1.0])) / v
+                best = max(best, float(floor[0]) + cut * (pp - 1) / v + end)
+        out.append(best)
     return out
+
+
+def _order_free_tails(candidate: Candidate, gpus: np.ndarray, inter: np.ndarray, inside: bool,
+                      per_node: int) -> tuple[float, float, float]:
+    """(the tail floor, the all-reduce's full tail, the share of compute that hides it) of
+    _time_floors, relaxed to hold for every node order (`candidate`: any order's, for what does
+    not depend on the order; `gpus`, `inter`: per node group, its GPUs and its network link).
+
+    A stage's tail coefficient e_s is its optimizer step's (traffic / its slowest memory) plus,
+    for a plain data-parallel all-reduce, its gradient bytes x seconds per byte reduced, which is
+    at least 2 (N - 1) / N x the slowest flow of the ring, over N >= ceil(dp / ceil(GPUs per node
+    / t)) nodes (t = tp x cp: ranks of one ring lie t apart). With N >= 2 every node the rings
+    visit sends one crossing flow per ring, and with tensor parallelism inside nodes each node of
+    the stage holds a whole tensor-parallel group, so all t rings: the flow gets at most 1 / t of
+    the node's link. So e_s >= e(g) for every group g serving the stage, and, as for the slow-
+    downs, no more stages have e at most the k-th best e(g) than the k best groups' GPUs make up:
+    sum_s 1 / e_s is at most that sorted multiset's. Latencies are left out (zero)."""
+    layout_tp = candidate.layout.tp
+    per_stage = layout_tp * candidate.dp
+    overhead = candidate.iteration_overhead
+    memory_bandwidth = np.array([group.gpu.memory_bandwidth for group in candidate.cost.scenario.cluster.nodes])
+    optimizer = optimizer_traffic_per_param(candidate.cost.training, candidate.shard_group,
+                                            candidate.knobs.zero_stage) / memory_bandwidth
+    spanned = -(-candidate.dp // -(-per_node // layout_tp))
+    plain = candidate.knobs.zero_stage < 3 and not candidate.hsdp and spanned > 1
+    ring = 2.0 * (spanned - 1) / spanned * (layout_tp if inside else 1) / inter if plain else 0.0
+    full = candidate.state.weights * ring + optimizer
+    params = float(candidate.param_prefix[-1])
+
+    def spread(coef: np.ndarray) -> float:
+        """params / the largest sum_s 1 / e_s the stages can have."""
+        if not np.all(coef > 0):
+            return 0.0
+        best_first = np.argsort(coef, kind="stable")
+        stages = np.minimum(np.cumsum(gpus[best_first]) // per_stage, candidate.pp)
+        return params / float((np.diff(stages, prepend=0) / coef[best_first]).sum())
+
+    hidden = float(candidate.hidden_share)
+    return spread(optimizer if hidden else full) + overhead, spread(full) + overhead, hidden
 
 
 def _family_entries(costs: list[CostModel], keys: list[tuple], cancel: Callable[[], bool]) -> list[tuple]:

@@ -117,7 +117,20 @@ def test_the_floors_leave_few_candidates_to_solve_on_a_large_cluster():
 def test_the_order_free_floor_is_below_every_orders_best(spec):
     """_order_free_floors bounds every node order of a (tp, pp, dp, micro-batch size) family."""
     spec["search"]["use_all_gpus"] = True
-    scn = parse_scenario(spec)
+    _assert_order_free_floors_below_brute_force(parse_scenario(spec))
+
+
+@settings(max_examples=examples(40), deadline=None)
+@given(spec=mixed_kinds(max_layers=4))
+def test_the_order_free_floor_holds_on_nodes_of_several_gpus(spec):
+    """Nodes of 1, 2 and 4 GPUs, tensor parallelism inside them or across: the floor's
+    tensor-parallel links (the node's own unless rings may cross nodes) and its all-reduce (at
+    most 1 / tp of a node's network link per ring) stay below every order's best partition."""
+    spec["search"]["use_all_gpus"] = True
+    _assert_order_free_floors_below_brute_force(parse_scenario(spec))
+
+
+def _assert_order_free_floors_below_brute_force(scn) -> None:
     for knobs in knob_choices(scn.training):
         cost = CostModel(scn, knobs)
         keys = enumerate_candidates(scn, knobs=knobs)
