@@ -19,15 +19,16 @@ exact all the same, or the gap.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from amp_tui.core.placement import merge_runs
 from amp_tui.core.scenario import Scenario
 
 MAX_ORDERS = 120           # distinct sequences searched in full
-MAX_LISTED = 720          # distinct sequences listed for the search to enumerate family by family
+MAX_LISTED = 720           # distinct sequences listed for the search to enumerate family by family
 MAX_STEPS = 50_000         # arrangements tried before giving up on listing every sequence
-ORDERS_NOTE = (f"the node groups have more than {MAX_ORDERS} distinct orders; only rank order and the "
+ORDERS_NOTE = (f"the node groups have more than {MAX_LISTED} distinct orders; only rank order and the "
                "groups sorted by GPU speed (both ways) were searched")
 
 
@@ -50,19 +51,24 @@ def node_orders(scenario: Scenario, limit: int = MAX_ORDERS, listed: int = MAX_L
         return NodeOrders((rank,), True)
     counts = [group.count for group in groups]
     found: dict[tuple, tuple[int, ...]] = {}    # merged per-node hardware runs -> smallest order
-    for order in _arrangements(hardware, counts):
-        if order is not None:
-            key = merge_runs((hardware[g], counts[g]) for g in order)
-            if key not in found or order < found[key]:
-                found[key] = order
-        if order is None or len(found) > max(limit, listed):
+    # Every sequence found? k kinds of node give k! distinct sequences at least (each kind's
+    # groups side by side, the kinds in any order): then too many to list, without walking them.
+    everything = math.factorial(len(set(hardware))) <= max(limit, listed)
+    for order in _arrangements(hardware, counts) if everything else ():
+        if order is None:
+            everything = False
             break
-    else:
-        if len(found) <= limit:
-            return NodeOrders(tuple(sorted(found.values(), key=lambda order: (order != rank, order))), True)
+        key = merge_runs((hardware[g], counts[g]) for g in order)
+        if key not in found or order < found[key]:
+            found[key] = order
+        if len(found) > max(limit, listed):
+            everything = False
+            break
+    if everything and len(found) <= limit:
+        return NodeOrders(tuple(sorted(found.values(), key=lambda order: (order != rank, order))), True)
     speed = sorted(rank, key=lambda g: groups[g].gpu.peak_flops_16 * groups[g].gpu.peak_fraction)
     few = tuple(dict.fromkeys([rank, tuple(speed), tuple(reversed(speed))]))
-    if order is None or len(found) > listed:
+    if not everything or len(found) > listed:
         return NodeOrders(few, False)
     # the few, as the smallest orders of their sequences (so that none is listed twice)
     few = tuple(dict.fromkeys(found[merge_runs((hardware[g], counts[g]) for g in order)] for order in few))

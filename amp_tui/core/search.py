@@ -521,21 +521,23 @@ def _family_entries(costs: list[CostModel], keys: list[tuple], cancel: Callable[
 def _expand_family(cost: CostModel, key: tuple, orders: tuple[tuple[int, ...], ...], floor: float,
                    cancel: Callable[[], bool]) -> list[tuple]:
     """Queue entries for a family's candidates over `orders` (`key`: the family's, `floor`: its
-    bound over every order): those that might fit in memory, each at the larger of its cheap
-    bound and the family's."""
+    bound over every order): those that might fit in memory, each at the larger of its own bound
+    and the family's."""
     tp, pp, dp, mbs, _, k = key
-    fitting = []
-    for index, order in enumerate(orders):
-        if index % 32 == 0 and cancel():
-            raise Cancelled
-        candidate = cost.candidate(tp, pp, dp, mbs, order)
-        if not _memory_shortfall(candidate):
-            fitting.append(((tp, pp, dp, mbs, order, k), candidate))
     # Below the family's bound their cheap bounds say little (the family's is the same relaxation
-    # over every order): on deep models, straight to the refined bound.
+    # over every order): on deep models, straight to the refined bound. A few at a time, between
+    # cancellation polls; the entries hold no candidate (the search rebuilds those it reaches).
     refine = cost.model.num_layers >= REFINE_MIN_LAYERS
-    floors = _time_floors([candidate for _, candidate in fitting], cancel, refine=refine)
-    return [(max(own, floor), key, refine, candidate) for own, (key, candidate) in zip(floors, fitting)]
+    out = []
+    for start in range(0, len(orders), REFINE_BATCH):
+        if cancel():
+            raise Cancelled
+        fitting = [candidate for order in orders[start:start + REFINE_BATCH]
+                   if not _memory_shortfall(candidate := cost.candidate(tp, pp, dp, mbs, order))]
+        floors = _time_floors(fitting, cancel, refine=refine)
+        out += [(max(own, floor), (tp, pp, dp, mbs, candidate.layout.order, k), refine, None)
+                for own, candidate in zip(floors, fitting)]
+    return out
 
 
 def _stage_caps(candidate: Candidate, descending: np.ndarray) -> np.ndarray:
@@ -727,13 +729,15 @@ def search(scenario: Scenario, *, top: int | None = None,
             raise Cancelled
         limit = min(-best[0][0] if len(best) >= top else INF, cutoff)
         floor, key, refined, candidate = heapq.heappop(queue)
-        if candidate is None:       # a family of the orders left out
+        if not key[4]:              # a family of the orders left out
             more = _expand_family(costs[key[5]], key, orders.rest, floor, cancel) if floor < limit else []
             pruned_unlisted += len(orders.rest) - len(more)      # (by the bound, or short of memory)
             settled += len(orders.rest) - len(more)
             for item in more:
                 heapq.heappush(queue, item)
             continue
+        if candidate is None:       # one of its candidates (rebuilt: hundreds queued would hold their arrays)
+            candidate = costs[key[5]].candidate(*key[:5])
         # (with no limit yet it is solved whatever its bound; on shallow models a solve costs less
         # than refining the bound)
         if not refined and floor < limit < INF and candidate.num_layers >= REFINE_MIN_LAYERS:
