@@ -454,13 +454,14 @@ def _order_free_floors(cost: CostModel, families: list[tuple[int, int, int, int]
             m_floor = max(m_floor, float(_whole_layers_floor(stage_times[None, :, :], np.full((1, pp), cut))[0]))
         tail, full_tail, hidden = _order_free_tails(any_order, gpus, inter, inside, int(per_node.max()))
         tails = [(B - 1, tail)] + ([(B - 1 - hidden, full_tail)] if 0 < hidden <= B - 1 else [])
-        best = 0.0
-        for rho, work in variants:
-            for steps, end in tails:
-                floor = _pipeline_floors(rho[None, :], np.full((1, pp), cut), np.array([work]), np.array([m_floor]),
-                                         np.array([v * steps + 1.0])) / v
-                best = max(best, float(floor[0]) + cut * (pp - 1) / v + end)
-        out.append(best)
+        rows = [(rho, work, steps, end) for rho, work in variants for steps, end in tails]     # one pass
+        if not rows:        # (no layer takes any time)
+            out.append(tail)
+            continue
+        floors = _pipeline_floors(np.array([row[0] for row in rows]), np.full((len(rows), pp), cut),
+                                  np.array([row[1] for row in rows]), np.full(len(rows), m_floor),
+                                  np.array([v * row[2] + 1.0 for row in rows])) / v
+        out.append(max(float(floor) + cut * (pp - 1) / v + row[3] for floor, row in zip(floors, rows)))
     return out
 
 
