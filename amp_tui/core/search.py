@@ -531,10 +531,13 @@ def _expand_family(cost: CostModel, key: tuple, orders: tuple[tuple[int, ...], .
     refine = cost.model.num_layers >= REFINE_MIN_LAYERS
     out = []
     for start in range(0, len(orders), REFINE_BATCH):
-        if cancel():
-            raise Cancelled
-        fitting = [candidate for order in orders[start:start + REFINE_BATCH]
-                   if not _memory_shortfall(candidate := cost.candidate(tp, pp, dp, mbs, order))]
+        fitting = []
+        for order in orders[start:start + REFINE_BATCH]:
+            if cancel():        # (an order's first layout places all its ranks: milliseconds)
+                raise Cancelled
+            candidate = cost.candidate(tp, pp, dp, mbs, order)
+            if not _memory_shortfall(candidate):
+                fitting.append(candidate)
         floors = _time_floors(fitting, cancel, refine=refine)
         out += [(max(own, floor), (tp, pp, dp, mbs, candidate.layout.order, k), refine, None)
                 for own, candidate in zip(floors, fitting)]
