@@ -387,14 +387,16 @@ def _order_free_floors(cost: CostModel, families: list[tuple[int, int, int, int]
     """Per (tp, pp, dp, micro-batch size), a lower bound on the iteration time of every node order
     (the bound of _time_floors, relaxed to hold whatever the order): every group serves a stage
     (all GPUs are used); no tensor-parallel link on a group's GPUs is faster than that group's
-    fastest link, so b and the slow-downs are taken there; no more stages can be served by the k
+    fastest link (its intra-node one when the rings cannot leave a node), so b and the slow-downs
+    are taken there; no more stages can be served by the k
     least slowed-down groups alone than their GPUs make up, so each stage's slow-down is at least
     the one of the sorted multiset that this count allows (the pipeline floor only falls as
     slow-downs fall); the bottleneck holds whole core layers and every stage a layer of its own
     (_whole_layers_floor, _one_layer_each, on that multiset); each stage sends across at least one
-    boundary, the cheapest cut over the fastest link; the memory caps and the all-reduce are left
-    out (zero), the iteration's fixed cost kept. A family no order can fit in memory
-    (_orders_can_hold) gets inf."""
+    boundary, the cheapest cut over the fastest link; the optimizer step and the all-reduce as
+    _order_free_tails bounds them, both ways as _time_floors counts them (added whole, or with
+    backward hiding part of the all-reduce); the memory caps are left out. A family no order can
+    fit in memory (_orders_can_hold) gets inf."""
     from amp_tui.core.placement import Nodes
 
     scenario = cost.scenario
