@@ -8,21 +8,27 @@ distinct sequence is searched once, as the smallest group order that gives it.
 
 The orders are generated class by class (a class: groups with equal hardware and count), never by
 permuting all groups, so a cluster written one node per group with few distinct kinds of node
-stays cheap. Beyond MAX_ORDERS distinct sequences, only rank order and the groups sorted by GPU
-speed (both ways) are searched, and NodeOrders.complete says so; the search then bounds every order
-left out (search._order_free_floors) and says whether its ranking is exact all the same, or the gap.
+stays cheap. Beyond MAX_ORDERS distinct sequences, rank order and the groups sorted by GPU
+speed (both ways) are searched in full, and NodeOrders.complete says so. Up to MAX_LISTED
+sequences, the others are listed too (NodeOrders.rest): the search bounds each (tp, pp, dp,
+micro-batch size) family over every order at once (search._order_free_floors) and enumerates
+the family's other orders only when that bound can still beat the N-th best, so the ranking
+stays exact. Beyond that, the search bounds every order left out and says whether its ranking is
+exact all the same, or the gap.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from amp_tui.core.placement import merge_runs
 from amp_tui.core.scenario import Scenario
 
 MAX_ORDERS = 120           # distinct sequences searched in full
+MAX_LISTED = 720           # distinct sequences listed for the search to enumerate family by family
 MAX_STEPS = 50_000         # arrangements tried before giving up on listing every sequence
-ORDERS_NOTE = (f"the node groups have more than {MAX_ORDERS} distinct orders; only rank order and the "
+ORDERS_NOTE = (f"the node groups have more than {MAX_LISTED} distinct orders; only rank order and the "
                "groups sorted by GPU speed (both ways) were searched")
 
 
@@ -30,10 +36,14 @@ ORDERS_NOTE = (f"the node groups have more than {MAX_ORDERS} distinct orders; on
 class NodeOrders:
     orders: tuple[tuple[int, ...], ...]   # rank order first
     complete: bool                        # False: too many distinct sequences, a few orders only
+    # Not complete: every other distinct sequence's order, if there are at most MAX_LISTED in all
+    # (else empty), for the search to enumerate in the families its bound cannot rule out.
+    rest: tuple[tuple[int, ...], ...] = ()
 
 
-def node_orders(scenario: Scenario, limit: int = MAX_ORDERS) -> NodeOrders:
-    """The distinct orders of the scenario's node groups along the pipeline (see the module)."""
+def node_orders(scenario: Scenario, limit: int = MAX_ORDERS, listed: int = MAX_LISTED) -> NodeOrders:
+    """The distinct orders of the scenario's node groups along the pipeline (see the module): all
+    of them if at most `limit`, else a few, with the `rest` listed if there are at most `listed`."""
     groups = scenario.cluster.nodes
     rank = tuple(range(len(groups)))
     hardware = [group.hardware_key() for group in groups]
@@ -41,15 +51,28 @@ def node_orders(scenario: Scenario, limit: int = MAX_ORDERS) -> NodeOrders:
         return NodeOrders((rank,), True)
     counts = [group.count for group in groups]
     found: dict[tuple, tuple[int, ...]] = {}    # merged per-node hardware runs -> smallest order
-    for order in _arrangements(hardware, counts):
-        if order is not None:
-            key = merge_runs((hardware[g], counts[g]) for g in order)
-            if key not in found or order < found[key]:
-                found[key] = order
-        if order is None or len(found) > limit:
-            speed = sorted(rank, key=lambda g: groups[g].gpu.peak_flops_16 * groups[g].gpu.peak_fraction)
-            return NodeOrders(tuple(dict.fromkeys([rank, tuple(speed), tuple(reversed(speed))])), False)
-    return NodeOrders(tuple(sorted(found.values(), key=lambda order: (order != rank, order))), True)
+    # Every sequence found? k kinds of node give k! distinct sequences at least (each kind's
+    # groups side by side, the kinds in any order): then too many to list, without walking them.
+    everything = math.factorial(len(set(hardware))) <= max(limit, listed)
+    for order in _arrangements(hardware, counts) if everything else ():
+        if order is None:
+            everything = False
+            break
+        key = merge_runs((hardware[g], counts[g]) for g in order)
+        if key not in found or order < found[key]:
+            found[key] = order
+        if len(found) > max(limit, listed):
+            everything = False
+            break
+    if everything and len(found) <= limit:
+        return NodeOrders(tuple(sorted(found.values(), key=lambda order: (order != rank, order))), True)
+    speed = sorted(rank, key=lambda g: groups[g].gpu.peak_flops_16 * groups[g].gpu.peak_fraction)
+    few = tuple(dict.fromkeys([rank, tuple(speed), tuple(reversed(speed))]))
+    if not everything or len(found) > listed:
+        return NodeOrders(few, False)
+    # the few, as the smallest orders of their sequences (so that none is listed twice)
+    few = tuple(dict.fromkeys(found[merge_runs((hardware[g], counts[g]) for g in order)] for order in few))
+    return NodeOrders(few, False, tuple(sorted(set(found.values()) - set(few))))
 
 
 def _arrangements(hardware: list, counts: list[int]):

@@ -146,13 +146,14 @@ class Nodes:
         latency = self.flow_latency(ring_ranks, nxt)
         return 1.0 / bandwidth.min(axis=-1), latency.max(axis=-1)
 
-    def allreduce_seconds_per_byte(self, ring_ranks: np.ndarray) -> np.ndarray:
+    def allreduce_seconds_per_byte(self, ring_ranks: np.ndarray, ring_spb: np.ndarray | None = None) -> np.ndarray:
         """Rings along the last axis, all concurrent: seconds per byte reduced, the faster of one
         ring (2 (n-1)/n of the bytes over the slowest link) and the hierarchical all-reduce
         (2 (g-1)/g inside each node of g members, then 2 (N-1)/N across the N nodes, the nodes'
-        rings sharing each network interface)."""
+        rings sharing each network interface). `ring_spb`: ring_links(ring_ranks)[0], if known."""
         n = ring_ranks.shape[-1]
-        ring_spb, _ = self.ring_links(ring_ranks)
+        if ring_spb is None:
+            ring_spb, _ = self.ring_links(ring_ranks)
         flat = ring_ranks.reshape(-1, n)
         nodes = self.rank_node[flat]
         first = np.concatenate([np.ones((len(flat), 1), dtype=bool), nodes[:, 1:] != nodes[:, :-1]], axis=1)
@@ -180,8 +181,9 @@ def build_layout(cluster: Cluster, tp: int, pp: int, dp: int, order: tuple[int, 
     ranks = np.arange(pp * dp * tp).reshape(pp, dp, tp)  # [stage, replica, tp_rank] = global rank
     tp_spb, tp_latency = (a.max(axis=1) for a in nodes.ring_links(ranks))            # rings over tp ranks
     dp_rings = ranks.transpose(0, 2, 1)
-    dp_spb, dp_latency = (a.max(axis=1) for a in nodes.ring_links(dp_rings))         # rings over replicas
-    dp_allreduce = nodes.allreduce_seconds_per_byte(dp_rings).max(axis=1) if dp > 1 else np.zeros(pp)
+    dp_links = nodes.ring_links(dp_rings)                                             # rings over replicas
+    dp_spb, dp_latency = (a.max(axis=1) for a in dp_links)
+    dp_allreduce = nodes.allreduce_seconds_per_byte(dp_rings, dp_links[0]).max(axis=1) if dp > 1 else np.zeros(pp)
     # Boundary k's sends (stage k -> k + 1, every replica and tensor rank) run together.
     boundary = boundary_latency = np.zeros(0)
     if pp > 1:

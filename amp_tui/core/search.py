@@ -20,6 +20,7 @@ import numpy as np
 from amp_tui.core.cost import Candidate, CostModel, Prediction, over_capacity
 from amp_tui.core.errors import Cancelled
 from amp_tui.core.knobs import Knobs, default_knobs, knob_choices
+from amp_tui.core.memory import optimizer_traffic_per_param
 from amp_tui.core.orders import NodeOrders, node_orders
 from amp_tui.core.partition import INF, SegmentTables, even_split_memory, partitions_fit, solve
 from amp_tui.core.pricing import priced
@@ -394,14 +395,16 @@ def _order_free_floors(cost: CostModel, families: list[tuple[int, int, int, int]
     """Per (tp, pp, dp, micro-batch size), a lower bound on the iteration time of every node order
     (the bound of _time_floors, relaxed to hold whatever the order): every group serves a stage
     (all GPUs are used); no tensor-parallel link on a group's GPUs is faster than that group's
-    fastest link, so b and the slow-downs are taken there; no more stages can be served by the k
+    fastest link (its intra-node one when the rings cannot leave a node), so b and the slow-downs
+    are taken there; no more stages can be served by the k
     least slowed-down groups alone than their GPUs make up, so each stage's slow-down is at least
     the one of the sorted multiset that this count allows (the pipeline floor only falls as
     slow-downs fall); the bottleneck holds whole core layers and every stage a layer of its own
     (_whole_layers_floor, _one_layer_each, on that multiset); each stage sends across at least one
-    boundary, the cheapest cut over the fastest link; the memory caps and the all-reduce are left
-    out (zero), the iteration's fixed cost kept. A family no order can fit in memory
-    (_orders_can_hold) gets inf."""
+    boundary, the cheapest cut over the fastest link; the optimizer step and the all-reduce as
+    _order_free_tails bounds them, both ways as _time_floors counts them (added whole, or with
+    backward hiding part of the all-reduce); the memory caps are left out. A family no order can
+    fit in memory (_orders_can_hold) gets inf."""
     from amp_tui.core.placement import Nodes
 
     scenario = cost.scenario
@@ -409,9 +412,13 @@ def _order_free_floors(cost: CostModel, families: list[tuple[int, int, int, int]
     nodes = Nodes(scenario.cluster, tuple(range(len(groups))), cost.params)
     fastest_link = 1.0 / max(float(nodes.intra.max()), float(nodes.inter.max()))
     # A tensor-parallel ring holding a group's GPU runs inside its node or leaves it through its
-    # network interface: its slowest link is no faster than the faster of the group's two.
-    own_link = 1.0 / np.array([max(float(nodes.intra[nodes.node_group == g].max()),
-                                   float(nodes.inter[nodes.node_group == g].max())) for g in range(len(groups))])
+    # network interface: its slowest link is no faster than the faster of the group's two. Unless
+    # it may cross nodes, it stays inside one node (tp x cp divides every node's GPU count, and
+    # ranks fill whole nodes), on that node's own link.
+    intra = np.array([float(nodes.intra[nodes.node_group == g].max()) for g in range(len(groups))])
+    inter = np.array([float(nodes.inter[nodes.node_group == g].max()) for g in range(len(groups))])
+    any_link, own_node = 1.0 / np.maximum(intra, inter), 1.0 / intra
+    per_node = np.array([group.gpus_per_node for group in groups])
     least_latency = min(float(nodes.intra_latency.min()), float(nodes.inter_latency.min()))
     least_output = float(cost._output[:-1].min()) if len(cost._output) > 1 else 0.0
     gpus = np.array([group.gpus_per_node * group.count for group in groups])
@@ -422,10 +429,12 @@ def _order_free_floors(cost: CostModel, families: list[tuple[int, int, int, int]
     for tp, pp, dp, mbs in families:
         if cancel():
             raise Cancelled
-        if not _orders_can_hold(cost.candidate(tp, pp, dp, mbs, tuple(range(len(groups)))), roomiest):
+        any_order = cost.candidate(tp, pp, dp, mbs, tuple(range(len(groups))))
+        if not _orders_can_hold(any_order, roomiest):
             out.append(math.inf)
             continue
-        spb = own_link * cost.tp_exposed if tp * cost.knobs.cp > 1 else np.zeros(len(groups))
+        inside = not scenario.search.allow_cross_node_tp and not (per_node % (tp * cost.knobs.cp)).any()
+        spb = (own_node if inside else any_link) * cost.tp_exposed if tp * cost.knobs.cp > 1 else np.zeros(len(groups))
         times = np.array([compute + tp_bytes * spb[g] for g, (compute, tp_bytes) in
                           enumerate(cost.layer_times(g, tp, mbs) for g in range(len(groups)))])
         fastest = times.min(axis=0)
@@ -453,12 +462,95 @@ def _order_free_floors(cost: CostModel, families: list[tuple[int, int, int, int]
         if core.any():      # whole core layers, each at least its slow-down x its fastest time
             stage_times = variants[-1][0][:, None] * np.sort(fastest[core])[None, :]
             m_floor = max(m_floor, float(_whole_layers_floor(stage_times[None, :, :], np.full((1, pp), cut))[0]))
-        best = 0.0
-        for rho, work in variants:
-            floor = _pipeline_floors(rho[None, :], np.full((1, pp), cut), np.array([work]), np.array([m_floor]),
-                                     np.array([v * (B - 1) + 1.0])) / v
-            best = max(best, float(floor[0]) + cut * (pp - 1) / v)
-        out.append(best + cost.params("iteration_overhead_s"))
+        tail, full_tail, hidden = _order_free_tails(any_order, gpus, inter, inside, int(per_node.max()))
+        tails = [(B - 1, tail)] + ([(B - 1 - hidden, full_tail)] if 0 < hidden <= B - 1 else [])
+        rows = [(rho, work, steps, end) for rho, work in variants for steps, end in tails]     # one pass
+        if not rows:        # (no layer takes any time)
+            out.append(tail)
+            continue
+        floors = _pipeline_floors(np.array([row[0] for row in rows]), np.full((len(rows), pp), cut),
+                                  np.array([row[1] for row in rows]), np.full(len(rows), m_floor),
+                                  np.array([v * row[2] + 1.0 for row in rows])) / v
+        out.append(max(float(floor) + cut * (pp - 1) / v + row[3] for floor, row in zip(floors, rows)))
+    return out
+
+
+def _order_free_tails(candidate: Candidate, gpus: np.ndarray, inter: np.ndarray, inside: bool,
+                      per_node: int) -> tuple[float, float, float]:
+    """(the tail floor, the all-reduce's full tail, the share of compute that hides it) of
+    _time_floors, relaxed to hold for every node order (`candidate`: any order's, for what does
+    not depend on the order; `gpus`, `inter`: per node group, its GPUs and its network link).
+
+    A stage's tail coefficient e_s is its optimizer step's (traffic / its slowest memory) plus,
+    for a plain data-parallel all-reduce, its gradient bytes x seconds per byte reduced, which is
+    at least 2 (N - 1) / N x the slowest flow of the ring, over N >= ceil(dp / ceil(GPUs per node
+    / t)) nodes (t = tp x cp: ranks of one ring lie t apart). With N >= 2 every node the rings
+    visit sends one crossing flow per ring, and with tensor parallelism inside nodes each node of
+    the stage holds a whole tensor-parallel group, so all t rings: the flow gets at most 1 / t of
+    the node's link. So e_s >= e(g) for every group g serving the stage, and, as for the slow-
+    downs, no more stages have e at most the k-th best e(g) than the k best groups' GPUs make up:
+    sum_s 1 / e_s is at most that sorted multiset's. Latencies are left out (zero)."""
+    layout_tp = candidate.layout.tp
+    per_stage = layout_tp * candidate.dp
+    overhead = candidate.iteration_overhead
+    memory_bandwidth = np.array([group.gpu.memory_bandwidth for group in candidate.cost.scenario.cluster.nodes])
+    optimizer = optimizer_traffic_per_param(candidate.cost.training, candidate.shard_group,
+                                            candidate.knobs.zero_stage) / memory_bandwidth
+    spanned = -(-candidate.dp // -(-per_node // layout_tp))
+    plain = candidate.knobs.zero_stage < 3 and not candidate.hsdp and spanned > 1
+    ring = 2.0 * (spanned - 1) / spanned * (layout_tp if inside else 1) / inter if plain else 0.0
+    full = candidate.state.weights * ring + optimizer
+    params = float(candidate.param_prefix[-1])
+
+    def spread(coef: np.ndarray) -> float:
+        """params / the largest sum_s 1 / e_s the stages can have."""
+        if not np.all(coef > 0):
+            return 0.0
+        best_first = np.argsort(coef, kind="stable")
+        stages = np.minimum(np.cumsum(gpus[best_first]) // per_stage, candidate.pp)
+        return params / float((np.diff(stages, prepend=0) / coef[best_first]).sum())
+
+    hidden = float(candidate.hidden_share)
+    return spread(optimizer if hidden else full) + overhead, spread(full) + overhead, hidden
+
+
+def _family_entries(costs: list[CostModel], keys: list[tuple], cancel: Callable[[], bool]) -> list[tuple]:
+    """Per (tp, pp, dp, micro-batch size, cost model) family among `keys` with more than one stage
+    or replica (the others have a single order), a queue entry (its bound over every node order,
+    its key with an empty order, False, None)."""
+    families: dict[int, dict[tuple[int, int, int, int], None]] = {}
+    for tp, pp, dp, mbs, _, k in keys:
+        if pp > 1 or dp > 1:
+            families.setdefault(k, {})[(tp, pp, dp, mbs)] = None
+    out = []
+    for k, members in families.items():
+        for family, floor in zip(members, _order_free_floors(costs[k], list(members), cancel)):
+            out.append((floor, (*family, (), k), False, None))
+    return out
+
+
+def _expand_family(cost: CostModel, key: tuple, orders: tuple[tuple[int, ...], ...], floor: float,
+                   cancel: Callable[[], bool]) -> list[tuple]:
+    """Queue entries for a family's candidates over `orders` (`key`: the family's, `floor`: its
+    bound over every order): those that might fit in memory, each at the larger of its own bound
+    and the family's."""
+    tp, pp, dp, mbs, _, k = key
+    # Below the family's bound their cheap bounds say little (the family's is the same relaxation
+    # over every order): on deep models, straight to the refined bound. A few at a time, between
+    # cancellation polls; the entries hold no candidate (the search rebuilds those it reaches).
+    refine = cost.model.num_layers >= REFINE_MIN_LAYERS
+    out = []
+    for start in range(0, len(orders), REFINE_BATCH):
+        fitting = []
+        for order in orders[start:start + REFINE_BATCH]:
+            if cancel():        # (an order's first layout places all its ranks: milliseconds)
+                raise Cancelled
+            candidate = cost.candidate(tp, pp, dp, mbs, order)
+            if not _memory_shortfall(candidate):
+                fitting.append(candidate)
+        floors = _time_floors(fitting, cancel, refine=refine)
+        out += [(max(own, floor), (tp, pp, dp, mbs, candidate.layout.order, k), refine, None)
+                for own, candidate in zip(floors, fitting)]
     return out
 
 
@@ -631,26 +723,42 @@ def search(scenario: Scenario, *, top: int | None = None,
     # at a time, and goes back in line with it.
     floors = _time_floors([candidate for _, candidate in fitting], cancel, refine=False)
     queue = [(floor, key, False, candidate) for floor, (key, candidate) in zip(floors, fitting)]
+    # Orders listed but not enumerated: one entry per (tp, pp, dp, micro-batch size) family, at its
+    # bound over every order, without a candidate; the family's orders are enumerated when it
+    # reaches the head of the queue still below the limit, and all pruned at once otherwise.
+    families = _family_entries(costs, keys, cancel) if orders.rest else []
+    queue += families
     heapq.heapify(queue)
-    total = len(queue)
+    count = len(keys) + len(families) * len(orders.rest)     # candidates, every order's
+    seeds = set(orders.orders)
 
     best: list[tuple[float, tuple, tuple[int, ...], Candidate]] = []  # max-heap by -J of the top N
     baseline: tuple[float, tuple, Candidate] | None = None
     evaluated = solves = 0
     pruned: list[Candidate] = []
-    settled = 0
+    pruned_unlisted = 0          # candidates of the orders left out ruled out by bounds
+    settled = len(no_fit)        # candidates settled (to report progress)
     while queue:
         if cancel():
             raise Cancelled
         limit = min(-best[0][0] if len(best) >= top else INF, cutoff)
         floor, key, refined, candidate = heapq.heappop(queue)
+        if not key[4]:              # a family of the orders left out
+            more = _expand_family(costs[key[5]], key, orders.rest, floor, cancel) if floor < limit else []
+            pruned_unlisted += len(orders.rest) - len(more)      # (by the bound, or short of memory)
+            settled += len(orders.rest) - len(more)
+            for item in more:
+                heapq.heappush(queue, item)
+            continue
+        if candidate is None:       # one of its candidates (rebuilt: hundreds queued would hold their arrays)
+            candidate = costs[key[5]].candidate(*key[:5])
         # (with no limit yet it is solved whatever its bound; on shallow models a solve costs less
         # than refining the bound)
         if not refined and floor < limit < INF and candidate.num_layers >= REFINE_MIN_LAYERS:
             batch, aside = [(floor, key, candidate)], []
             while queue and len(batch) < REFINE_BATCH:
                 item = heapq.heappop(queue)
-                if not item[2] and item[0] < limit:
+                if not item[2] and item[0] < limit and item[3] is not None:
                     batch.append((item[0], item[1], item[3]))
                 else:
                     aside.append(item)
@@ -660,21 +768,26 @@ def search(scenario: Scenario, *, top: int | None = None,
             for item in aside:
                 heapq.heappush(queue, item)
             continue
-        report(PREPARATION + (1 - PREPARATION) * (len(keys) - total + settled) / max(len(keys), 1))
+        report(PREPARATION + (1 - PREPARATION) * settled / max(count, 1))
         settled += 1
         if details and key[4] == rank and (baseline is None or floor < baseline[0]):   # could be the best uniform one
             uniform, _, over = candidate.quick_evaluate(even_partition(candidate.num_layers, candidate.pp))
             if over <= 0 and (baseline is None or (uniform, key) < baseline[:2]):
                 baseline = (uniform, key, candidate)
+        listed = key[4] in seeds     # (the infeasible list covers the orders searched in full)
         if floor >= limit:
-            pruned.append(candidate)
+            if listed:
+                pruned.append(candidate)
+            else:
+                pruned_unlisted += 1
             continue
         tables = SegmentTables(candidate)
         result = solve(tables, limit, cancel)
         evaluated += 1
         solves += result.solves
         if not result.fits:
-            no_fit.append((candidate, None))
+            if listed:
+                no_fit.append((candidate, None))
         elif result.partition is not None:
             entry = (-result.iteration_time_s, _negate(key), result.partition, candidate)
             if len(best) < top:
@@ -682,16 +795,11 @@ def search(scenario: Scenario, *, top: int | None = None,
             else:
                 heapq.heappushpop(best, entry)
     orders_floor = math.inf
-    if not orders.complete:     # the orders left out: is any family of them within reach?
+    if not orders.complete and not orders.rest:     # the orders left out: is any family within reach?
         limit = min(-best[0][0] if len(best) >= top else INF, cutoff)
-        families: dict[int, list[tuple[int, int, int, int]]] = {}
-        for tp, pp, dp, mbs, _, k in keys:
-            if pp > 1 or dp > 1:
-                families.setdefault(k, []).append((tp, pp, dp, mbs))
-        for k, members in families.items():
-            for floor in _order_free_floors(costs[k], list(dict.fromkeys(members)), cancel):
-                if floor < limit:
-                    orders_floor = min(orders_floor, floor)
+        for floor, *_ in _family_entries(costs, keys, cancel):
+            if floor < limit:
+                orders_floor = min(orders_floor, floor)
     # Whether a pruned candidate fits decides only whether it is listed as infeasible, so that the
     # list does not depend on `top`.
     if details:
@@ -709,8 +817,10 @@ def search(scenario: Scenario, *, top: int | None = None,
     if baseline is not None:
         candidate = baseline[2]
         baseline_prediction = priced(scenario, candidate.predict(even_partition(candidate.num_layers, candidate.pp)))
-    stats = SearchStats(candidates=len(keys), pruned=len(pruned), evaluated=evaluated, infeasible=len(infeasible),
-                        solves=solves, node_orders=len(orders.orders), all_node_orders=orders.complete,
+    stats = SearchStats(candidates=count, pruned=len(pruned) + pruned_unlisted,
+                        evaluated=evaluated, infeasible=len(infeasible), solves=solves,
+                        node_orders=len(orders.orders) + len(orders.rest),
+                        all_node_orders=orders.complete or bool(orders.rest),
                         search_time_s=time.perf_counter() - started, orders_floor=float(orders_floor))
     infeasible.sort(key=lambda entry: (entry.strategy.tp, entry.strategy.pp, entry.strategy.micro_batch_size,
                                        entry.strategy.placement or ()))

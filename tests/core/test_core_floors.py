@@ -8,6 +8,7 @@ from hypothesis import strategies as st
 
 from amp_tui.core.cost import CostModel
 from amp_tui.core.knobs import knob_choices
+from amp_tui.core.orders import MAX_LISTED
 from amp_tui.core.scenario import parse_scenario
 from amp_tui.core.search import _order_free_floors, _time_floors, enumerate_candidates, search
 from core_builders import brute_force, close, examples, layer, node, scenario_dicts
@@ -116,7 +117,20 @@ def test_the_floors_leave_few_candidates_to_solve_on_a_large_cluster():
 def test_the_order_free_floor_is_below_every_orders_best(spec):
     """_order_free_floors bounds every node order of a (tp, pp, dp, micro-batch size) family."""
     spec["search"]["use_all_gpus"] = True
-    scn = parse_scenario(spec)
+    _assert_order_free_floors_below_brute_force(parse_scenario(spec))
+
+
+@settings(max_examples=examples(40), deadline=None)
+@given(spec=mixed_kinds(max_layers=4))
+def test_the_order_free_floor_holds_on_nodes_of_several_gpus(spec):
+    """Nodes of 1, 2 and 4 GPUs, tensor parallelism inside them or across: the floor's
+    tensor-parallel links (the node's own unless rings may cross nodes) and its all-reduce (at
+    most 1 / tp of a node's network link per ring) stay below every order's best partition."""
+    spec["search"]["use_all_gpus"] = True
+    _assert_order_free_floors_below_brute_force(parse_scenario(spec))
+
+
+def _assert_order_free_floors_below_brute_force(scn) -> None:
     for knobs in knob_choices(scn.training):
         cost = CostModel(scn, knobs)
         keys = enumerate_candidates(scn, knobs=knobs)
@@ -147,23 +161,27 @@ def test_the_order_free_floor_prices_a_tensor_parallel_send_as_the_cost_model_do
 
 
 @settings(max_examples=examples(15), deadline=None)
-@given(spec=heterogeneous(min_groups=3, max_groups=4, max_layers=4), top=st.integers(1, 3))
-def test_a_search_over_few_orders_is_exact_only_when_it_says_so(spec, top):
+@given(spec=heterogeneous(min_groups=3, max_groups=4, max_layers=4), top=st.integers(1, 3),
+       listed=st.sampled_from([0, MAX_LISTED]))
+def test_a_search_over_few_orders_is_exact_only_when_it_says_so(spec, top, listed):
     """With the orders capped at one, `exact` holds only where the ranking equals the search over
-    every order, and otherwise the best found is within the stated gap of the optimum."""
+    every order, and otherwise the best found is within the stated gap of the optimum. With the
+    other orders listed, the families the bound cannot rule out are enumerated: always exact."""
     import amp_tui.core.search as search_module
 
     spec["search"]["use_all_gpus"] = True
     scn = parse_scenario(spec)
     full = search(scn, top=top)
     original = search_module.node_orders
-    search_module.node_orders = lambda scenario: original(scenario, limit=1)
+    search_module.node_orders = lambda scenario: original(scenario, limit=1, listed=listed)
     try:
         capped = search(scn, top=top)
     finally:
         search_module.node_orders = original
     got = [p.iteration_time_s for p in capped.strategies]
     want = [p.iteration_time_s for p in full.strategies]
+    if listed:
+        assert capped.stats.exact and capped.stats.node_orders == full.stats.node_orders
     if capped.stats.exact:
         assert len(got) == len(want) and all(close(a, b) for a, b in zip(got, want)), (got, want)
     elif want and got:     # (the orders tried may have none that fits; then it is not exact, above)

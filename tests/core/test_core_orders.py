@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from amp_tui.core.orders import MAX_ORDERS, node_orders
+from amp_tui.core.orders import MAX_LISTED, MAX_ORDERS, node_orders
 from amp_tui.core.placement import node_order
 from amp_tui.core.search import enumerate_candidates, search
 from core_builders import build, examples, layer
@@ -70,15 +70,42 @@ def test_one_group_per_node_is_cheap_and_complete():
 
 
 def test_too_many_distinct_orders_falls_back_and_says_so():
-    """Six kinds of node have 720 distinct orders: rank order and by GPU speed, both ways, only."""
-    kinds = [{**A, "inter_node_bandwidth": bandwidth, "count": 1} for bandwidth in (1, 2, 5, 10, 25, 50)]
-    scn = build(kinds, TINY, 6)
+    """Seven kinds of node have 5,040 distinct orders: rank order and by GPU speed, both ways, only."""
+    kinds = [{**A, "inter_node_bandwidth": bandwidth, "count": 1} for bandwidth in (1, 2, 5, 10, 25, 50, 100)]
+    scn = build(kinds, TINY, 7)
     result = node_orders(scn)
-    assert 6 * 5 * 4 * 3 * 2 > MAX_ORDERS
-    assert not result.complete
-    assert result.orders[0] == tuple(range(6)) and 1 <= len(result.orders) <= 3
+    assert 7 * 6 * 5 * 4 * 3 * 2 > MAX_LISTED
+    assert not result.complete and not result.rest
+    assert result.orders[0] == tuple(range(7)) and 1 <= len(result.orders) <= 3
     stats = search(scn, top=1).stats
     assert stats.all_node_orders is False and stats.node_orders == len(result.orders)
+
+
+def test_orders_beyond_the_cap_are_listed_for_the_search():
+    """Six kinds of node have 720 distinct orders: more than are searched in full, few enough to
+    list; the few searched and the rest are every distinct sequence once, and the search that
+    enumerates the rest family by family ranks as the search over every order does."""
+    kinds = [{**A, "inter_node_bandwidth": bandwidth, "count": 1, "gpu": gpu}
+             for bandwidth, gpu in zip((1, 2, 5, 10, 25, 50), ("V100", "T4", "V100", "T4", "A10G", "A10G"))]
+    scn = build(kinds, TINY, 6)
+    result = node_orders(scn)
+    assert MAX_ORDERS < 720 <= MAX_LISTED
+    assert not result.complete and result.orders[0] == tuple(range(6)) and 1 <= len(result.orders) <= 3
+    assert sorted(result.orders + result.rest) == sorted(_brute_force(scn).values())
+    full = node_orders(scn, limit=MAX_LISTED)
+    assert full.complete and sorted(full.orders) == sorted(result.orders + result.rest)
+    listed = search(scn, top=5)
+    assert listed.stats.all_node_orders and listed.stats.exact and listed.stats.node_orders == 720
+    assert listed.stats.pruned + listed.stats.evaluated <= listed.stats.candidates
+    import amp_tui.core.search as search_module
+    original = search_module.node_orders
+    search_module.node_orders = lambda scenario: full
+    try:
+        everything = search(scn, top=5)
+    finally:
+        search_module.node_orders = original
+    assert listed.stats.candidates == everything.stats.candidates
+    assert ([p.iteration_time_s for p in listed.strategies] == [p.iteration_time_s for p in everything.strategies])
 
 
 def test_identical_groups_only_give_rank_order():
