@@ -64,6 +64,7 @@ PROBES = 8                 # segment lengths tried at once per row in _greedy_fi
 CAP_MIN_CELLS = 2**16      # smaller tables cost less than the even split's time, to cap them with
 MAX_TABLE_CELLS = 2**22    # larger segment tables are lean: never held whole (SegmentTables.lean)
 LEAN_CHUNK_CELLS = 2**18   # cells of lean tables computed at once
+SMALL_TABLE_CELLS = 2**16  # whole tables up to this many cells are masked in one pass
 REBUILD_SHARE = 0.5        # solve cuts its tables again at its first partitions' time if they shrink this much
 
 
@@ -426,15 +427,18 @@ class SegmentTables:
             return INF, None
         offset, band_low = self._band_rows
 
+        def mask(rows: slice) -> np.ndarray:
+            ok = allowed[rows, :W]
+            if t_limit < INF:
+                ok = ok & (self.tau[rows, :W] < t_limit)
+            return np.where(ok, table[rows, :W], INF)
+
         def masked(s: int, low: int, high: int) -> np.ndarray:
             """Stage s's rows r in [low, high), the segments not allowed at INF."""
             rows = slice(offset[s] + low - band_low[s], offset[s] + high - band_low[s])
             if lean:
                 return self._block(rows, W, cost, e_limit, t_limit)
-            ok = allowed[rows, :W]
-            if t_limit < INF:
-                ok = ok & (self.tau[rows, :W] < t_limit)
-            return np.where(ok, table[rows, :W], INF)
+            return mask(rows)
 
         if pp == 1:
             ok = R <= W and self._low[0] <= R - 1 < self._high[0]
@@ -453,16 +457,32 @@ class SegmentTables:
         chunk = max(1, LEAN_CHUNK_CELLS // W) if lean else R
         reads: list[np.ndarray] = [value]     # per stage, the values it read
         best = np.minimum.reduce
+        # Small whole tables: the later stages' rows masked in one pass (a numpy call per stage
+        # cost more than the cells on the paper settings) and combined in place, one chunk per
+        # stage, so each stage reads `value` before it writes its ends, and the walk back reads
+        # the combined rows. Larger ones mask only each stage's band, stage by stage.
+        first = offset[1] - band_low[1] + bands[1][0] if not lean else 0
+        small = not lean and (len(self._stage) - first) * W <= SMALL_TABLE_CELLS
+        whole = mask(slice(first, None)) if small else None
         for s in range(1, pp):
             if self.poll is not None:
                 self.poll()
             value[s + W - 2] = INF            # position s - 1: no segment of stage s starts there
+            low, high = bands[s]
+            ends = value[s + W:s + W + R]         # ends s + 1 ... s + R
+            if whole is not None:
+                starts = np.ndarray((L + 1, W), buffer=value, offset=(W - 1) * step, strides=(step, -step))
+                row = offset[s] - band_low[s] - first
+                combined = whole[row + low:row + high]
+                combine(starts[s + low:s + high], combined, out=combined)
+                best(combined, axis=1, out=ends[low:high])
+                ends[:low] = INF
+                ends[high:] = INF
+                continue
             read = value.copy()
             reads.append(read)
             # starts[q, w] = read[W - 1 + q - w]: stage s's row r reads row q = s + r
             starts = np.ndarray((L + 1, W), buffer=read, offset=(W - 1) * step, strides=(step, -step))
-            low, high = bands[s]
-            ends = value[s + W:s + W + R]         # ends s + 1 ... s + R
             for a in range(low, high, chunk):
                 b = min(high, a + chunk)
                 combined = masked(s, a, b)
@@ -476,8 +496,11 @@ class SegmentTables:
         sizes, j = [], L                 # walk back from the end through each stage's best length
         for s in range(pp - 1, 0, -1):
             r = j - s - 1
-            starts = np.ndarray((L + 1, W), buffer=reads[s], offset=(W - 1) * step, strides=(step, -step))
-            size = int(combine(starts[s + r], masked(s, r, r + 1)[0]).argmin()) + 1
+            if whole is not None:
+                size = int(whole[offset[s] - band_low[s] - first + r].argmin()) + 1
+            else:
+                starts = np.ndarray((L + 1, W), buffer=reads[s], offset=(W - 1) * step, strides=(step, -step))
+                size = int(combine(starts[s + r], masked(s, r, r + 1)[0]).argmin()) + 1
             sizes.append(size)
             j -= size
         sizes.append(j)
