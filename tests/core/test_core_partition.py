@@ -96,10 +96,17 @@ def test_best_partition_equals_brute_force(candidate):
 @given(candidate=candidates(max_layers=10, max_pp=4), bound_scale=st.sampled_from([0.5, 1.0, 1.5]))
 def test_upper_bound_only_prunes_what_cannot_beat_it(candidate, bound_scale):
     """With a finite bound, the result is the exact best when it beats the bound, else nothing."""
+    check_upper_bound(candidate, bound_scale, lean=False)
+
+
+def check_upper_bound(candidate, bound_scale: float, lean: bool) -> None:
+    """The search under a bound `bound_scale` x the brute-force best (with lean tables, or not)
+    returns that best when it beats the bound and nothing when it does not."""
     expected_time, _ = brute_force(candidate)
     assume(expected_time is not None)
     bound = expected_time * bound_scale
-    result = best_partition(candidate, upper_bound=bound)
+    with mock.patch.object(partition, "MAX_TABLE_CELLS", 0 if lean else partition.MAX_TABLE_CELLS):
+        result = best_partition(candidate, upper_bound=bound)
     if expected_time < bound * (1 - 1e-9):
         assert result.partition is not None
         assert close(candidate.predict(result.partition).iteration_time_s, expected_time)
@@ -252,16 +259,7 @@ def test_lean_tables_equal_brute_force(candidate, chunk, cap):
 def test_deep_and_lean_upper_bounds_only_prune_what_cannot_beat_them(candidate, bound_scale, lean):
     """With a finite bound, deep pipelines (lean tables or not): the exact best when it beats
     the bound, else nothing."""
-    expected_time, _ = brute_force(candidate)
-    assume(expected_time is not None)
-    bound = expected_time * bound_scale
-    with mock.patch.object(partition, "MAX_TABLE_CELLS", 0 if lean else partition.MAX_TABLE_CELLS):
-        result = best_partition(candidate, upper_bound=bound)
-    if expected_time < bound * (1 - 1e-9):
-        assert result.partition is not None
-        assert close(candidate.predict(result.partition).iteration_time_s, expected_time)
-    elif expected_time > bound * (1 + 1e-9):
-        assert result.partition is None and result.iteration_time_s == math.inf
+    check_upper_bound(candidate, bound_scale, lean)
 
 
 def test_a_cap_below_a_stages_overhead_and_sends_leaves_no_band():
