@@ -423,3 +423,11 @@ def test_validation_imports_no_ui_package():
     done = subprocess.run([sys.executable, "-c", check], cwd=Path(__file__).resolve().parents[1],
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
+
+
+def test_trays_as_large_as_an_nvlink_domain_stay_nodes():
+    """A run stating trays of 72 or more GPUs (no smaller domain divides them) keeps them as
+    nodes instead of failing on an empty choice of domain."""
+    from amp_tui.core.validation.runs import _nvlink_domain
+    assert _nvlink_domain(288, 144, "1600 Gbps", []) == (144, "1600 Gbps")
+    assert _nvlink_domain(128, 4, "1600 Gbps", []) == (64, "25600 Gbps")

@@ -539,8 +539,10 @@ def _nvlink_domain(count: int, per_tray: int, tray_network: str, notes: list[str
     GPUs: within a rack every GPU reaches every other at its NVLink rate, so a rack is one node
     (as the gb200-nvl72 instance models it) whose network is its trays' NICs together. Racks hold
     the most whole trays up to 72 that divide the GPUs evenly."""
-    domain = max(d for d in range(per_tray, _NVL72 + 1, per_tray) if count % d == 0)
+    domain = max((d for d in range(per_tray, _NVL72 + 1, per_tray) if count % d == 0), default=per_tray)
     trays = domain // per_tray
+    if trays == 1:                  # trays of 72 or more: each is a domain already
+        return per_tray, tray_network
     notes.append(f"NVLink domains of {domain} GPUs ({trays} trays of {per_tray}), one node each")
     return domain, f"{trays * parse_bandwidth(tray_network, 'inter_node') * 8 / 1e9:g} Gbps"
 
