@@ -571,10 +571,10 @@ class Candidate:
         if self.hsdp:
             shard = sharding.shard_ring(self.cost.hsdp_links(self.tp, self.pp, self.dp, layout.order), self.hsdp)
         elif self.knobs.zero_stage >= 3 and self.dp * self.cp > 1:
-            n = self.dp
-            ring = (n - 1) / n
-            shard = [(float(spb) * ring, float(lat) * (n - 1))
-                     for spb, lat in zip(layout.dp_seconds_per_byte, layout.dp_latency)]
+            per_stage = self.dp * layout.tp
+            shard = [sharding.zero3_ring(self.cost._nodes[layout.order], np.arange(s * per_stage, (s + 1) * per_stage),
+                                         float(spb), float(lat), self.dp, self.cost.training.framework)
+                     for s, (spb, lat) in enumerate(zip(layout.dp_seconds_per_byte, layout.dp_latency))]
         return [(groups, float(spb), float(lat), sh) for groups, spb, lat, sh in
                 zip(layout.stage_groups, layout.stage_tp_seconds_per_byte, layout.stage_tp_latency, shard)]
 

@@ -136,15 +136,21 @@ class Nodes:
         return self.ring_links(ring_ranks)[0]
 
     def ring_links(self, ring_ranks: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Rings along the last axis, all concurrent: (the slowest link's s/byte, the largest
-        per-message latency) per ring; zeros for rings of one."""
+        """Rings along the last axis, all concurrent: (the slowest link's s/byte, the mean
+        per-message latency of its hops) per ring; zeros for rings of one.
+
+        A ring's chunks flow on without waiting for a global step, so one chunk's trip pays
+        each hop's latency once: (n - N) intra-node and N crossing latencies for a ring over N
+        nodes, as NCCL's own tuning model prices a ring. Collectives of s steps pay s x the mean
+        hop latency; pricing every step at the crossing latency made a 512-GPU ring's latency
+        8x what NCCL pays."""
         if ring_ranks.shape[-1] == 1:
             zeros = np.zeros(ring_ranks.shape[:-1])
             return zeros, zeros
         nxt = np.concatenate([ring_ranks[..., 1:], ring_ranks[..., :1]], axis=-1)
         bandwidth = self.flow_bandwidth(ring_ranks.reshape(1, -1), nxt.reshape(1, -1)).reshape(ring_ranks.shape)
         latency = self.flow_latency(ring_ranks, nxt)
-        return 1.0 / bandwidth.min(axis=-1), latency.max(axis=-1)
+        return 1.0 / bandwidth.min(axis=-1), latency.mean(axis=-1)
 
     def allreduce_seconds_per_byte(self, ring_ranks: np.ndarray, ring_spb: np.ndarray | None = None) -> np.ndarray:
         """Rings along the last axis, all concurrent: seconds per byte reduced, the faster of one

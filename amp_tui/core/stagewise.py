@@ -52,6 +52,7 @@ from amp_tui.core.memory import (
 from amp_tui.core.placement import Nodes
 from amp_tui.core.scenario import Scenario
 from amp_tui.core.strategy import Strategy
+from amp_tui.core.terms.sharding import zero3_ring
 
 INF = float("inf")
 MAX_SOLVES = 4000     # DPs per partition search before settling for the best found (then not exact)
@@ -183,7 +184,8 @@ class StageWise:
             shard = (0.0, 0.0)
             n = self.dps[s]
             if self.knobs.zero_stage >= 3 and n * self.cp > 1:
-                shard = (links.dp_spb * (n - 1) / n, links.dp_latency * (n - 1))
+                shard = zero3_ring(self.nodes, self.ranks[s].ravel(), links.dp_spb, links.dp_latency, n,
+                                   self.cost.training.framework)
             out.append(self.cost.stage_times(links.groups, links.tp_spb, self.tps[s], self.stage_mbs(s),
                                              links.tp_latency, shard))
         return out

@@ -237,3 +237,18 @@ def test_compare_reads_zero3_traffic_as_nothing_for_a_strategy_without_it():
     ddp = evaluate(scn, Strategy(1, 1, 8, 1, zero_stage=0))
     rows = {row.name: row for row in compare(ddp, fsdp).terms}
     assert rows["ZeRO-3 comm"].a == 0.0 and rows["ZeRO-3 comm"].b > 0
+
+
+def test_deepspeed_zero3_gathers_cross_nodes_at_each_gpus_share_of_the_network():
+    """FSDP's per-layer ring over both nodes moves a layer at the crossing flow's rate (the node's
+    whole network); DeepSpeed's module-by-module gathers move each GPU's at its share, 1/4 of a
+    node of 4 GPUs. Inside one node the two frameworks' rings are the same."""
+    def shard_seconds_per_byte(framework: str, dp: int) -> float:
+        scn = two_nodes(zero_stage=3, framework=framework)
+        candidate = CostModel(scn, Knobs(zero_stage=3)).candidate(1, 1, dp, 1, (0,))
+        return candidate.stage_hardware[0][3][0] * dp / (dp - 1)
+
+    fsdp, deepspeed = (shard_seconds_per_byte(f, 8) for f in ("fsdp", "deepspeed"))
+    assert fsdp == pytest.approx(1 / (INTER * GBPS), rel=1e-12)
+    assert deepspeed == pytest.approx(4 / (INTER * GBPS), rel=1e-12)
+    assert shard_seconds_per_byte("fsdp", 4) == pytest.approx(shard_seconds_per_byte("deepspeed", 4), rel=1e-12)

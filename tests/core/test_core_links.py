@@ -32,3 +32,14 @@ def test_four_flows_through_one_interface_share_its_achieved_bandwidth(nodes):
 def test_flows_inside_a_node_are_not_capped(nodes):
     inside = nodes.flow_bandwidth(np.array([[0]]), np.array([[1]]))[0, 0]
     assert inside == pytest.approx(nodes.intra[0])
+
+
+def test_a_ring_pays_each_hop_latency_once(nodes):
+    """A ring over the 4 nodes (16 ranks): 12 hops inside a node, 4 crossing. One chunk's trip pays
+    each hop's latency once, so a step costs the mean hop latency, not the crossing latency."""
+    ring = np.arange(16)[None, :]
+    _, latency = nodes.ring_links(ring)
+    assert latency[0] == pytest.approx((12 * nodes.intra_latency[0] + 4 * nodes.inter_latency[0]) / 16)
+    assert latency[0] < nodes.inter_latency[0]
+    _, inside = nodes.ring_links(np.arange(4)[None, :])
+    assert inside[0] == pytest.approx(nodes.intra_latency[0])

@@ -58,6 +58,26 @@ def hsdp_links(nodes, ranks_per_replica: int, pp: int, dp: int, shard: int) -> H
     return HsdpLinks(shard_spb, shard_latency, replica, replica_latency)
 
 
+def zero3_ring(nodes, stage_ranks: np.ndarray, seconds_per_byte: float, latency: float, n: int,
+               framework: str) -> tuple[float, float]:
+    """(s/byte scaled by (n - 1) / n, latency x (n - 1)) of ZeRO-3's per-layer collectives over
+    the n data-parallel ranks of a stage (`stage_ranks`: all its global ranks) whose ring's slowest
+    link and latency are given: what compute.zero3_layer_time and the stage times take.
+
+    DeepSpeed's ZeRO-3 gathers parameters module by module, and NCCL runs those modest messages on
+    few channels, so across nodes each GPU moves its own gathers at about its share of the node's
+    interfaces (the node's achieved inter-node bandwidth over its GPUs), not at the node's whole
+    bandwidth that a ring of large messages reaches. Megatron-LM SC21's ZeRO-3 runs show it: the
+    same ~66 s of parameter traffic on 384 to 1,536 A100s with 8 HDR NICs a node, 4 passes of
+    349 GB at ~22 GB/s per GPU."""
+    if framework == "deepspeed":
+        rank_node = nodes.rank_node[stage_ranks]
+        if rank_node.min() != rank_node.max():
+            gpus = np.bincount(nodes.rank_node)
+            seconds_per_byte = max(seconds_per_byte, float((gpus[rank_node] / nodes.inter[rank_node]).max()))
+    return seconds_per_byte * (n - 1) / n, latency * (n - 1)
+
+
 def shard_ring(links: HsdpLinks, shard: int) -> list[tuple[float, float]]:
     """Per stage (s/byte scaled by (shard - 1) / shard, latency x (shard - 1)): what
     compute.zero3_layer_time and the stage times take for the per-layer collectives."""
