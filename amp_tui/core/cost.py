@@ -112,7 +112,8 @@ class CostModel:
 
     def _analytic_forward(self, gpu: GPU, tp: int, mbs: int | np.ndarray) -> np.ndarray:
         return compute_terms.analytic_forward(self.model, gpu, self.training.precision, self.params,
-                                              tp, self.knobs.cp, self.knobs.sequence_parallel, mbs)
+                                              tp, self.knobs.cp, self.knobs.sequence_parallel, mbs,
+                                              self.training.attention_kernel)
 
     def _calibration(self, group: int) -> np.ndarray:
         """Per layer, measured / analytic forward time at tp = 1, micro-batch 1 on this GPU (1 where
@@ -174,7 +175,7 @@ class CostModel:
             + (comm_passes * measured_comm if have.any() and tp > 1 else 0.0)
         if not have.all():   # flash attention's backward recomputes the scores (analytic layers only)
             compute = compute + np.where(have, 0.0, compute_terms.flash_backward_time(
-                self.model, gpu, self.params, tp, self.knobs.cp, mbs))
+                self.model, gpu, self.params, tp, self.knobs.cp, mbs, self.training.attention_kernel))
         if self.knobs.ep > 1:    # tokens to their experts and back: forward, backward (and recomputed forward)
             compute = compute + comm_passes * self._expert_alltoall(group, tp) * mbs
         if self.knobs.recompute == "selective":   # attention scores and softmax run forward again

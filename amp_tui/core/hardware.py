@@ -26,6 +26,9 @@ class GPU:
     precisions: tuple[str, ...] = ("fp16", "bf16", "fp32")   # training precisions it supports
     peak_flops_8: float = 0.0      # dense fp8 tensor-core FLOP/s (0 where there is no fp8)
     peak_flops_4: float = 0.0      # dense fp4 (NVFP4) tensor-core FLOP/s (0 where there is no fp4)
+    # Best fraction of the 16-bit peak FlashAttention-2's kernels reach here, where it is below a
+    # GEMM's: on Hopper they do not use warpgroup MMA (0: no such limit, the GEMM's efficiency).
+    flash2_fraction: float = 0.0
 
     def peak_flops(self, precision: str) -> float:
         """Peak FLOP/s of the matrix multiplies at this training precision."""
@@ -49,7 +52,8 @@ class GPU:
             "memory_bandwidth": exact_bandwidth(self.memory_bandwidth),
             "fp16_tflops": self.peak_flops_16 / 1e12,
             "fp32_tflops": self.peak_flops_32 / 1e12,
-            "efficiency": {"peak_fraction": self.peak_fraction, "half_work": self.half_work},
+            "efficiency": {"peak_fraction": self.peak_fraction, "half_work": self.half_work,
+                           **({"flash2_fraction": self.flash2_fraction} if self.flash2_fraction else {})},
             "precisions": list(self.precisions),
             **({"fp8_tflops": self.peak_flops_8 / 1e12} if self.peak_flops_8 else {}),
             **({"fp4_tflops": self.peak_flops_4 / 1e12} if self.peak_flops_4 else {}),
@@ -92,6 +96,14 @@ def _gpu_from_fields(name: str, fields: dict, field: str) -> GPU:
     peak_fraction = parse_number(efficiency.get("peak_fraction", 0.4), f"{field}.efficiency.peak_fraction", positive=True)
     if peak_fraction > 1:
         raise SpecError(f"{field}.efficiency.peak_fraction", peak_fraction, "must be at most 1")
+    unknown = set(efficiency) - {"peak_fraction", "half_work", "flash2_fraction"}
+    if unknown:
+        key = sorted(unknown)[0]
+        raise SpecError(f"{field}.efficiency.{key}", efficiency[key],
+                        "unknown efficiency field; allowed: flash2_fraction, half_work, peak_fraction")
+    flash2 = parse_number(efficiency.get("flash2_fraction", 0), f"{field}.efficiency.flash2_fraction", minimum=0)
+    if flash2 > 1:
+        raise SpecError(f"{field}.efficiency.flash2_fraction", flash2, "must be at most 1")
     precisions = fields.get("precisions", ["fp16", "bf16", "fp32"])
     if not isinstance(precisions, list) or not precisions or any(p not in _PRECISION_NAMES for p in precisions):
         raise SpecError(f"{field}.precisions", precisions, f"expected a list drawn from {', '.join(_PRECISION_NAMES)}")
@@ -114,6 +126,7 @@ def _gpu_from_fields(name: str, fields: dict, field: str) -> GPU:
         precisions=tuple(precisions),
         peak_flops_8=low["fp8"],
         peak_flops_4=low["fp4"],
+        flash2_fraction=float(flash2),
     )
 
 

@@ -115,6 +115,9 @@ class Cluster:
         return out
 
 
+ATTENTION_KERNELS = ("fused", "flash2")
+
+
 @dataclass(frozen=True)
 class Training:
     global_batch_size: int
@@ -133,6 +136,10 @@ class Training:
     framework: str = "megatron"         # params.FRAMEWORKS: what it allocates and overlaps
     fused_loss: bool = False            # a fused cross-entropy: no fp32 copies of the logits
     tp_comm_overlap: bool = False       # tensor-parallel collectives pipelined with the GEMMs (TE userbuffers, async TP)
+    # The attention core's kernels (ATTENTION_KERNELS): "fused" (Transformer Engine / cuDNN,
+    # FlashAttention-3) at the GPU's matrix-multiply efficiency, or "flash2" (the flash-attn 2
+    # package, Triton) held to the GPU's flash2_fraction where it has one (Hopper).
+    attention_kernel: str = "fused"
     runtime_reserve_bytes: float = 2**30  # CUDA context, NCCL buffers, allocator slack
     # Weights + gradients + optimizer state per parameter before ZeRO; None: the optimizer's default.
     state_bytes_override: float | None = None
@@ -156,6 +163,7 @@ class Training:
                 **({"expert_parallel": self.expert_parallel} if self.expert_parallel != AUTO else {}),
                 "framework": self.framework, "fused_loss": self.fused_loss,
                 "tp_comm_overlap": self.tp_comm_overlap, "runtime_reserve": exact_bytes(self.runtime_reserve_bytes),
+                **({"attention_kernel": self.attention_kernel} if self.attention_kernel != "fused" else {}),
                 **({"state_bytes_per_param": self.state_bytes_override} if self.state_bytes_override is not None else {})}
 
 
@@ -293,7 +301,7 @@ def parse_training(value: object, field_name: str = "training") -> Training:
         raise SpecError(field_name, value, "expected a mapping with at least global_batch_size")
     allowed = {"global_batch_size", "precision", "optimizer", "schedule", "recompute", "zero_stage", "runtime_reserve",
                "state_bytes_per_param", "sequence_parallel", "context_parallel", "virtual_stages", "framework",
-               "data_parallel_shard", "expert_parallel", "fused_loss", "tp_comm_overlap"}
+               "data_parallel_shard", "expert_parallel", "fused_loss", "tp_comm_overlap", "attention_kernel"}
     _check_keys(value, allowed, field_name, "training")
     if "global_batch_size" not in value:
         raise SpecError(f"{field_name}.global_batch_size", None, "required")
@@ -327,6 +335,8 @@ def parse_training(value: object, field_name: str = "training") -> Training:
         framework=_choice(value.get("framework", "megatron"), FRAMEWORKS, f"{field_name}.framework"),
         fused_loss=_bool(value.get("fused_loss", False), f"{field_name}.fused_loss"),
         tp_comm_overlap=_bool(value.get("tp_comm_overlap", False), f"{field_name}.tp_comm_overlap"),
+        attention_kernel=_choice(value.get("attention_kernel", "fused"), ATTENTION_KERNELS,
+                                 f"{field_name}.attention_kernel"),
         runtime_reserve_bytes=(parse_bytes(reserve, f"{field_name}.runtime_reserve") if reserve is not None
                                else Training.runtime_reserve_bytes),
         state_bytes_override=state,

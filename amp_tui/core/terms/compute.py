@@ -58,8 +58,18 @@ def matmul_efficiency(gpu: GPU, params: ModelParams, rows: np.ndarray, columns: 
     return np.minimum(best * shape, 1.0)
 
 
+def attention_efficiency(model: Model, gpu: GPU, kernel: str, efficiency):
+    """The attention core's share of the 16-bit peak: a GEMM's `efficiency`, held to the GPU's
+    flash2_fraction under FlashAttention-2's kernels (`training.attention_kernel: flash2`), which
+    on Hopper reach ~35% of the peak (FlashAttention-3 paper: ~350 of 989 TFLOP/s) where
+    Transformer Engine's fused attention and FlashAttention-3 reach a GEMM's ~60%."""
+    if kernel == "flash2" and gpu.flash2_fraction and model.shape.get("flash_attention"):
+        return np.minimum(efficiency, gpu.flash2_fraction)
+    return efficiency
+
+
 def analytic_forward(model: Model, gpu: GPU, precision: str, params: ModelParams, tp: int, cp: int,
-                     sequence_parallel: bool, mbs) -> np.ndarray:
+                     sequence_parallel: bool, mbs, attention_kernel: str = "fused") -> np.ndarray:
     """Forward seconds per layer for a micro-batch of `mbs` (a number, or a column of sizes)."""
     cols = model.columns
     e = 4 if precision == "fp32" else 2
@@ -67,15 +77,14 @@ def analytic_forward(model: Model, gpu: GPU, precision: str, params: ModelParams
     rows = tokens * mbs / cp
     efficiency = matmul_efficiency(gpu, params, rows, width / tp)
     per_gpu = mbs / (tp * cp)
+    # Transformer Engine runs the linear layers in fp8 or fp4, below their peak (casts, scaling);
+    # the attention core (scores, softmax, values: flash attention) stays in bf16.
+    attention = _blocks(model) * attention_core(model)[0]
+    linear_rate = gpu.peak_flops(precision) * efficiency
     if precision in LOW_PRECISIONS:
-        # Transformer Engine runs the linear layers in fp8 or fp4, below their peak (casts,
-        # scaling); the attention core (scores, softmax, values: flash attention) stays in bf16.
-        attention = _blocks(model) * attention_core(model)[0]
-        linear_rate = gpu.peak_flops(precision) * efficiency * params(f"{precision}_efficiency")
-        matmuls = ((cols["flops"] - attention) * per_gpu / linear_rate
-                   + attention * per_gpu / (gpu.peak_flops("bf16") * efficiency))
-    else:
-        matmuls = cols["flops"] * per_gpu / (gpu.peak_flops(precision) * efficiency)
+        linear_rate = linear_rate * params(f"{precision}_efficiency")
+    core_rate = gpu.peak_flops(core_precision(precision)) * attention_efficiency(model, gpu, attention_kernel, efficiency)
+    matmuls = (cols["flops"] - attention) * per_gpu / linear_rate + attention * per_gpu / core_rate
     replicated = cols["activation_replicated_bytes"]
     split = cols["activation_bytes"] - replicated
     # Without sequence parallelism every tensor-parallel rank runs the replicated element-wise
@@ -86,7 +95,8 @@ def analytic_forward(model: Model, gpu: GPU, precision: str, params: ModelParams
     return matmuls + memory + params("layer_floor_s") * (cols["flops"] > 0)
 
 
-def flash_backward_time(model: Model, gpu: GPU, params: ModelParams, tp: int, cp: int, mbs) -> np.ndarray:
+def flash_backward_time(model: Model, gpu: GPU, params: ModelParams, tp: int, cp: int, mbs,
+                        attention_kernel: str = "fused") -> np.ndarray:
     """Seconds per layer flash attention's backward adds beyond twice its forward: it computes the
     scores again (5 matrix multiplies against the forward's 2, Dao et al.), so the attention core
     costs 3.5 forwards instead of 3. In bf16 even under fp8 or fp4 training; 0 without flash attention."""
@@ -95,7 +105,8 @@ def flash_backward_time(model: Model, gpu: GPU, params: ModelParams, tp: int, cp
     flops, _ = attention_core(model)
     cols = model.columns
     rows = cols["tokens"] * mbs / cp
-    efficiency = matmul_efficiency(gpu, params, rows, cols["width"] / tp)
+    efficiency = attention_efficiency(model, gpu, attention_kernel,
+                                      matmul_efficiency(gpu, params, rows, cols["width"] / tp))
     return 0.5 * _blocks(model) * flops * (mbs / (tp * cp)) / (gpu.peak_flops("bf16") * efficiency)
 
 
@@ -130,8 +141,8 @@ def selective_recompute_time(model: Model, gpu: GPU, training, params: ModelPara
         return np.zeros_like(blocks) * mbs
     precision = training.precision
     per_gpu = mbs / (tp * cp * cp)          # ring attention: each GPU scores its c-th against all
-    rate = gpu.peak_flops(core_precision(precision)) * gpu.peak_fraction * \
-        params("compute_efficiency", gpu.name)
+    rate = gpu.peak_flops(core_precision(precision)) * attention_efficiency(
+        model, gpu, training.attention_kernel, gpu.peak_fraction * params("compute_efficiency", gpu.name))
     return blocks * (flops * per_gpu * cp / rate + 2.0 * score_bytes * per_gpu * cp / gpu.memory_bandwidth)
 
 

@@ -213,6 +213,7 @@ def parse_run(run: dict, scenarios: dict[str, Scenario] | None = None) -> Replay
                                      "virtual_stages": virtual_stages or _UNSTATED_DEPTH,
                                      "framework": _framework(training.get("framework")),
                                      "fused_loss": _fused_loss(source, notes),
+                                     "attention_kernel": _attention_kernel(source, notes),
                                      "tp_comm_overlap": _tp_comm_overlap(run, tp)}}
                 scenario = _shared_scenario(spec, scenarios)
                 partition = megatron_partition(scenario, pp)
@@ -315,6 +316,16 @@ def _recompute(label, notes: list[str]) -> str:
     # A recipe that does not say is tuned to fit: replay takes the fastest kind that fits.
     notes.append(f"recomputation {label or 'not stated'}: the fastest of none, selective and full that fits")
     return AUTO
+
+
+def _attention_kernel(source: str, notes: list[str]) -> str:
+    """llm-foundry's MPT runs attention through the flash-attn 2 package (`attn_impl: flash`, or
+    Triton's flash attention for ALiBi); NeMo and Megatron-LM use Transformer Engine's fused
+    attention, torchtitan PyTorch's SDPA (cuDNN's kernel on Hopper)."""
+    if source == "llmfoundry":
+        notes.append("attention: llm-foundry's FlashAttention-2 kernels")
+        return "flash2"
+    return "fused"
 
 
 def _fused_loss(source: str, notes: list[str]) -> bool:
