@@ -65,6 +65,7 @@ from amp_tui.core.strategy import Strategy
 MAX_PARTS = 200_000     # node-count vectors bounded in full
 MAX_SEARCHES = 32       # parts searched before settling for the best found and a stated gap
 TIME_LIMIT_S = 3.0      # ... or once this long has passed (the whole cluster's search always completes)
+WHOLE_SHARE = 0.4       # of the progress bar: the whole cluster's search; the other parts share the rest
 
 
 @dataclass(frozen=True)
@@ -403,7 +404,8 @@ def search_parts(scenario: Scenario, objective: Objective | None = None, *, top:
         nonlocal whole_result, searched, candidates, pruned, evaluated, solves, all_orders, orders_floor
         counts = tuple(rows[i].tolist())
         part, kept = part_scenario(scenario, counts)
-        result = search(part, top=top, should_cancel=cancel, cutoff=cutoff() / weights[i], details=counts == whole)
+        result = search(part, top=top, should_cancel=cancel, cutoff=cutoff() / weights[i], details=counts == whole,
+                        progress=(lambda f: report(WHOLE_SHARE * f)) if counts == whole else None)
         searched += 1
         stats = result.stats
         candidates, pruned, evaluated, solves = (candidates + stats.candidates, pruned + stats.pruned,
@@ -447,7 +449,9 @@ def search_parts(scenario: Scenario, objective: Objective | None = None, *, top:
     for index, i in enumerate(order):
         if weighted[i] >= cutoff():     # parts come in order of bound
             break
-        report(index / len(order))
+        # Parts stop at MAX_SEARCHES or TIME_LIMIT_S, whichever comes first: the bar moves with both.
+        done = max(index / len(order), searched / MAX_SEARCHES, (time.perf_counter() - started) / TIME_LIMIT_S)
+        report(WHOLE_SHARE + (1.0 - WHOLE_SHARE) * min(done, 1.0))
         if searched >= MAX_SEARCHES or cancel():
             stopped_at = index
             break

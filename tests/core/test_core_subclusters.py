@@ -269,3 +269,13 @@ def test_a_model_without_flops_still_finds_its_strategies():
     result, info = search_parts(scn, top=3)
     assert result.strategies and info.exact
     assert result.strategies[0].iteration_time_s <= search(scn, top=1).strategies[0].iteration_time_s
+
+
+def test_progress_rises_from_the_whole_clusters_search_to_one():
+    """The bar moves during the whole cluster's search (its first 40%), then with the parts, never
+    back; before, it sat at 0 through the whole cluster's search and the parts' bounds."""
+    seen: list[float] = []
+    search_parts(load_scenario("paper-het-cluster"), progress=seen.append)
+    assert seen[0] == 0.0 and seen[-1] == 1.0
+    assert all(a <= b for a, b in zip(seen, seen[1:]))
+    assert any(0.0 < f < 0.4 for f in seen) and any(0.4 < f < 1.0 for f in seen)
