@@ -35,7 +35,8 @@ bound cannot beat the N-th best: then the result is exact.
 
 Three limits keep it fast, and the result says when one was reached (then it is a heuristic with a
 stated gap): beyond MAX_PARTS node-count vectors only counts near 0 and near each group's size are
-tried; and after MAX_SEARCHES parts searched, or TIME_LIMIT_S seconds (the first searches above
+tried; and after MAX_SEARCHES parts searched once SEARCH_CAP_AFTER_S has passed (a small cluster's
+parts take milliseconds each: all of them are searched), or TIME_LIMIT_S seconds (the first searches above
 always complete), the best found is returned with the bound of the best part not searched: the best
 found is at most best / that bound - 1 above the optimum (`IdleSearch.gap`). The time limit makes a
 large search's result depend on the machine's speed, never silently.
@@ -63,7 +64,8 @@ from amp_tui.core.search import SearchResult, SearchStats, divisors, search
 from amp_tui.core.strategy import Strategy
 
 MAX_PARTS = 200_000     # node-count vectors bounded in full
-MAX_SEARCHES = 32       # parts searched before settling for the best found and a stated gap
+MAX_SEARCHES = 32       # parts searched before settling for the best found and a stated gap ...
+SEARCH_CAP_AFTER_S = 0.25   # ... once this long has passed
 TIME_LIMIT_S = 3.0      # ... or once this long has passed (the whole cluster's search always completes)
 WHOLE_SHARE = 0.4       # of the progress bar: the whole cluster's search; the other parts share the rest
 
@@ -452,7 +454,8 @@ def search_parts(scenario: Scenario, objective: Objective | None = None, *, top:
         # Parts stop at MAX_SEARCHES or TIME_LIMIT_S, whichever comes first: the bar moves with both.
         done = max(index / len(order), searched / MAX_SEARCHES, (time.perf_counter() - started) / TIME_LIMIT_S)
         report(WHOLE_SHARE + (1.0 - WHOLE_SHARE) * min(done, 1.0))
-        if searched >= MAX_SEARCHES or cancel():
+        capped = searched >= MAX_SEARCHES and time.perf_counter() - started > SEARCH_CAP_AFTER_S
+        if capped or cancel():
             stopped_at = index
             break
         try:
