@@ -481,7 +481,7 @@ class Candidate:
         its last bucket's latency (terms/sharding.py)."""
         layout = self.layout
         links = self.cost.hsdp_links(layout.tp // self.cp, self.pp, self.dp, layout.order)
-        return sharding.replica_allreduce_coef(links, self.state.gradients, self.dp // self.hsdp, DP_BUCKET_BYTES)
+        return sharding.replica_allreduce_coef(links, self.state.gradients, DP_BUCKET_BYTES)
 
     @cached_property
     def dp_coef(self) -> np.ndarray:
@@ -490,8 +490,7 @@ class Candidate:
         if self.knobs.zero_stage >= 3:    # gradients are reduce-scattered layer by layer (stage times)
             return np.zeros(self.pp)
         grad_bytes = self.state.weights
-        steps = _collective_steps(self.dp)
-        latency = steps * self.layout.dp_latency * (grad_bytes / DP_BUCKET_BYTES)    # one alpha per bucket
+        latency = self.layout.dp_allreduce_latency * (grad_bytes / DP_BUCKET_BYTES)    # one per bucket
         return grad_bytes * self.layout.dp_allreduce_seconds_per_byte + latency
 
     @cached_property
@@ -510,7 +509,7 @@ class Candidate:
             return self._hsdp_allreduce[1]
         if self.knobs.zero_stage >= 3:
             return np.zeros(self.pp)
-        return _collective_steps(self.dp) * self.layout.dp_latency
+        return self.layout.dp_allreduce_latency
 
     @property
     def iteration_overhead(self) -> float:
@@ -790,11 +789,3 @@ def backward_overlap(cost: CostModel) -> float:
     passes, 3 of 4 under full recomputation)."""
     backward = 0.75 if cost.knobs.recompute == "full" else 2.0 / 3.0
     return cost.params("dp_overlap", cost.training.framework) * backward
-
-
-def _collective_steps(n: int) -> float:
-    """Messages in sequence for an all-reduce over n ranks: a ring's 2 (n - 1), or a tree's
-    2 log2 n, whichever NCCL would pick as cheaper in latency."""
-    if n <= 1:
-        return 0.0
-    return float(min(2 * (n - 1), 2 * np.ceil(np.log2(n))))

@@ -47,7 +47,8 @@ class Layout:
     dp_allreduce_seconds_per_byte: np.ndarray   # all-reduce time per byte reduced, per stage (ring or hierarchical)
     stage_tp_latency: np.ndarray            # per message on the slowest tensor-parallel link, per stage
     boundary_latency: np.ndarray            # per message on each pipeline boundary's slowest link
-    dp_latency: np.ndarray                  # per message on the slowest data-parallel link, per stage
+    dp_latency: np.ndarray                  # per step of a data-parallel ring (its hops' mean), per stage
+    dp_allreduce_latency: np.ndarray        # per all-reduce message (bucket), ring or tree, per stage
 
     @cached_property
     def serving_groups(self) -> tuple[int, ...]:
@@ -152,6 +153,24 @@ class Nodes:
         latency = self.flow_latency(ring_ranks, nxt)
         return 1.0 / bandwidth.min(axis=-1), latency.mean(axis=-1)
 
+    def allreduce_latency(self, ring_ranks: np.ndarray) -> np.ndarray:
+        """Rings along the last axis: the latency of one all-reduce message (one bucket) over each
+        ring's n ranks on N nodes of g, as NCCL's tuning model prices it: the cheaper of a ring,
+        2 (n - 1) steps of the mean hop latency (each hop paid once per pass, ring_links), and a
+        tree over the nodes, 2 [(g - 1) intra-node hops + ceil(log2 N) crossings]."""
+        n = ring_ranks.shape[-1]
+        if n == 1:
+            return np.zeros(ring_ranks.shape[:-1])
+        nxt = np.concatenate([ring_ranks[..., 1:], ring_ranks[..., :1]], axis=-1)
+        hop = self.flow_latency(ring_ranks, nxt)
+        ring = 2.0 * (n - 1) * hop.mean(axis=-1)
+        crossing = self.rank_node[ring_ranks] != self.rank_node[nxt]
+        nodes = np.maximum(crossing.sum(axis=-1), 1)
+        intra = np.where(crossing, 0.0, hop).max(axis=-1)
+        inter = np.where(crossing, hop, 0.0).max(axis=-1)
+        tree = 2.0 * ((n / nodes - 1.0) * intra + np.ceil(np.log2(nodes)) * inter)
+        return np.minimum(ring, tree)
+
     def allreduce_seconds_per_byte(self, ring_ranks: np.ndarray, ring_spb: np.ndarray | None = None) -> np.ndarray:
         """Rings along the last axis, all concurrent: seconds per byte reduced, the faster of one
         ring (2 (n-1)/n of the bytes over the slowest link) and the hierarchical all-reduce
@@ -190,6 +209,7 @@ def build_layout(cluster: Cluster, tp: int, pp: int, dp: int, order: tuple[int, 
     dp_links = nodes.ring_links(dp_rings)                                             # rings over replicas
     dp_spb, dp_latency = (a.max(axis=1) for a in dp_links)
     dp_allreduce = nodes.allreduce_seconds_per_byte(dp_rings, dp_links[0]).max(axis=1) if dp > 1 else np.zeros(pp)
+    dp_allreduce_latency = nodes.allreduce_latency(dp_rings).max(axis=1)
     # Boundary k's sends (stage k -> k + 1, every replica and tensor rank) run together.
     boundary = boundary_latency = np.zeros(0)
     if pp > 1:
@@ -214,4 +234,5 @@ def build_layout(cluster: Cluster, tp: int, pp: int, dp: int, order: tuple[int, 
         stage_tp_latency=tp_latency,
         boundary_latency=boundary_latency,
         dp_latency=dp_latency,
+        dp_allreduce_latency=dp_allreduce_latency,
     )

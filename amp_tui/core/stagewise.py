@@ -39,7 +39,6 @@ from amp_tui.core.cost import (
     CostModel,
     Prediction,
     StagePrediction,
-    _collective_steps,
     backward_overlap,
     memory_reason,
 )
@@ -111,6 +110,7 @@ class StageLinks:
     dp_spb: float
     dp_latency: float
     allreduce_spb: float
+    allreduce_latency: float
 
 
 class StageWise:
@@ -155,7 +155,8 @@ class StageWise:
         allreduce = float(nodes.allreduce_seconds_per_byte(ranks.T).max()) if ranks.shape[0] > 1 else 0.0
         return StageLinks(groups, float(min(nodes.usable[g] for g in groups)),
                           float(min(nodes.memory_bandwidth[g] for g in groups)),
-                          float(tp_spb.max()), float(tp_lat.max()), float(dp_spb.max()), float(dp_lat.max()), allreduce)
+                          float(tp_spb.max()), float(tp_lat.max()), float(dp_spb.max()), float(dp_lat.max()), allreduce,
+                          float(nodes.allreduce_latency(ranks.T).max()))
 
     def _boundary(self, k: int) -> tuple[float, float]:
         """(max over flows of the micro-batch's share it carries x its seconds per byte, latency)."""
@@ -208,9 +209,8 @@ class StageWise:
                 last.append(0.0)
                 continue
             grad = self.state[s].weights
-            steps = _collective_steps(d)
-            dp_coef.append(grad * links.allreduce_spb + steps * links.dp_latency * (grad / DP_BUCKET_BYTES))
-            last.append(steps * links.dp_latency)
+            dp_coef.append(grad * links.allreduce_spb + links.allreduce_latency * (grad / DP_BUCKET_BYTES))
+            last.append(links.allreduce_latency)
         return np.array(dp_coef), np.array(opt_coef), np.array(last)
 
     @cached_property

@@ -43,3 +43,15 @@ def test_a_ring_pays_each_hop_latency_once(nodes):
     assert latency[0] < nodes.inter_latency[0]
     _, inside = nodes.ring_links(np.arange(4)[None, :])
     assert inside[0] == pytest.approx(nodes.intra_latency[0])
+
+
+def test_an_all_reduce_message_pays_the_cheaper_of_a_ring_and_a_tree_over_the_nodes(nodes):
+    """16 ranks on 4 nodes of 4 (PCIe inside, Ethernet across): a ring's 2 x 15 steps of the mean
+    hop latency, or a tree over the nodes, 2 x (3 hops inside a node + log2 4 crossings)."""
+    intra, inter = nodes.intra_latency[0], nodes.inter_latency[0]
+    ring = 2 * 15 * (12 * intra + 4 * inter) / 16
+    tree = 2 * (3 * intra + 2 * inter)
+    assert tree < ring
+    assert nodes.allreduce_latency(np.arange(16)[None, :])[0] == pytest.approx(tree)
+    assert nodes.allreduce_latency(np.arange(4)[None, :])[0] == pytest.approx(2 * 3 * intra)
+    assert nodes.allreduce_latency(np.arange(1)[None, :])[0] == 0.0

@@ -16,8 +16,8 @@ over tp:
   once       after the backward pass, each GPU's reduced gradient shard, P x e / (shard x cp)
              bytes, all-reduced across the dp / shard replicas that hold the same shard, over the
              replica ring (usually the network): the per-byte all-reduce time of that ring
-             (ring or hierarchical, placement.Nodes.allreduce_seconds_per_byte), plus one latency
-             per step per bucket. It overlaps the backward pass like a data-parallel all-reduce.
+             (ring or hierarchical, placement.Nodes.allreduce_seconds_per_byte), plus one all-reduce's
+             latency per bucket. It overlaps the backward pass like a data-parallel all-reduce.
 """
 
 from __future__ import annotations
@@ -29,8 +29,8 @@ import numpy as np
 
 @dataclass(frozen=True)
 class HsdpLinks:
-    """Per pipeline stage: the shard ring's slowest link (s/byte) and latency, the replica
-    all-reduce's seconds per byte reduced and its per-message latency."""
+    """Per pipeline stage: the shard ring's slowest link (s/byte) and per-step latency, the replica
+    all-reduce's seconds per byte reduced and its latency per message (placement.allreduce_latency)."""
 
     shard_seconds_per_byte: np.ndarray
     shard_latency: np.ndarray
@@ -53,7 +53,7 @@ def hsdp_links(nodes, ranks_per_replica: int, pp: int, dp: int, shard: int) -> H
     shard_rings = ranks.transpose(0, 1, 3, 2).reshape(pp, -1, shard)
     replica_rings = ranks.transpose(0, 2, 3, 1).reshape(pp, -1, replicas)
     shard_spb, shard_latency = (a.max(axis=1) for a in nodes.ring_links(shard_rings))
-    _, replica_latency = (a.max(axis=1) for a in nodes.ring_links(replica_rings))
+    replica_latency = nodes.allreduce_latency(replica_rings).max(axis=1)
     replica = nodes.allreduce_seconds_per_byte(replica_rings).max(axis=1) if replicas > 1 else np.zeros(pp)
     return HsdpLinks(shard_spb, shard_latency, replica, replica_latency)
 
@@ -86,20 +86,11 @@ def shard_ring(links: HsdpLinks, shard: int) -> list[tuple[float, float]]:
             for spb, lat in zip(links.shard_seconds_per_byte, links.shard_latency)]
 
 
-def replica_allreduce_coef(links: HsdpLinks, gradient_bytes_per_param: float, replicas: int,
-                           bucket_bytes: float) -> tuple[np.ndarray, np.ndarray]:
+def replica_allreduce_coef(links: HsdpLinks, gradient_bytes_per_param: float, bucket_bytes: float
+                           ) -> tuple[np.ndarray, np.ndarray]:
     """Per stage: (seconds per parameter (over tp) of the replica all-reduce of the gradient
     shard, the latency of its last bucket). `gradient_bytes_per_param` is the shard's bytes per
-    parameter (e / (shard x cp)); each bucket of `bucket_bytes` pays the ring's steps' latency."""
-    steps = collective_steps(replicas)
+    parameter (e / (shard x cp)); each bucket of `bucket_bytes` pays one all-reduce's latency."""
     per_param = gradient_bytes_per_param * links.replica_allreduce_seconds_per_byte + \
-        steps * links.replica_latency * (gradient_bytes_per_param / bucket_bytes)
-    return per_param, steps * links.replica_latency
-
-
-def collective_steps(n: int) -> float:
-    """Messages in sequence for an all-reduce over n ranks: a ring's 2 (n - 1) or a tree's
-    2 log2 n, whichever is fewer (as cost._collective_steps)."""
-    if n <= 1:
-        return 0.0
-    return float(min(2 * (n - 1), 2 * np.ceil(np.log2(n))))
+        links.replica_latency * (gradient_bytes_per_param / bucket_bytes)
+    return per_param, links.replica_latency
