@@ -35,8 +35,8 @@ bound cannot beat the N-th best: then the result is exact.
 
 Three limits keep it fast, and the result says when one was reached (then it is a heuristic with a
 stated gap): beyond MAX_PARTS node-count vectors only counts near 0 and near each group's size are
-tried; and after MAX_SEARCHES parts searched once SEARCH_CAP_AFTER_S has passed (a small cluster's
-parts take milliseconds each: all of them are searched), or TIME_LIMIT_S seconds (the first searches above
+tried; and after MAX_SEARCHES parts searched (on a cluster of more than SMALL_PARTS parts: a small
+cluster's take milliseconds each, and all of them are searched), or TIME_LIMIT_S seconds (the first searches above
 always complete), the best found is returned with the bound of the best part not searched: the best
 found is at most best / that bound - 1 above the optimum (`IdleSearch.gap`). The time limit makes a
 large search's result depend on the machine's speed, never silently.
@@ -65,7 +65,7 @@ from amp_tui.core.strategy import Strategy
 
 MAX_PARTS = 200_000     # node-count vectors bounded in full
 MAX_SEARCHES = 32       # parts searched before settling for the best found and a stated gap ...
-SEARCH_CAP_AFTER_S = 0.25   # ... once this long has passed
+SMALL_PARTS = 256       # ... on a cluster of more parts than this
 TIME_LIMIT_S = 3.0      # ... or once this long has passed (the whole cluster's search always completes)
 WHOLE_SHARE = 0.4       # of the progress bar: the whole cluster's search; the other parts share the rest
 
@@ -452,10 +452,10 @@ def search_parts(scenario: Scenario, objective: Objective | None = None, *, top:
         if weighted[i] >= cutoff():     # parts come in order of bound
             break
         # Parts stop at MAX_SEARCHES or TIME_LIMIT_S, whichever comes first: the bar moves with both.
-        done = max(index / len(order), searched / MAX_SEARCHES, (time.perf_counter() - started) / TIME_LIMIT_S)
+        done = max(index / len(order), (time.perf_counter() - started) / TIME_LIMIT_S,
+                   searched / MAX_SEARCHES if len(rows) > SMALL_PARTS else 0.0)
         report(WHOLE_SHARE + (1.0 - WHOLE_SHARE) * min(done, 1.0))
-        capped = searched >= MAX_SEARCHES and time.perf_counter() - started > SEARCH_CAP_AFTER_S
-        if capped or cancel():
+        if (searched >= MAX_SEARCHES and len(rows) > SMALL_PARTS) or cancel():
             stopped_at = index
             break
         try:
