@@ -531,11 +531,12 @@ class Candidate:
             return 0.0
         return backward_overlap(self.cost)
 
-    def exposed_allreduce(self, allreduce: np.ndarray, compute: np.ndarray) -> np.ndarray:
-        """What of the all-reduce the backward pass does not hide."""
+    def exposed_allreduce(self, allreduce: np.ndarray, compute: np.ndarray, last: np.ndarray) -> np.ndarray:
+        """What of the all-reduce the backward pass does not hide: at least the last bucket's
+        latency (`last`, in `allreduce` too), paid after the backward pass has ended."""
         if not self.hidden_share:
             return allreduce
-        return np.maximum(allreduce - self.hidden_share * compute, 0.0)
+        return np.maximum(allreduce - self.hidden_share * compute, last)
 
     @cached_property
     def tail_floor(self) -> float:
@@ -681,7 +682,8 @@ class Candidate:
         comm[:-1] += cuts
         comm[1:] += cuts
         params = self.param_prefix[ends] - self.param_prefix[starts]
-        dp_allreduce = self.exposed_allreduce(self.dp_coef * params + self.last_bucket_latency, compute)
+        dp_allreduce = self.exposed_allreduce(self.dp_coef * params + self.last_bucket_latency, compute,
+                                              self.last_bucket_latency)
         optimizer_step = self.opt_coef * params
         memory = self.memory_terms(stages, starts, ends)
         overhead = self.micro_batch_overhead

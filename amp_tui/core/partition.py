@@ -326,10 +326,11 @@ class SegmentTables:
         c, stage = self.candidate, self._stage[rows]
         segment_params = c.param_prefix[self._ends[rows]][:, None] - c.param_prefix[start]
         if c.hidden_share:      # the backward pass hides part of the all-reduce (cost.Candidate)
-            allreduce = c.dp_coef[stage][:, None] * segment_params + c.last_bucket_latency[stage][:, None]
+            last = c.last_bucket_latency[stage][:, None]
+            allreduce = c.dp_coef[stage][:, None] * segment_params + last
             if self.poll is not None:
                 self.poll()
-            e = c.exposed_allreduce(allreduce, compute)
+            e = c.exposed_allreduce(allreduce, compute, last)
             if self.poll is not None:
                 self.poll()
             e += c.opt_coef[stage][:, None] * segment_params

@@ -83,7 +83,7 @@ def predict_with_shares(candidate: Candidate, partition: tuple[int, ...], shares
     compute, busy = t["compute"][crit], t["busy"][crit]
     base = t["base"]
     params = c.param_prefix[base["ends"]] - c.param_prefix[base["starts"]]
-    allreduce = c.exposed_allreduce(c.dp_coef * params + c.last_bucket_latency, compute)
+    allreduce = c.exposed_allreduce(c.dp_coef * params + c.last_bucket_latency, compute, c.last_bucket_latency)
     gpus = c.cost.gpus
     stages = []
     for s, st in enumerate(uniform.stages):
