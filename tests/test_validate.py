@@ -29,8 +29,8 @@ CEILINGS = {
     "korthikanti": {"mape": 0.09, "replayed": 8},
     "llmfoundry": {"mape": 0.08, "spearman": 0.95, "top_pick": 1.02, "replayed": 216},
     "nemo": {"mape": 0.12, "replayed": 109},
-    "torchtitan": {"mape": 0.14, "spearman": 0.85, "memory_mape": 0.12, "replayed": 45},
-    "macro": {"mape": 0.09, "spearman": 0.90, "top_pick": 1.02},
+    "torchtitan": {"mape": 0.12, "spearman": 0.85, "top_pick": 1.02, "memory_mape": 0.12, "replayed": 45},
+    "macro": {"mape": 0.085, "spearman": 0.90, "top_pick": 1.02},
 }
 # Of the runs that ran out of memory (AMP's 5 failed runs and torchtitan's 2): AMP's 4x4x1 at
 # micro-batch 32 on T4 (predicted 14.3 of 14.8 GiB usable), which needs no more memory than the
@@ -433,3 +433,16 @@ def test_trays_as_large_as_an_nvlink_domain_stay_nodes():
     from amp_tui.core.validation.runs import _nvlink_domain
     assert _nvlink_domain(288, 144, "1600 Gbps", []) == (144, "1600 Gbps")
     assert _nvlink_domain(128, 4, "1600 Gbps", []) == (64, "25600 Gbps")
+
+
+def test_torchtitan_rows_keep_their_schedule_and_async_tp(cases):
+    """The quoted rows say "Interleaved 1F1B" (torchtitan's default: 2 stages per rank without split
+    points) and "AsyncTP" (tensor-parallel collectives overlapped); read as plain 1F1B and plain TP,
+    the two runs of each pair were predicted alike although one ran 28% (14%) faster."""
+    interleaved, plain = cases["torchtitan-202412-t5-L60"], cases["torchtitan-202412-t5-L59"]
+    assert (interleaved.strategy.virtual_stages, plain.strategy.virtual_stages) == (2, 1)
+    assert any("2 stages per rank" in note for note in interleaved.assumptions)
+    overlapped, vanilla = cases["torchtitan-202412-t4-L53"], cases["torchtitan-202412-t4-L52"]
+    assert overlapped.scenario.training.tp_comm_overlap and not vanilla.scenario.training.tp_comm_overlap
+    assert not cases["torchtitan-asynctp-70B-float8-tensorwise-vanilla_TP"].scenario.training.tp_comm_overlap
+    assert cases["torchtitan-asynctp-70B-float8-tensorwise-async_TP"].scenario.training.tp_comm_overlap

@@ -168,6 +168,12 @@ def parse_run(run: dict, scenarios: dict[str, Scenario] | None = None) -> Replay
             notes.append("sequence parallelism: torchtitan's tensor-parallel plan uses it")
     vpp = training.get("vpp")
     virtual_stages = int(vpp) if isinstance(vpp, int) else (1 if vpp is None else None)
+    if source == "torchtitan" and vpp is None and pp > 1 and "interleaved" in str(
+            (run.get("source") or {}).get("quote") or "").lower():
+        # torchtitan's generate_split_points: a multi-stage schedule without split points gets
+        # 2 stages per rank.
+        virtual_stages = 2
+        notes.append("interleaved 1F1B: torchtitan's default of 2 stages per rank")
     if pp == 1 and virtual_stages != 1:
         notes.append(f"interleaving ({vpp}) without pipeline stages: none")
         virtual_stages = 1
@@ -338,9 +344,12 @@ def _fused_loss(source: str, notes: list[str]) -> bool:
 
 
 def _tp_comm_overlap(run: dict, tp: int) -> bool:
-    """NeMo's recipes state TP communication overlap; torchtitan's async-TP rows are named so."""
-    notes = str((run.get("training") or {}).get("notes") or "").lower()
-    return tp > 1 and ("tp comm overlap" in notes or "async_tp" in str(run.get("id")).lower())
+    """NeMo's recipes state TP communication overlap; torchtitan's async-TP rows say AsyncTP in
+    their id, notes or quoted row."""
+    text = " ".join(str(x) for x in ((run.get("training") or {}).get("notes"),
+                                     (run.get("source") or {}).get("quote"))).lower()
+    return tp > 1 and ("async_tp" in str(run.get("id")).lower()
+                       or any(word in text for word in ("tp comm overlap", "asynctp", "async tp")))
 
 
 def _zero_stage(label) -> int:
