@@ -444,12 +444,18 @@ class SegmentTables:
             ok = R <= W and self._low[0] <= R - 1 < self._high[0]
             v = float(masked(0, R - 1, R)[0, R - 1]) if ok else INF
             return (v, (L,)) if v < INF else (INF, None)
+        bands = self._dp_bands(W)
+        if min(bands[0][1], W) <= bands[0][0]:      # stage 0 can end nowhere
+            return INF, None
+        step = np.dtype(np.float64).itemsize
+        # Small whole tables: every stage's rows masked in one pass (a numpy call per stage cost
+        # more than the cells on the paper settings), and each stage's values in a row of their
+        # own, INF where it cannot end, so that nothing is cleared between stages; the walk back
+        # reads the combined rows. Larger ones mask only each stage's band, stage by stage.
+        first = bands[0][0] - band_low[0] if not lean else 0
+        if not lean and (len(self._stage) - first) * W <= SMALL_TABLE_CELLS:
+            return self._dp_small(combine, mask(slice(first, None)), first, W, bands)
         value = np.full(L + W, INF)
-        step = value.itemsize
-        lows, highs = _band_limits(pp, L, W)
-        lows, highs = np.maximum(lows, self._low), np.minimum(highs, self._high)   # within the tables' bands
-        bands = list(zip(lows.tolist(), np.maximum(lows, highs).tolist()))[:-1]
-        bands.append((R - 1, R if pp * W >= L and self._high[-1] == R else R - 1))  # the last stage ends at layer L
         low, high = bands[0]                # stage 0 starts at layer 0: segment r holds r + 1 layers
         high = max(low, min(high, W))
         if high > low:
@@ -457,28 +463,12 @@ class SegmentTables:
         chunk = max(1, LEAN_CHUNK_CELLS // W) if lean else R
         reads: list[np.ndarray] = [value]     # per stage, the values it read
         best = np.minimum.reduce
-        # Small whole tables: the later stages' rows masked in one pass (a numpy call per stage
-        # cost more than the cells on the paper settings) and combined in place, one chunk per
-        # stage, so each stage reads `value` before it writes its ends, and the walk back reads
-        # the combined rows. Larger ones mask only each stage's band, stage by stage.
-        first = offset[1] - band_low[1] + bands[1][0] if not lean else 0
-        small = not lean and (len(self._stage) - first) * W <= SMALL_TABLE_CELLS
-        whole = mask(slice(first, None)) if small else None
         for s in range(1, pp):
             if self.poll is not None:
                 self.poll()
             value[s + W - 2] = INF            # position s - 1: no segment of stage s starts there
             low, high = bands[s]
             ends = value[s + W:s + W + R]         # ends s + 1 ... s + R
-            if whole is not None:
-                starts = np.ndarray((L + 1, W), buffer=value, offset=(W - 1) * step, strides=(step, -step))
-                row = offset[s] - band_low[s] - first
-                combined = whole[row + low:row + high]
-                combine(starts[s + low:s + high], combined, out=combined)
-                best(combined, axis=1, out=ends[low:high])
-                ends[:low] = INF
-                ends[high:] = INF
-                continue
             read = value.copy()
             reads.append(read)
             # starts[q, w] = read[W - 1 + q - w]: stage s's row r reads row q = s + r
@@ -496,11 +486,61 @@ class SegmentTables:
         sizes, j = [], L                 # walk back from the end through each stage's best length
         for s in range(pp - 1, 0, -1):
             r = j - s - 1
-            if whole is not None:
-                size = int(whole[offset[s] - band_low[s] - first + r].argmin()) + 1
-            else:
-                starts = np.ndarray((L + 1, W), buffer=reads[s], offset=(W - 1) * step, strides=(step, -step))
-                size = int(combine(starts[s + r], masked(s, r, r + 1)[0]).argmin()) + 1
+            starts = np.ndarray((L + 1, W), buffer=reads[s], offset=(W - 1) * step, strides=(step, -step))
+            size = int(combine(starts[s + r], masked(s, r, r + 1)[0]).argmin()) + 1
+            sizes.append(size)
+            j -= size
+        sizes.append(j)
+        return total, tuple(reversed(sizes))
+
+    def _dp_bands(self, W: int) -> list[tuple[int, int]]:
+        """Per stage, the rows [low, high) a DP with segments of up to W layers combines: within
+        the tables' bands and _band_limits(W); the last stage ends at layer L (kept per W, as
+        the walk asks for few distinct W)."""
+        cache = self.__dict__.setdefault("_bands_by_W", {})
+        if W not in cache:
+            pp, L, R = self.pp, self.L, self.R
+            lows, highs = _band_limits(pp, L, W)
+            lows, highs = np.maximum(lows, self._low), np.minimum(highs, self._high)
+            bands = list(zip(lows.tolist(), np.maximum(lows, highs).tolist()))[:-1]
+            bands.append((R - 1, R if pp * W >= L and self._high[-1] == R else R - 1))
+            cache[W] = bands
+        return cache[W]
+
+    def _dp_small(self, combine, whole: np.ndarray, first: int, W: int,
+                  bands: list[tuple[int, int]]) -> tuple[float, tuple[int, ...] | None]:
+        """_dp on small whole tables, `whole` their rows from `first` on masked (allowed
+        segments' cost, else INF). values[s, p + W - 1] is the best over partitions of layers
+        [0, p) into stages 0 ... s (INF where stage s cannot end at p), and stage s reads row
+        s - 1 through one strided view: starts before layer s hold INF there, as stage s - 1
+        ends at layer s at the earliest, and so do ends outside its band. The combined rows are
+        written into `whole` in place, for the walk back. No poll: a DP this size takes well under
+        a millisecond, and solve polls before each."""
+        pp, L, R = self.pp, self.L, self.R
+        offset, band_low = self._band_rows
+        values = np.full((pp, L + W), INF)
+        step, row_step = values.strides[1], values.strides[0]
+        # starts[s, q, w] = values[s, W - 1 + q - w]: stage s + 1's row r reads q = s + 1 + r
+        starts = np.ndarray((pp, L + 1, W), buffer=values, offset=(W - 1) * step, strides=(row_step, step, -step))
+        best = np.minimum.reduce
+        low, high = bands[0]                # stage 0 starts at layer 0: segment r holds r + 1 layers
+        high = max(low, min(high, W))
+        if high > low:
+            values[0, W + low:W + high] = whole[:high - low, low:high].diagonal()
+        rows = [offset[s] - band_low[s] - first for s in range(pp)]     # stage s's row r: rows[s] + r
+        for s in range(1, pp):
+            low, high = bands[s]
+            if high <= low:
+                continue
+            combined = whole[rows[s] + low:rows[s] + high]
+            combine(starts[s - 1, s + low:s + high], combined, out=combined)
+            best(combined, axis=1, out=values[s, s + W + low:s + W + high])
+        total = float(values[-1, -1])
+        if total == INF:
+            return INF, None
+        sizes, j = [], L                 # walk back from the end through each stage's best length
+        for s in range(pp - 1, 0, -1):
+            size = int(whole[rows[s] + j - s - 1].argmin()) + 1
             sizes.append(size)
             j -= size
         sizes.append(j)
