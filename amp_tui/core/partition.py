@@ -847,26 +847,32 @@ def solve(tables: SegmentTables, upper_bound: float = INF,
     tables.poll = poll
     candidate = tables.candidate
     deep = tables.pp > 2        # one or two stages: every partition at once (after the cap)
-    # Settled without building the tables: no partition fits (after this, finding nothing means
-    # that nothing beats the bound), or none has a bottleneck that could beat the bound.
-    @functools.cache
-    def even_fits() -> bool:
-        need, capacity = even_split_memory([candidate])
-        return bool(np.all(need <= capacity))
+    even = even_partition(candidate.num_layers, candidate.pp)
 
-    if deep and not even_fits() and not partitions_fit([candidate])[0]:
+    @functools.cache
+    def fits() -> bool:
+        """Whether some partition fits memory (the even split's check first: the cheapest)."""
+        return _fits(candidate, even) or bool(partitions_fit([candidate])[0])
+
+    # Large tables: settled without building them when no partition fits (after this, finding
+    # nothing means that nothing beats the bound). Small ones cost less than that check: it is
+    # made only when nothing is found, and not even then where a DP over the tables, not cut at
+    # a cap, found no partition (the tables judge memory as partitions_fit does).
+    small = tables.pp * tables.R ** 2 < CAP_MIN_CELLS
+    if deep and not small and not fits():
         return PartitionResult(None, INF, 0, fits=False)
     g_floor, e_floor = _sum_and_tail_floors(candidate)
+    # Settled without building the tables: none has a bottleneck that could beat the bound.
     if deep and upper_bound < INF and (g_floor + e_floor >= upper_bound or B > 1 and _bottleneck_exceeds(
             candidate, (upper_bound - g_floor - e_floor) / (B - 1))):
-        return PartitionResult(None, INF, 0)
+        return PartitionResult(None, INF, 0, fits=fits())
     # A partition with max tau >= (J - g_floor - e_floor) / (B - 1) costs at least J: with J the
     # bound, or else the even split's time (when it fits, the optimum costs no more), its
     # segments with tau that high are never needed, and the tables are cut short of them.
     # A partition found cheaply that fits (the even split, one balanced by compute) bounds it too.
     bound = upper_bound
-    if tables.pp * tables.R ** 2 >= CAP_MIN_CELLS:
-        for heuristic in (even_partition(candidate.num_layers, candidate.pp), _balanced_partition(candidate)):
+    if not small:
+        for heuristic in (even, _balanced_partition(candidate)):
             if heuristic is not None and _fits(candidate, heuristic):
                 bound = min(bound, candidate.quick_evaluate(heuristic)[0])
     if B > 1 and bound < INF:
@@ -874,21 +880,23 @@ def solve(tables: SegmentTables, upper_bound: float = INF,
     if not deep and not tables.lean:
         result = _solve_by_enumeration(tables, upper_bound)
         # Nothing found: none fits, or (the tables cut at the cap) none beats the bound.
-        if result.partition is None and not even_fits() and not partitions_fit([candidate])[0]:
+        if result.partition is None and not fits():
             return PartitionResult(None, INF, result.solves, fits=False)
         return result
-    if not deep and not even_fits() and not partitions_fit([candidate])[0]:     # lean tables
+    if not deep and not fits():     # lean tables
         return PartitionResult(None, INF, 0, fits=False)
     poll()
-    if tables.empty:
-        return PartitionResult(None, INF, 0)
+    if tables.empty:                # (not cut at a cap: no segment fits, nor any partition)
+        return PartitionResult(None, INF, 0, fits=tables.tau_cap < INF and fits())
     if not tables.lean:
         for table in ("_compute", "_busy", "tau"):      # built in steps, so that a cancel waits less
             poll()
             getattr(tables, table)
     poll()
     t_star, start = tables.minmax("tau")
-    if start is None or (B - 1) * t_star + g_floor + e_floor >= upper_bound:
+    if start is None:               # (not cut at a cap: no partition fits)
+        return PartitionResult(None, INF, 1, fits=tables.tau_cap < INF and fits())
+    if (B - 1) * t_star + g_floor + e_floor >= upper_bound:
         return PartitionResult(None, INF, 1)
     if not tables.lean:
         poll()
