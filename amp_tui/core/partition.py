@@ -97,6 +97,16 @@ class SegmentTables:
         self.poll: Callable[[], None] | None = None     # called between the DPs' stages (solve sets it)
         # Segments surely at or above this tau are cut from the tables (solve sets it, see there).
         self.tau_cap = INF
+        self._parent: SegmentTables | None = None     # see narrowed
+        self._parent_rows: np.ndarray | None = None
+
+    def narrowed(self, tau_cap: float) -> "SegmentTables":
+        """The same candidate's tables cut at a lower cap. Their segments are a subset of these
+        (fewer rows, W no larger), with the same figures: each table these tables have built is
+        cut to them instead of being computed again."""
+        other = SegmentTables(self.candidate)
+        other.poll, other.tau_cap, other._parent = self.poll, tau_cap, self
+        return other
 
     # Built on first use, as the cost tables below: solve can rule a candidate out without them.
     @functools.cached_property
@@ -161,10 +171,24 @@ class SegmentTables:
     def cells(self) -> int:
         """The tables' size (rows x W), known before they are built."""
         # No segment longer than the cap allows is needed (tau_cap), nor built.
-        W = min(self.R, self._longest_below(self.tau_cap), self._longest_fitting())
+        parent = self._parent
+        self._fitting = parent._fitting if parent is not None else self._longest_fitting()
+        W = min(self.R, self._longest_below(self.tau_cap), self._fitting)
         self._band(W)
         self._W = W
+        if parent is not None and W <= parent._W:     # each row's row in the parent's tables
+            stage = self._stage
+            if np.all((self._r >= parent._low[stage]) & (self._r < parent._high[stage])):
+                self._parent_rows = parent._offset[stage] + self._r - parent._low[stage]
         return int(self._offset[-1]) * W
+
+    def _inherited(self, name: str) -> np.ndarray | None:
+        """The parent's table `name` cut to these rows and W, if these lie within it and it
+        was built; else None."""
+        self.cells
+        if self._parent_rows is None or name not in self._parent.__dict__:
+            return None
+        return self._parent.__dict__[name][self._parent_rows, :self._W]
 
     def _build(self) -> None:
         self.cells
@@ -174,7 +198,9 @@ class SegmentTables:
             return
         if self.poll is not None:
             self.poll()
-        self._feasible = self._rows_feasible(slice(None), W)
+        # (a segment's fit does not depend on W: the shortest ones fit, however many are kept)
+        inherited = self._inherited("_feasible")
+        self._feasible = inherited if inherited is not None else self._rows_feasible(slice(None), W)
 
     @property
     def lean(self) -> bool:
@@ -354,15 +380,18 @@ class SegmentTables:
 
     @functools.cached_property
     def g(self) -> np.ndarray:
-        return self._rows_g(self._busy)
+        inherited = self._inherited("g")
+        return inherited if inherited is not None else self._rows_g(self._busy)
 
     @functools.cached_property
     def tau(self) -> np.ndarray:
-        return self._rows_tau(slice(None), self._busy, *self._start_valid)
+        inherited = self._inherited("tau")
+        return inherited if inherited is not None else self._rows_tau(slice(None), self._busy, *self._start_valid)
 
     @functools.cached_property
     def e(self) -> np.ndarray:
-        return self._rows_e(slice(None), self._compute, self._start_valid[0])
+        inherited = self._inherited("e")
+        return inherited if inherited is not None else self._rows_e(slice(None), self._compute, self._start_valid[0])
 
     def _block(self, rows: slice, W: int, cost: str, e_limit: float, t_limit: float) -> np.ndarray:
         """Lean tables: `cost` ("g", "tau" or "e") of these rows' segments of up to W layers,
@@ -917,8 +946,7 @@ def solve(tables: SegmentTables, upper_bound: float = INF,
     # shrinks them well, the walk reads tables cut there (t_star, e_star and g_min, from more
     # segments, stay lower bounds).
     if B > 1 and best_j < INF:
-        narrower = SegmentTables(candidate)
-        narrower.poll, narrower.tau_cap = poll, (best_j - g_floor - e_floor) / (B - 1)
+        narrower = tables.narrowed((best_j - g_floor - e_floor) / (B - 1))
         if narrower.cells < REBUILD_SHARE * tables.cells:
             tables = narrower
             if tables.empty:
