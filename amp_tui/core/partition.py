@@ -72,7 +72,7 @@ REBUILD_SHARE = 0.5        # solve cuts its tables again at its first partitions
 class PartitionResult:
     partition: tuple[int, ...] | None      # layers per stage; None when nothing fits or beats the bound
     iteration_time_s: float                 # the objective J (inf when partition is None)
-    solves: int                             # DPs run (1 for a one- or two-stage enumeration)
+    solves: int                             # DPs asked for (see _answer; 1 for a one- or two-stage enumeration)
     fits: bool = True                       # False: no partition fits in memory
 
 
@@ -100,7 +100,7 @@ class SegmentTables:
         self._parent: SegmentTables | None = None     # see narrowed
         self._parent_rows: np.ndarray | None = None
 
-    def narrowed(self, tau_cap: float) -> "SegmentTables":
+    def narrowed(self, tau_cap: float) -> SegmentTables:
         """The same candidate's tables cut at a lower cap. Their segments are a subset of these
         (fewer rows, W no larger), with the same figures: each table these tables have built is
         cut to them instead of being computed again."""
@@ -419,12 +419,31 @@ class SegmentTables:
     def minsum(self, e_limit: float = INF, t_limit: float = INF) -> tuple[float, tuple[int, ...] | None]:
         """Minimum sum of g over partitions of segments that fit with E below e_limit and tau
         below t_limit, and one such partition."""
-        return self._dp("g", np.add, e_limit, t_limit)
+        return self._answer("g", np.add, e_limit, t_limit)
 
     def minmax(self, cost: str, e_limit: float = INF, t_limit: float = INF) -> tuple[float, tuple[int, ...] | None]:
         """Minimum over such partitions of the largest per-stage `cost` ("tau" or "e"), and one
         such partition."""
-        return self._dp(cost, np.maximum, e_limit, t_limit)
+        return self._answer(cost, np.maximum, e_limit, t_limit)
+
+    def _answer(self, cost: str, combine, e_limit: float, t_limit: float) -> tuple[float, tuple[int, ...] | None]:
+        """_dp, or the answer of an earlier DP of the same cost under limits no lower when its
+        partition has max E and max tau below these limits too (or it found none): the
+        partitions allowed now are a subset of those allowed then that still holds its optimum,
+        so the optimum is the same, and so is the partition the DP's walk back picks (at each
+        step the first best choice: the subset keeps it, and can add no earlier one). The walk
+        asks that often: with a lower E limit it meets tau limits it met before."""
+        answers = self.__dict__.setdefault("_answers", {}).setdefault(cost, [])
+        for e_then, t_then, value, partition in answers:
+            if e_limit <= e_then and t_limit <= t_then:
+                if partition is None:
+                    return value, partition
+                p_tau, _, p_e = self.measures(partition)
+                if p_e < e_limit and p_tau < t_limit:
+                    return value, partition
+        value, partition = self._dp(cost, combine, e_limit, t_limit)
+        answers.append((e_limit, t_limit, value, partition))
+        return value, partition
 
     def _dp(self, cost: str, combine, e_limit: float, t_limit: float) -> tuple[float, tuple[int, ...] | None]:
         """The best value over partitions of the allowed segments' `cost` combined stage by stage
@@ -545,7 +564,7 @@ class SegmentTables:
         ends at layer s at the earliest, and so do ends outside its band. The combined rows are
         written into `whole` in place, for the walk back. No poll: a DP this size takes well under
         a millisecond, and solve polls before each."""
-        pp, L, R = self.pp, self.L, self.R
+        pp, L = self.pp, self.L
         offset, band_low = self._band_rows
         values = np.full((pp, L + W), INF)
         step, row_step = values.strides[1], values.strides[0]
@@ -576,7 +595,14 @@ class SegmentTables:
         return total, tuple(reversed(sizes))
 
     def measures(self, partition: tuple[int, ...]) -> tuple[float, float, float]:
-        """(max tau, sum g, max E) of a partition."""
+        """(max tau, sum g, max E) of a partition (kept: the walk asks again for those its
+        DPs found)."""
+        known = self.__dict__.setdefault("_measures", {})
+        if partition not in known:
+            known[partition] = self._measures_of(partition)
+        return known[partition]
+
+    def _measures_of(self, partition: tuple[int, ...]) -> tuple[float, float, float]:
         offset, band_low = self._band_rows
         ends = np.cumsum(partition)
         rows = [offset[s] + int(ends[s]) - s - 1 - band_low[s] for s in range(self.pp)]
