@@ -26,12 +26,12 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass
-from functools import cached_property
 
 import numpy as np
 
 from amp_tui.core.hardware import GPU
 from amp_tui.core.knobs import Knobs, default_knobs
+from amp_tui.core.lazy import cached_property
 from amp_tui.core.memory import (MemoryBreakdown, StateBytes, micro_batches_in_flight,
                                  optimizer_traffic_per_param, state_bytes_per_param, zero3_gathered_params)
 from amp_tui.core.placement import Layout, Nodes, build_layout

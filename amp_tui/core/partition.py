@@ -50,6 +50,7 @@ With one or two stages there are at most L - 1 partitions, so they are all evalu
 from __future__ import annotations
 
 import functools
+import itertools
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -57,6 +58,7 @@ import numpy as np
 
 from amp_tui.core.cost import Candidate
 from amp_tui.core.errors import Cancelled
+from amp_tui.core.lazy import cached_property
 from amp_tui.core.strategy import even_partition
 
 INF = float("inf")
@@ -109,7 +111,7 @@ class SegmentTables:
         return other
 
     # Built on first use, as the cost tables below: solve can rule a candidate out without them.
-    @functools.cached_property
+    @cached_property
     def feasible(self) -> np.ndarray:
         """Whether each segment fits its stage's memory (segments starting before their stage: no)."""
         self._build()
@@ -167,7 +169,7 @@ class SegmentTables:
             earliest[s - 1] = j
         return earliest, latest
 
-    @functools.cached_property
+    @cached_property
     def cells(self) -> int:
         """The tables' size (rows x W), known before they are built."""
         # No segment longer than the cap allows is needed (tau_cap), nor built.
@@ -365,30 +367,30 @@ class SegmentTables:
         e += c.e_const[stage][:, None]
         return e
 
-    @functools.cached_property
+    @cached_property
     def _start_valid(self) -> tuple[np.ndarray, np.ndarray]:
         self.feasible
         return self._starts(slice(None), self.W)
 
-    @functools.cached_property
+    @cached_property
     def _compute(self) -> np.ndarray:
         return self._rows_compute(slice(None), self._start_valid[0])
 
-    @functools.cached_property
+    @cached_property
     def _busy(self) -> np.ndarray:
         return self._rows_busy(slice(None), self._compute)
 
-    @functools.cached_property
+    @cached_property
     def g(self) -> np.ndarray:
         inherited = self._inherited("g")
         return inherited if inherited is not None else self._rows_g(self._busy)
 
-    @functools.cached_property
+    @cached_property
     def tau(self) -> np.ndarray:
         inherited = self._inherited("tau")
         return inherited if inherited is not None else self._rows_tau(slice(None), self._busy, *self._start_valid)
 
-    @functools.cached_property
+    @cached_property
     def e(self) -> np.ndarray:
         inherited = self._inherited("e")
         return inherited if inherited is not None else self._rows_e(slice(None), self._compute, self._start_valid[0])
@@ -586,9 +588,10 @@ class SegmentTables:
         total = float(values[-1, -1])
         if total == INF:
             return INF, None
+        choice = whole.argmin(axis=1).tolist()      # per row, its best length less 1 (where combined)
         sizes, j = [], L                 # walk back from the end through each stage's best length
         for s in range(pp - 1, 0, -1):
-            size = int(whole[rows[s] + j - s - 1].argmin()) + 1
+            size = choice[rows[s] + j - s - 1] + 1
             sizes.append(size)
             j -= size
         sizes.append(j)
@@ -604,8 +607,8 @@ class SegmentTables:
 
     def _measures_of(self, partition: tuple[int, ...]) -> tuple[float, float, float]:
         offset, band_low = self._band_rows
-        ends = np.cumsum(partition)
-        rows = [offset[s] + int(ends[s]) - s - 1 - band_low[s] for s in range(self.pp)]
+        ends = list(itertools.accumulate(partition))
+        rows = [offset[s] + ends[s] - s - 1 - band_low[s] for s in range(self.pp)]
         if self.lean:
             W, figures = self._W, []
             for row, size in zip(rows, partition):
@@ -617,9 +620,9 @@ class SegmentTables:
                                 self._rows_g(busy)[0, size - 1], self._rows_e(one, compute, start)[0, size - 1]))
             tau, g, e = (np.array(column) for column in zip(*figures))
             return float(tau.max()), float(np.add.reduce(g)), float(e.max())
-        flat = [row * self.W + size - 1 for row, size in zip(rows, partition)]
-        return (float(self.tau.ravel()[flat].max()), float(np.add.reduce(self.g.ravel()[flat])),
-                float(self.e.ravel()[flat].max()))
+        flat = np.array([row * self.W + size - 1 for row, size in zip(rows, partition)])
+        return (float(self.tau.take(flat).max()), float(np.add.reduce(self.g.take(flat))),
+                float(self.e.take(flat).max()))
 
 
 def _band_limits(pp: int, L: int, W: int) -> tuple[np.ndarray, np.ndarray]:
