@@ -619,7 +619,7 @@ class Candidate:
         """(L + 1,): prefix sums of parameters per GPU (divided by tp)."""
         return np.concatenate([[0.0], np.cumsum(self.cost._params)]) / self.tp
 
-    @property
+    @cached_property
     def memory_arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(activation prefix per micro-batch per GPU, per-layer transient peak, in-flight per stage)."""
         return self.cost.memory_arrays(self.tp, self.pp, self.mbs, self.num_micro_batches)

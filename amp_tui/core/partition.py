@@ -248,9 +248,18 @@ class SegmentTables:
         micro-batches in flight, as `fits_somewhere` in _build judges it, without its (L + 1, R)
         grid: a segment's memory grows with its length, so if w layers fit somewhere, w - 1 do;
         a binary search over w, each step checking every segment of w layers (the transient peak
-        from its sparse table)."""
+        from its sparse table). Kept per (tp, pp, dp, micro-batch, roomiest stage): node orders
+        share it."""
         c, L = self.candidate, self.L
         room, fewest = c.layout.stage_capacity.max(), c.memory_arrays[2].min()
+        key = ("longest fitting", c.tp, c.pp, c.dp, c.mbs, float(room))
+        cache = c.cost.floor_cache
+        if key not in cache:
+            cache[key] = self._longest_fitting_search(room, fewest)
+        return cache[key]
+
+    def _longest_fitting_search(self, room: float, fewest: float) -> int:
+        c, L = self.candidate, self.L
 
         def fits(w: int) -> bool:
             start = np.arange(L - w + 1)
