@@ -473,14 +473,17 @@ class SegmentTables:
         the tables hold) or that may have tau below t_limit (_longest_below), if shorter, so
         each stage's band (see the class) narrows to W in the same way: only its rows are masked
         and combined, the other ends of `value` are INF. With a tight tau limit that is a
-        fraction of the rows."""
+        fraction of the rows. (Small whole tables skip _longest_below: the longer segments it
+        would cut are masked out all the same, at INF, as are the ends only they reach, and the
+        DP costs less than that search.)"""
         pp, L, R = self.pp, self.L, self.R
         lean = self.lean
         if lean:
             W = min(self._W, self._longest_below(t_limit))
         else:
-            allowed, longest = self._e_allowed(e_limit)
-            W = min(longest, self._longest_below(t_limit))
+            allowed, W = self._e_allowed(e_limit)
+            if len(self._stage) * W > SMALL_TABLE_CELLS:     # (see the docstring)
+                W = min(W, self._longest_below(t_limit))
             table = getattr(self, cost)
         if W == 0:
             return INF, None
