@@ -26,12 +26,12 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass
-from functools import cached_property
 
 import numpy as np
 
 from amp_tui.core.hardware import GPU
 from amp_tui.core.knobs import Knobs, default_knobs
+from amp_tui.core.lazy import cached_property
 from amp_tui.core.memory import (MemoryBreakdown, StateBytes, micro_batches_in_flight,
                                  optimizer_traffic_per_param, state_bytes_per_param, zero3_gathered_params)
 from amp_tui.core.placement import Layout, Nodes, build_layout
@@ -620,7 +620,7 @@ class Candidate:
         """(L + 1,): prefix sums of parameters per GPU (divided by tp)."""
         return np.concatenate([[0.0], np.cumsum(self.cost._params)]) / self.tp
 
-    @property
+    @cached_property
     def memory_arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(activation prefix per micro-batch per GPU, per-layer transient peak, in-flight per stage)."""
         return self.cost.memory_arrays(self.tp, self.pp, self.mbs, self.num_micro_batches)

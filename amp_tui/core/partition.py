@@ -50,6 +50,7 @@ With one or two stages there are at most L - 1 partitions, so they are all evalu
 from __future__ import annotations
 
 import functools
+import itertools
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -57,6 +58,7 @@ import numpy as np
 
 from amp_tui.core.cost import Candidate
 from amp_tui.core.errors import Cancelled
+from amp_tui.core.lazy import cached_property
 from amp_tui.core.strategy import even_partition
 
 INF = float("inf")
@@ -72,7 +74,7 @@ REBUILD_SHARE = 0.5        # solve cuts its tables again at its first partitions
 class PartitionResult:
     partition: tuple[int, ...] | None      # layers per stage; None when nothing fits or beats the bound
     iteration_time_s: float                 # the objective J (inf when partition is None)
-    solves: int                             # DPs run (1 for a one- or two-stage enumeration)
+    solves: int                             # DPs asked for (see _answer; 1 for a one- or two-stage enumeration)
     fits: bool = True                       # False: no partition fits in memory
 
 
@@ -97,9 +99,19 @@ class SegmentTables:
         self.poll: Callable[[], None] | None = None     # called between the DPs' stages (solve sets it)
         # Segments surely at or above this tau are cut from the tables (solve sets it, see there).
         self.tau_cap = INF
+        self._parent: SegmentTables | None = None     # see narrowed
+        self._parent_rows: np.ndarray | None = None
+
+    def narrowed(self, tau_cap: float) -> SegmentTables:
+        """The same candidate's tables cut at a lower cap. Their segments are a subset of these
+        (fewer rows, W no larger), with the same figures: each table these tables have built is
+        cut to them instead of being computed again."""
+        other = SegmentTables(self.candidate)
+        other.poll, other.tau_cap, other._parent = self.poll, tau_cap, self
+        return other
 
     # Built on first use, as the cost tables below: solve can rule a candidate out without them.
-    @functools.cached_property
+    @cached_property
     def feasible(self) -> np.ndarray:
         """Whether each segment fits its stage's memory (segments starting before their stage: no)."""
         self._build()
@@ -157,14 +169,28 @@ class SegmentTables:
             earliest[s - 1] = j
         return earliest, latest
 
-    @functools.cached_property
+    @cached_property
     def cells(self) -> int:
         """The tables' size (rows x W), known before they are built."""
         # No segment longer than the cap allows is needed (tau_cap), nor built.
-        W = min(self.R, self._longest_below(self.tau_cap), self._longest_fitting())
+        parent = self._parent
+        self._fitting = parent._fitting if parent is not None else self._longest_fitting()
+        W = min(self.R, self._longest_below(self.tau_cap), self._fitting)
         self._band(W)
         self._W = W
+        if parent is not None and W <= parent._W:     # each row's row in the parent's tables
+            stage = self._stage
+            if np.all((self._r >= parent._low[stage]) & (self._r < parent._high[stage])):
+                self._parent_rows = parent._offset[stage] + self._r - parent._low[stage]
         return int(self._offset[-1]) * W
+
+    def _inherited(self, name: str) -> np.ndarray | None:
+        """The parent's table `name` cut to these rows and W, if these lie within it and it
+        was built; else None."""
+        self.cells
+        if self._parent_rows is None or name not in self._parent.__dict__:
+            return None
+        return self._parent.__dict__[name][self._parent_rows, :self._W]
 
     def _build(self) -> None:
         self.cells
@@ -174,7 +200,9 @@ class SegmentTables:
             return
         if self.poll is not None:
             self.poll()
-        self._feasible = self._rows_feasible(slice(None), W)
+        # (a segment's fit does not depend on W: the shortest ones fit, however many are kept)
+        inherited = self._inherited("_feasible")
+        self._feasible = inherited if inherited is not None else self._rows_feasible(slice(None), W)
 
     @property
     def lean(self) -> bool:
@@ -220,9 +248,18 @@ class SegmentTables:
         micro-batches in flight, as `fits_somewhere` in _build judges it, without its (L + 1, R)
         grid: a segment's memory grows with its length, so if w layers fit somewhere, w - 1 do;
         a binary search over w, each step checking every segment of w layers (the transient peak
-        from its sparse table)."""
+        from its sparse table). Kept per (tp, pp, dp, micro-batch, roomiest stage): node orders
+        share it."""
         c, L = self.candidate, self.L
         room, fewest = c.layout.stage_capacity.max(), c.memory_arrays[2].min()
+        key = ("longest fitting", c.tp, c.pp, c.dp, c.mbs, float(room))
+        cache = c.cost.floor_cache
+        if key not in cache:
+            cache[key] = self._longest_fitting_search(room, fewest)
+        return cache[key]
+
+    def _longest_fitting_search(self, room: float, fewest: float) -> int:
+        c, L = self.candidate, self.L
 
         def fits(w: int) -> bool:
             start = np.arange(L - w + 1)
@@ -340,30 +377,33 @@ class SegmentTables:
         e += c.e_const[stage][:, None]
         return e
 
-    @functools.cached_property
+    @cached_property
     def _start_valid(self) -> tuple[np.ndarray, np.ndarray]:
         self.feasible
         return self._starts(slice(None), self.W)
 
-    @functools.cached_property
+    @cached_property
     def _compute(self) -> np.ndarray:
         return self._rows_compute(slice(None), self._start_valid[0])
 
-    @functools.cached_property
+    @cached_property
     def _busy(self) -> np.ndarray:
         return self._rows_busy(slice(None), self._compute)
 
-    @functools.cached_property
+    @cached_property
     def g(self) -> np.ndarray:
-        return self._rows_g(self._busy)
+        inherited = self._inherited("g")
+        return inherited if inherited is not None else self._rows_g(self._busy)
 
-    @functools.cached_property
+    @cached_property
     def tau(self) -> np.ndarray:
-        return self._rows_tau(slice(None), self._busy, *self._start_valid)
+        inherited = self._inherited("tau")
+        return inherited if inherited is not None else self._rows_tau(slice(None), self._busy, *self._start_valid)
 
-    @functools.cached_property
+    @cached_property
     def e(self) -> np.ndarray:
-        return self._rows_e(slice(None), self._compute, self._start_valid[0])
+        inherited = self._inherited("e")
+        return inherited if inherited is not None else self._rows_e(slice(None), self._compute, self._start_valid[0])
 
     def _block(self, rows: slice, W: int, cost: str, e_limit: float, t_limit: float) -> np.ndarray:
         """Lean tables: `cost` ("g", "tau" or "e") of these rows' segments of up to W layers,
@@ -391,12 +431,31 @@ class SegmentTables:
     def minsum(self, e_limit: float = INF, t_limit: float = INF) -> tuple[float, tuple[int, ...] | None]:
         """Minimum sum of g over partitions of segments that fit with E below e_limit and tau
         below t_limit, and one such partition."""
-        return self._dp("g", np.add, e_limit, t_limit)
+        return self._answer("g", np.add, e_limit, t_limit)
 
     def minmax(self, cost: str, e_limit: float = INF, t_limit: float = INF) -> tuple[float, tuple[int, ...] | None]:
         """Minimum over such partitions of the largest per-stage `cost` ("tau" or "e"), and one
         such partition."""
-        return self._dp(cost, np.maximum, e_limit, t_limit)
+        return self._answer(cost, np.maximum, e_limit, t_limit)
+
+    def _answer(self, cost: str, combine, e_limit: float, t_limit: float) -> tuple[float, tuple[int, ...] | None]:
+        """_dp, or the answer of an earlier DP of the same cost under limits no lower when its
+        partition has max E and max tau below these limits too (or it found none): the
+        partitions allowed now are a subset of those allowed then that still holds its optimum,
+        so the optimum is the same, and so is the partition the DP's walk back picks (at each
+        step the first best choice: the subset keeps it, and can add no earlier one). The walk
+        asks that often: with a lower E limit it meets tau limits it met before."""
+        answers = self.__dict__.setdefault("_answers", {}).setdefault(cost, [])
+        for e_then, t_then, value, partition in answers:
+            if e_limit <= e_then and t_limit <= t_then:
+                if partition is None:
+                    return value, partition
+                p_tau, _, p_e = self.measures(partition)
+                if p_e < e_limit and p_tau < t_limit:
+                    return value, partition
+        value, partition = self._dp(cost, combine, e_limit, t_limit)
+        answers.append((e_limit, t_limit, value, partition))
+        return value, partition
 
     def _dp(self, cost: str, combine, e_limit: float, t_limit: float) -> tuple[float, tuple[int, ...] | None]:
         """The best value over partitions of the allowed segments' `cost` combined stage by stage
@@ -415,14 +474,17 @@ class SegmentTables:
         the tables hold) or that may have tau below t_limit (_longest_below), if shorter, so
         each stage's band (see the class) narrows to W in the same way: only its rows are masked
         and combined, the other ends of `value` are INF. With a tight tau limit that is a
-        fraction of the rows."""
+        fraction of the rows. (Small whole tables skip _longest_below: the longer segments it
+        would cut are masked out all the same, at INF, as are the ends only they reach, and the
+        DP costs less than that search.)"""
         pp, L, R = self.pp, self.L, self.R
         lean = self.lean
         if lean:
             W = min(self._W, self._longest_below(t_limit))
         else:
-            allowed, longest = self._e_allowed(e_limit)
-            W = min(longest, self._longest_below(t_limit))
+            allowed, W = self._e_allowed(e_limit)
+            if len(self._stage) * W > SMALL_TABLE_CELLS:     # (see the docstring)
+                W = min(W, self._longest_below(t_limit))
             table = getattr(self, cost)
         if W == 0:
             return INF, None
@@ -445,12 +507,18 @@ class SegmentTables:
             ok = R <= W and self._low[0] <= R - 1 < self._high[0]
             v = float(masked(0, R - 1, R)[0, R - 1]) if ok else INF
             return (v, (L,)) if v < INF else (INF, None)
+        bands = self._dp_bands(W)
+        if min(bands[0][1], W) <= bands[0][0]:      # stage 0 can end nowhere
+            return INF, None
+        step = np.dtype(np.float64).itemsize
+        # Small whole tables: every stage's rows masked in one pass (a numpy call per stage cost
+        # more than the cells on the paper settings), and each stage's values in a row of their
+        # own, INF where it cannot end, so that nothing is cleared between stages; the walk back
+        # reads the combined rows. Larger ones mask only each stage's band, stage by stage.
+        first = bands[0][0] - band_low[0] if not lean else 0
+        if not lean and (len(self._stage) - first) * W <= SMALL_TABLE_CELLS:
+            return self._dp_small(combine, mask(slice(first, None)), first, W, bands)
         value = np.full(L + W, INF)
-        step = value.itemsize
-        lows, highs = _band_limits(pp, L, W)
-        lows, highs = np.maximum(lows, self._low), np.minimum(highs, self._high)   # within the tables' bands
-        bands = list(zip(lows.tolist(), np.maximum(lows, highs).tolist()))[:-1]
-        bands.append((R - 1, R if pp * W >= L and self._high[-1] == R else R - 1))  # the last stage ends at layer L
         low, high = bands[0]                # stage 0 starts at layer 0: segment r holds r + 1 layers
         high = max(low, min(high, W))
         if high > low:
@@ -458,28 +526,12 @@ class SegmentTables:
         chunk = max(1, LEAN_CHUNK_CELLS // W) if lean else R
         reads: list[np.ndarray] = [value]     # per stage, the values it read
         best = np.minimum.reduce
-        # Small whole tables: the later stages' rows masked in one pass (a numpy call per stage
-        # cost more than the cells on the paper settings) and combined in place, one chunk per
-        # stage, so each stage reads `value` before it writes its ends, and the walk back reads
-        # the combined rows. Larger ones mask only each stage's band, stage by stage.
-        first = offset[1] - band_low[1] + bands[1][0] if not lean else 0
-        small = not lean and (len(self._stage) - first) * W <= SMALL_TABLE_CELLS
-        whole = mask(slice(first, None)) if small else None
         for s in range(1, pp):
             if self.poll is not None:
                 self.poll()
             value[s + W - 2] = INF            # position s - 1: no segment of stage s starts there
             low, high = bands[s]
             ends = value[s + W:s + W + R]         # ends s + 1 ... s + R
-            if whole is not None:
-                starts = np.ndarray((L + 1, W), buffer=value, offset=(W - 1) * step, strides=(step, -step))
-                row = offset[s] - band_low[s] - first
-                combined = whole[row + low:row + high]
-                combine(starts[s + low:s + high], combined, out=combined)
-                best(combined, axis=1, out=ends[low:high])
-                ends[:low] = INF
-                ends[high:] = INF
-                continue
             read = value.copy()
             reads.append(read)
             # starts[q, w] = read[W - 1 + q - w]: stage s's row r reads row q = s + r
@@ -497,21 +549,79 @@ class SegmentTables:
         sizes, j = [], L                 # walk back from the end through each stage's best length
         for s in range(pp - 1, 0, -1):
             r = j - s - 1
-            if whole is not None:
-                size = int(whole[offset[s] - band_low[s] - first + r].argmin()) + 1
-            else:
-                starts = np.ndarray((L + 1, W), buffer=reads[s], offset=(W - 1) * step, strides=(step, -step))
-                size = int(combine(starts[s + r], masked(s, r, r + 1)[0]).argmin()) + 1
+            starts = np.ndarray((L + 1, W), buffer=reads[s], offset=(W - 1) * step, strides=(step, -step))
+            size = int(combine(starts[s + r], masked(s, r, r + 1)[0]).argmin()) + 1
+            sizes.append(size)
+            j -= size
+        sizes.append(j)
+        return total, tuple(reversed(sizes))
+
+    def _dp_bands(self, W: int) -> list[tuple[int, int]]:
+        """Per stage, the rows [low, high) a DP with segments of up to W layers combines: within
+        the tables' bands and _band_limits(W); the last stage ends at layer L (kept per W, as
+        the walk asks for few distinct W)."""
+        cache = self.__dict__.setdefault("_bands_by_W", {})
+        if W not in cache:
+            pp, L, R = self.pp, self.L, self.R
+            lows, highs = _band_limits(pp, L, W)
+            lows, highs = np.maximum(lows, self._low), np.minimum(highs, self._high)
+            bands = list(zip(lows.tolist(), np.maximum(lows, highs).tolist()))[:-1]
+            bands.append((R - 1, R if pp * W >= L and self._high[-1] == R else R - 1))
+            cache[W] = bands
+        return cache[W]
+
+    def _dp_small(self, combine, whole: np.ndarray, first: int, W: int,
+                  bands: list[tuple[int, int]]) -> tuple[float, tuple[int, ...] | None]:
+        """_dp on small whole tables, `whole` their rows from `first` on masked (allowed
+        segments' cost, else INF). values[s, p + W - 1] is the best over partitions of layers
+        [0, p) into stages 0 ... s (INF where stage s cannot end at p), and stage s reads row
+        s - 1 through one strided view: starts before layer s hold INF there, as stage s - 1
+        ends at layer s at the earliest, and so do ends outside its band. The combined rows are
+        written into `whole` in place, for the walk back. No poll: a DP this size takes well under
+        a millisecond, and solve polls before each."""
+        pp, L = self.pp, self.L
+        offset, band_low = self._band_rows
+        values = np.full((pp, L + W), INF)
+        step, row_step = values.strides[1], values.strides[0]
+        # starts[s, q, w] = values[s, W - 1 + q - w]: stage s + 1's row r reads q = s + 1 + r
+        starts = np.ndarray((pp, L + 1, W), buffer=values, offset=(W - 1) * step, strides=(row_step, step, -step))
+        best = np.minimum.reduce
+        low, high = bands[0]                # stage 0 starts at layer 0: segment r holds r + 1 layers
+        high = max(low, min(high, W))
+        if high > low:
+            values[0, W + low:W + high] = whole[:high - low, low:high].diagonal()
+        rows = [offset[s] - band_low[s] - first for s in range(pp)]     # stage s's row r: rows[s] + r
+        for s in range(1, pp):
+            low, high = bands[s]
+            if high <= low:
+                continue
+            combined = whole[rows[s] + low:rows[s] + high]
+            combine(starts[s - 1, s + low:s + high], combined, out=combined)
+            best(combined, axis=1, out=values[s, s + W + low:s + W + high])
+        total = float(values[-1, -1])
+        if total == INF:
+            return INF, None
+        choice = whole.argmin(axis=1).tolist()      # per row, its best length less 1 (where combined)
+        sizes, j = [], L                 # walk back from the end through each stage's best length
+        for s in range(pp - 1, 0, -1):
+            size = choice[rows[s] + j - s - 1] + 1
             sizes.append(size)
             j -= size
         sizes.append(j)
         return total, tuple(reversed(sizes))
 
     def measures(self, partition: tuple[int, ...]) -> tuple[float, float, float]:
-        """(max tau, sum g, max E) of a partition."""
+        """(max tau, sum g, max E) of a partition (kept: the walk asks again for those its
+        DPs found)."""
+        known = self.__dict__.setdefault("_measures", {})
+        if partition not in known:
+            known[partition] = self._measures_of(partition)
+        return known[partition]
+
+    def _measures_of(self, partition: tuple[int, ...]) -> tuple[float, float, float]:
         offset, band_low = self._band_rows
-        ends = np.cumsum(partition)
-        rows = [offset[s] + int(ends[s]) - s - 1 - band_low[s] for s in range(self.pp)]
+        ends = list(itertools.accumulate(partition))
+        rows = [offset[s] + ends[s] - s - 1 - band_low[s] for s in range(self.pp)]
         if self.lean:
             W, figures = self._W, []
             for row, size in zip(rows, partition):
@@ -523,9 +633,9 @@ class SegmentTables:
                                 self._rows_g(busy)[0, size - 1], self._rows_e(one, compute, start)[0, size - 1]))
             tau, g, e = (np.array(column) for column in zip(*figures))
             return float(tau.max()), float(np.add.reduce(g)), float(e.max())
-        flat = [row * self.W + size - 1 for row, size in zip(rows, partition)]
-        return (float(self.tau.ravel()[flat].max()), float(np.add.reduce(self.g.ravel()[flat])),
-                float(self.e.ravel()[flat].max()))
+        flat = np.array([row * self.W + size - 1 for row, size in zip(rows, partition)])
+        return (float(self.tau.take(flat).max()), float(np.add.reduce(self.g.take(flat))),
+                float(self.e.take(flat).max()))
 
 
 def _band_limits(pp: int, L: int, W: int) -> tuple[np.ndarray, np.ndarray]:
@@ -808,26 +918,32 @@ def solve(tables: SegmentTables, upper_bound: float = INF,
     tables.poll = poll
     candidate = tables.candidate
     deep = tables.pp > 2        # one or two stages: every partition at once (after the cap)
-    # Settled without building the tables: no partition fits (after this, finding nothing means
-    # that nothing beats the bound), or none has a bottleneck that could beat the bound.
-    @functools.cache
-    def even_fits() -> bool:
-        need, capacity = even_split_memory([candidate])
-        return bool(np.all(need <= capacity))
+    even = even_partition(candidate.num_layers, candidate.pp)
 
-    if deep and not even_fits() and not partitions_fit([candidate])[0]:
+    @functools.cache
+    def fits() -> bool:
+        """Whether some partition fits memory (the even split's check first: the cheapest)."""
+        return _fits(candidate, even) or bool(partitions_fit([candidate])[0])
+
+    # Large tables: settled without building them when no partition fits (after this, finding
+    # nothing means that nothing beats the bound). Small ones cost less than that check: it is
+    # made only when nothing is found, and not even then where a DP over the tables, not cut at
+    # a cap, found no partition (the tables judge memory as partitions_fit does).
+    small = tables.pp * tables.R ** 2 < CAP_MIN_CELLS
+    if deep and not small and not fits():
         return PartitionResult(None, INF, 0, fits=False)
     g_floor, e_floor = _sum_and_tail_floors(candidate)
+    # Settled without building the tables: none has a bottleneck that could beat the bound.
     if deep and upper_bound < INF and (g_floor + e_floor >= upper_bound or B > 1 and _bottleneck_exceeds(
             candidate, (upper_bound - g_floor - e_floor) / (B - 1))):
-        return PartitionResult(None, INF, 0)
+        return PartitionResult(None, INF, 0, fits=fits())
     # A partition with max tau >= (J - g_floor - e_floor) / (B - 1) costs at least J: with J the
     # bound, or else the even split's time (when it fits, the optimum costs no more), its
     # segments with tau that high are never needed, and the tables are cut short of them.
     # A partition found cheaply that fits (the even split, one balanced by compute) bounds it too.
     bound = upper_bound
-    if tables.pp * tables.R ** 2 >= CAP_MIN_CELLS:
-        for heuristic in (even_partition(candidate.num_layers, candidate.pp), _balanced_partition(candidate)):
+    if not small:
+        for heuristic in (even, _balanced_partition(candidate)):
             if heuristic is not None and _fits(candidate, heuristic):
                 bound = min(bound, candidate.quick_evaluate(heuristic)[0])
     if B > 1 and bound < INF:
@@ -835,21 +951,23 @@ def solve(tables: SegmentTables, upper_bound: float = INF,
     if not deep and not tables.lean:
         result = _solve_by_enumeration(tables, upper_bound)
         # Nothing found: none fits, or (the tables cut at the cap) none beats the bound.
-        if result.partition is None and not even_fits() and not partitions_fit([candidate])[0]:
+        if result.partition is None and not fits():
             return PartitionResult(None, INF, result.solves, fits=False)
         return result
-    if not deep and not even_fits() and not partitions_fit([candidate])[0]:     # lean tables
+    if not deep and not fits():     # lean tables
         return PartitionResult(None, INF, 0, fits=False)
     poll()
-    if tables.empty:
-        return PartitionResult(None, INF, 0)
+    if tables.empty:                # (not cut at a cap: no segment fits, nor any partition)
+        return PartitionResult(None, INF, 0, fits=tables.tau_cap < INF and fits())
     if not tables.lean:
         for table in ("_compute", "_busy", "tau"):      # built in steps, so that a cancel waits less
             poll()
             getattr(tables, table)
     poll()
     t_star, start = tables.minmax("tau")
-    if start is None or (B - 1) * t_star + g_floor + e_floor >= upper_bound:
+    if start is None:               # (not cut at a cap: no partition fits)
+        return PartitionResult(None, INF, 1, fits=tables.tau_cap < INF and fits())
+    if (B - 1) * t_star + g_floor + e_floor >= upper_bound:
         return PartitionResult(None, INF, 1)
     if not tables.lean:
         poll()
@@ -870,8 +988,7 @@ def solve(tables: SegmentTables, upper_bound: float = INF,
     # shrinks them well, the walk reads tables cut there (t_star, e_star and g_min, from more
     # segments, stay lower bounds).
     if B > 1 and best_j < INF:
-        narrower = SegmentTables(candidate)
-        narrower.poll, narrower.tau_cap = poll, (best_j - g_floor - e_floor) / (B - 1)
+        narrower = tables.narrowed((best_j - g_floor - e_floor) / (B - 1))
         if narrower.cells < REBUILD_SHARE * tables.cells:
             tables = narrower
             if tables.empty:

@@ -225,13 +225,19 @@ def part_bounds(scenario: Scenario, rows: np.ndarray, cost: CostModel | None = N
     exposed = (plain and backward_overlap(cost) == 0 and cost.knobs.zero_stage < 3 and not cost.knobs.hsdp_shard
                and cost.knobs.ep == 1)
     all_params = float(scenario.model.columns["params"].sum())
+    micro_batch_sizes = [m for m in divisors(gbs) if m <= scenario.search.max_micro_batch_size]
     for tp in _tp_options(scenario, totals):
         allowed_tp = np.array([scenario.search.allow_cross_node_tp or n % tp == 0 for n in per_node])[subset_index]
-        for mbs in (m for m in divisors(gbs) if m <= scenario.search.max_micro_batch_size):
+        for g in range(len(groups)):            # every micro-batch size's layer times in one pass
+            cost.prepare_layer_times(g, tp, micro_batch_sizes)
+        for mbs in micro_batch_sizes:
             if cancel():
                 raise Cancelled
-            v = np.array([compute + tp_bytes * spb[g] * exposed_tp for g, (compute, tp_bytes) in
-                          enumerate(cost.layer_times(g, tp, mbs) for g in range(len(groups)))])   # (groups, L)
+            key = ("part layer times", tp, mbs)        # (groups, L), the same for every call
+            if key not in cost.floor_cache:
+                cost.floor_cache[key] = np.array([compute + tp_bytes * spb[g] * exposed_tp for g, (compute, tp_bytes)
+                                                  in enumerate(cost.layer_times(g, tp, mbs) for g in range(len(groups)))])
+            v = cost.floor_cache[key]
             V = v.sum(axis=1)
             if cancel():
                 raise Cancelled
@@ -258,7 +264,8 @@ def part_bounds(scenario: Scenario, rows: np.ndarray, cost: CostModel | None = N
                 # stages whose GPUs are all among the k fastest types, at most; the j-th fastest
                 # stage runs at the pace of the slowest type it holds
                 stages = cumulative[rows_ok] // (tp * dp)
-                new = np.diff(stages, axis=1, prepend=0)
+                new = stages.copy()             # (np.diff with prepend costs more on a few rows)
+                new[:, 1:] -= stages[:, :-1]
                 speed = (new / V[fastest_first]).sum(axis=1)
                 m = a[rows_ok] / speed                                       # bottleneck floor
                 first = np.argmax(stages > 0, axis=1)
@@ -268,6 +275,8 @@ def part_bounds(scenario: Scenario, rows: np.ndarray, cost: CostModel | None = N
                 # the finer bounds below are higher still: only where they can lower the part's
                 # bound below the limit
                 lower = (bound < best[rows_ok]) & (bound < limit[rows_ok])
+                if not lower.any():
+                    continue
                 rows_ok, m, new, fill = rows_ok[lower], m[lower], new[lower], fill[lower]
                 pp = totals[total_index[rows_ok]] // (tp * dp)
                 m = np.maximum(m, _bottleneck_floor(descending, subset_index[rows_ok], pp))
