@@ -14,7 +14,10 @@ type g runs at least sum_S v_lg >= V_g sum_S a_l per micro-batch (the slowest ty
 With the types sorted fastest first, at most floor(GPUs of the k fastest types / (tp x dp)) stages
 hold no slower type, so the stages' total speed is at most sum_k (new stages at type k) / V_k and
 the bottleneck stage takes M >= A / that speed, and M >= ceil(k / pp) x the k-th slowest layer
-(on its fastest type), since k such layers share pp stages. Then, with B micro-batches,
+(on its fastest type), since k such layers share pp stages, and M >= the least bottleneck at which
+those stages hold every core layer (of the most common kind) whole, a stage of type g at most the
+most whose times on g fit in M (_whole_core_layers_floor: with few layers per stage, counting them
+fractionally put parts of 1,024 GPUs 8% below their best). Then, with B micro-batches,
     iteration >= max((B - 1) M + fill, B M),   fill >= max(sum_l min_g v_lg, A x V of the fastest stage),
 and, sharper (_filled_pipeline), iteration >= min over M' >= M of (B - 1) (M' + f) + S(M') + fixed:
 S(M') the least compute of the stages filled fastest first up to M' each, f the cheapest send and
@@ -222,6 +225,9 @@ def part_bounds(scenario: Scenario, rows: np.ndarray, cost: CostModel | None = N
     exposed = (plain and backward_overlap(cost) == 0 and cost.knobs.zero_stage < 3 and not cost.knobs.hsdp_shard
                and cost.knobs.ep == 1)
     all_params = float(scenario.model.columns["params"].sum())
+    kinds = [layer.kind for layer in cost.model.layers]
+    common = max(dict.fromkeys(kinds), key=kinds.count)
+    core = np.array([kind == common for kind in kinds])         # the core layers: the most common kind
     for tp in _tp_options(scenario, totals):
         allowed_tp = np.array([scenario.search.allow_cross_node_tp or n % tp == 0 for n in per_node])[subset_index]
         for mbs in (m for m in divisors(gbs) if m <= scenario.search.max_micro_batch_size):
@@ -245,6 +251,8 @@ def part_bounds(scenario: Scenario, rows: np.ndarray, cost: CostModel | None = N
                 continue
             cumulative = np.cumsum(gpus[:, fastest_first], axis=1)          # GPUs of the k fastest types
             descending = -np.sort(-fastest_layers, axis=1)
+            core_order, core_thresholds = _core_thresholds(v, core)
+            core_cumulative = np.cumsum(gpus[:, core_order], axis=1)
             for dp in divisors(gbs // mbs):
                 if cancel():
                     raise Cancelled
@@ -268,6 +276,9 @@ def part_bounds(scenario: Scenario, rows: np.ndarray, cost: CostModel | None = N
                 rows_ok, m, new, fill = rows_ok[lower], m[lower], new[lower], fill[lower]
                 pp = totals[total_index[rows_ok]] // (tp * dp)
                 m = np.maximum(m, _bottleneck_floor(descending, subset_index[rows_ok], pp))
+                if core_thresholds.shape[1]:
+                    m = np.maximum(m, _whole_core_layers_floor(
+                        core_thresholds, np.diff(core_cumulative[rows_ok] // (tp * dp), axis=1, prepend=0)))
                 bound = np.maximum((B - 1) * m + fill, B * m)
                 if plain:
                     sends = np.where(pp > 1, cheapest_cut * mbs / tp + cut_latency, 0.0)
@@ -294,6 +305,41 @@ def _bottleneck_floor(descending: np.ndarray, subset: np.ndarray, pp: np.ndarray
     k = np.arange(1, layers + 1)
     floors = (np.ceil(k[None, :] / (pairs % (layers + 1))[:, None]) * descending[pairs // (layers + 1)]).max(axis=1)
     return floors[where.ravel()]
+
+
+def _core_thresholds(v: np.ndarray, core: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """For _whole_core_layers_floor, from `v` (groups, L), each layer's time per group, and `core`,
+    the core layers (of the most common kind): the groups in ascending order of their core layers'
+    total time, and, in that order, per group k and count j, the least time j + 1 core layers take
+    on group k or on any group after it: min over i >= k of the sum of group i's j + 1 cheapest."""
+    times = v[:, core]
+    order = np.argsort(times.sum(axis=1), kind="stable")
+    thresholds = np.cumsum(np.sort(times[order], axis=1), axis=1)
+    return order, np.minimum.accumulate(thresholds[::-1], axis=0)[::-1]
+
+
+def _whole_core_layers_floor(thresholds: np.ndarray, new: np.ndarray) -> np.ndarray:
+    """Per row, a floor on the bottleneck stage's compute M from whole core layers (each layer all
+    on one stage), with `thresholds` from _core_thresholds and `new` (rows, groups): the stages
+    per group in that order whose GPUs are all of that group or of earlier ones, at most (the
+    count of stages of part_bounds, in this order of the groups).
+
+    A stage whose slowest group in this order is k runs each layer at least at its time on k, so
+    with compute at most M it holds at most K_k(M) core layers, the most whose cheapest sum on k
+    fits in M; K'_k(M) = max over i >= k of K_i(M) = #{j: thresholds[k, j] <= M} bounds that too
+    and falls with k, so the stages hold at most sum_k new_k K'_k(M) core layers (filling the
+    earliest groups first, as `new` does, gives the most). That must reach C, the core layers:
+    M is at least the least threshold where it does. Contiguity, memory and the other layers are
+    relaxed."""
+    count = thresholds.shape[1]
+    values = np.unique(thresholds)                                                   # candidate M, ascending
+    held = np.stack([np.searchsorted(row, values, side="right") for row in thresholds])  # (groups, values)
+    low, high = np.zeros(len(new), dtype=np.int64), np.full(len(new), len(values) - 1)
+    while (low < high).any():       # the first value at which the stages hold every core layer
+        middle = (low + high) // 2
+        enough = (new * held[:, middle].T).sum(axis=1) >= count
+        low, high = np.where(enough, low, middle + 1), np.where(enough, middle, high)
+    return values[low]
 
 
 def _filled_pipeline(work: np.ndarray, new: np.ndarray, pace: np.ndarray, lowest: np.ndarray, busy: np.ndarray,

@@ -20,7 +20,8 @@ from amp_tui.core.presets import load_preset, preset_names
 from amp_tui.core.scenario import load_scenario, parse_scenario
 from amp_tui.core.search import enumerate_candidates, search
 from amp_tui.core.strategy import Strategy
-from amp_tui.core.subclusters import part_bounds, part_scenario, search_parts
+from amp_tui.core.subclusters import (_core_thresholds, _whole_core_layers_floor, part_bounds, part_scenario,
+                                      search_parts)
 from core_builders import brute_force, close, examples, layer, node, node_groups, scenario_dicts, scenario_dict
 
 
@@ -207,6 +208,32 @@ def test_every_part_bound_is_below_that_parts_brute_force_best(spec, framework):
     for counts, bound in zip(rows.tolist(), part_bounds(scn, rows)):
         best = best_of_part.get(_canonical(scn, counts), math.inf)
         assert bound <= best * (1 + 1e-9), (counts, bound, best)
+
+
+@settings(max_examples=examples(60), deadline=None)
+@given(times=st.lists(st.floats(0.1, 4.0), min_size=1, max_size=3),
+       stages=st.lists(st.integers(0, 3), min_size=3, max_size=3), layers=st.integers(1, 9))
+def test_the_whole_core_layers_floor_is_the_least_bottleneck_of_identical_layers(times, stages, layers):
+    """With identical core layers, stage counts per group as given and the groups in ascending
+    time, the floor is exactly the least bottleneck of any whole-layer split (brute force over
+    every split); a fractional count of layers would put it lower (e.g. 2 fast stages and one 2.5
+    times slower: 7 layers need 3, not 7 / 2.4)."""
+    stages = stages[:len(times)]
+    assume(sum(stages) > 0)
+    v = np.array(times)[:, None] * np.ones((1, layers))
+    order, thresholds = _core_thresholds(v, np.ones(layers, dtype=bool))
+    new = np.array([stages[g] for g in order])[None, :]
+    paces = [t for t, n in zip(times, stages) for _ in range(n)]
+    splits = (np.diff((-1, *bars, layers + len(paces) - 1)) - 1         # stars and bars: every split
+              for bars in itertools.combinations(range(layers + len(paces) - 1), len(paces) - 1))
+    best = min(max(k * t for k, t in zip(split, paces)) for split in splits)
+    assert close(float(_whole_core_layers_floor(thresholds, new)[0]), best)
+
+
+def test_the_whole_core_layers_floor_counts_whole_layers():
+    order, thresholds = _core_thresholds(np.array([[2.5] * 7, [1.0] * 7]), np.ones(7, dtype=bool))
+    assert order.tolist() == [1, 0]
+    assert close(float(_whole_core_layers_floor(thresholds, np.array([[2, 1]]))[0]), 3.0)
 
 
 def test_a_part_bound_counts_an_all_reduce_nothing_hides():
