@@ -57,7 +57,7 @@ import numpy as np
 from amp_tui.core.cost import CostModel, Prediction, backward_overlap
 from amp_tui.core.errors import Cancelled
 from amp_tui.core.knobs import knob_choices
-from amp_tui.core.memory import state_bytes_per_param
+from amp_tui.core.memory import optimizer_traffic_per_param, state_bytes_per_param
 from amp_tui.core.objective import Objective
 from amp_tui.core.placement import Nodes, placement_label
 from amp_tui.core.pricing import priced, used_nodes
@@ -218,12 +218,19 @@ def part_bounds(scenario: Scenario, rows: np.ndarray, cost: CostModel | None = N
         / max(float(whole.intra.max()), float(whole.inter.max()))      # per sample, at tp 1
     cut_latency = 2.0 * min(float(whole.intra_latency.min()), float(whole.inter_latency.min()))
     overhead, per_micro_batch = cost.params("iteration_overhead_s"), cost.params("micro_batch_overhead_s")
-    # Where nothing hides the gradient all-reduce (backward_overlap 0, plain data parallelism), a
-    # data-parallel ring that spans N >= 2 nodes crosses a network interface: 2 (N - 1) / N of the
-    # bytes (or more, as one ring) over a link no faster than the fastest node's; the fullest
-    # stage holds 1 / pp of the parameters at least.
-    exposed = (plain and backward_overlap(cost) == 0 and cost.knobs.zero_stage < 3 and not cost.knobs.hsdp_shard
-               and cost.knobs.ep == 1)
+    # The tail (_tail_floors): the optimizer step and, with plain data parallelism, the gradient
+    # all-reduce. Where nothing hides the all-reduce (backward_overlap 0) both add to the bound;
+    # where backward hides up to h x its stage's compute (at most the bottleneck's M), the
+    # optimizer step adds, or the bound with B - 1 - h steady steps gets both whole (as
+    # search._time_floors counts them).
+    hidden = backward_overlap(cost)
+    counted = plain and cost.knobs.zero_stage < 3 and not cost.knobs.hsdp_shard and cost.knobs.ep == 1
+    memory_bandwidth = np.array([g.gpu.memory_bandwidth for g in groups])
+    # a crossing flow's bandwidth, at most: its node's link (its 1 / tp share when the tensor-
+    # parallel groups stay inside nodes: each node of a stage then holds one rank of each of its
+    # tp rings) or one connection's
+    inter = np.array([float(whole.inter[whole.node_group == g].max()) for g in range(len(groups))])
+    inter_flow = np.array([float(whole.inter_flow[whole.node_group == g].max()) for g in range(len(groups))])
     all_params = float(scenario.model.columns["params"].sum())
     kinds = [layer.kind for layer in cost.model.layers]
     common = max(dict.fromkeys(kinds), key=kinds.count)
@@ -282,18 +289,45 @@ def part_bounds(scenario: Scenario, rows: np.ndarray, cost: CostModel | None = N
                 bound = np.maximum((B - 1) * m + fill, B * m)
                 if plain:
                     sends = np.where(pp > 1, cheapest_cut * mbs / tp + cut_latency, 0.0)
-                    bound = np.maximum(bound, overhead + _filled_pipeline(
-                        a[rows_ok], new, V[fastest_first], m, sends + per_micro_batch,
-                        (pp - 1) * sends + pp * per_micro_batch, B))
-                    # the fewest nodes a ring of dp spans: its ranks lie tp apart, at most
-                    # ceil(GPUs per node / tp) of them on one node
-                    nodes = -(-dp // -(-int(gpn.max()) // tp))
-                    if exposed and nodes > 1:
+
+                    def pipeline(steps: float) -> np.ndarray:
+                        return overhead + _filled_pipeline(a[rows_ok], new, V[fastest_first], m, sends + per_micro_batch,
+                                                           (pp - 1) * sends + pp * per_micro_batch, steps + 1)
+
+                    bound = np.maximum(bound, pipeline(B - 1))
+                    if counted:
+                        # the fewest nodes a ring of dp spans: its ranks lie tp apart, at most
+                        # ceil(GPUs per node / tp) of them on one node
+                        nodes = -(-dp // -(-int(gpn.max()) // tp))
+                        flow = np.minimum(inter / (1 if scenario.search.allow_cross_node_tp else tp), inter_flow)
+                        ring = 2.0 * (nodes - 1) / nodes / flow if nodes > 1 else np.zeros(len(groups))
+                        optimizer = optimizer_traffic_per_param(training, dp, cost.knobs.zero_stage) / memory_bandwidth
                         per_param = state_bytes_per_param(training, dp, cost.knobs.zero_stage).weights
-                        bound = bound + (per_param * all_params / (tp * pp) * 2.0 * (nodes - 1) / nodes
-                                         / float(np.minimum(whole.inter, whole.inter_flow).max()))
+                        step, full = (_tail_floors(coef, gpus[rows_ok], tp * dp, pp, all_params / tp)
+                                      for coef in (optimizer, per_param * ring + optimizer))
+                        if not hidden:
+                            bound = bound + full
+                        else:
+                            bound = bound + step
+                            if hidden <= B - 1:
+                                bound = np.maximum(bound, pipeline(B - 1 - hidden) + full)
                 best[rows_ok] = np.minimum(best[rows_ok], bound)
     return np.where(fits, best, np.inf)
+
+
+def _tail_floors(coef: np.ndarray, gpus: np.ndarray, per_stage: int, pp: np.ndarray, params: float) -> np.ndarray:
+    """Per row (`gpus`: per group, a part's GPUs), a floor on the largest tail of a stage, e_s P_s
+    with P_s its parameters per GPU (`params` in all), when each stage's coefficient e_s is at
+    least `coef` of every group serving it: max_s e_s P_s >= params / sum_s (1 / e_s), and, as
+    for the stages' speed, at most floor(GPUs of the k lowest-coefficient groups / per_stage)
+    stages have e_s no higher than the k-th lowest, so sum_s 1 / e_s is at most the sum over
+    those counts. 0 where a coefficient is 0 (nothing to bound). (A hair lower, as it can be
+    exact: rounding must not put it above the best.)"""
+    if not np.all(coef > 0):
+        return np.zeros(len(gpus))
+    lowest_first = np.argsort(coef, kind="stable")
+    stages = np.minimum(np.cumsum(gpus[:, lowest_first], axis=1) // per_stage, pp[:, None])
+    return params / (np.diff(stages, axis=1, prepend=0) / coef[lowest_first]).sum(axis=1) * (1.0 - 1e-9)
 
 
 def _bottleneck_floor(descending: np.ndarray, subset: np.ndarray, pp: np.ndarray) -> np.ndarray:
