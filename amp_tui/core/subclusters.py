@@ -258,7 +258,7 @@ def part_bounds(scenario: Scenario, rows: np.ndarray, cost: CostModel | None = N
                 continue
             cumulative = np.cumsum(gpus[:, fastest_first], axis=1)          # GPUs of the k fastest types
             descending = -np.sort(-fastest_layers, axis=1)
-            core_order, core_thresholds = _core_thresholds(v, core)
+            core_order, core_values, core_held = _core_thresholds(v, core)
             core_cumulative = np.cumsum(gpus[:, core_order], axis=1)
             for dp in divisors(gbs // mbs):
                 if cancel():
@@ -277,24 +277,32 @@ def part_bounds(scenario: Scenario, rows: np.ndarray, cost: CostModel | None = N
                 fill = np.maximum(f[rows_ok], a[rows_ok] * V[fastest_first][first])
                 B = gbs // (mbs * dp)
                 bound = np.maximum((B - 1) * m + fill, B * m)
-                # the finer bounds below are higher still: only where they can lower the part's
-                # bound below the limit
-                lower = (bound < best[rows_ok]) & (bound < limit[rows_ok])
-                rows_ok, m, new, fill = rows_ok[lower], m[lower], new[lower], fill[lower]
+                # the finer bounds below are higher still, the cheaper first: each only where the
+                # part's bound so far could still fall below the limit
+                live = np.arange(len(rows_ok))
                 pp = totals[total_index[rows_ok]] // (tp * dp)
-                m = np.maximum(m, _bottleneck_floor(descending, subset_index[rows_ok], pp))
-                if core_thresholds.shape[1]:
-                    m = np.maximum(m, _whole_core_layers_floor(
-                        core_thresholds, np.diff(core_cumulative[rows_ok] // (tp * dp), axis=1, prepend=0)))
-                bound = np.maximum((B - 1) * m + fill, B * m)
+
+                def sift() -> None:
+                    nonlocal live
+                    live = live[(bound[live] < best[rows_ok[live]]) & (bound[live] < limit[rows_ok[live]])]
+
+                sift()
+                m[live] = np.maximum(m[live], _bottleneck_floor(descending, subset_index[rows_ok[live]], pp[live]))
+                if len(core_values):
+                    m[live] = np.maximum(m[live], _whole_core_layers_floor(
+                        core_values, core_held, np.diff(core_cumulative[rows_ok[live]] // (tp * dp), axis=1, prepend=0)))
+                bound[live] = np.maximum((B - 1) * m[live] + fill[live], B * m[live])
                 if plain:
                     sends = np.where(pp > 1, cheapest_cut * mbs / tp + cut_latency, 0.0)
 
                     def pipeline(steps: float) -> np.ndarray:
-                        return overhead + _filled_pipeline(a[rows_ok], new, V[fastest_first], m, sends + per_micro_batch,
-                                                           (pp - 1) * sends + pp * per_micro_batch, steps + 1)
+                        return overhead + _filled_pipeline(a[rows_ok[live]], new[live], V[fastest_first], m[live],
+                                                           sends[live] + per_micro_batch,
+                                                           (pp[live] - 1) * sends[live] + pp[live] * per_micro_batch,
+                                                           steps + 1)
 
-                    bound = np.maximum(bound, pipeline(B - 1))
+                    tail = full = np.zeros(len(rows_ok))
+                    sift()
                     if counted:
                         # the fewest nodes a ring of dp spans: its ranks lie tp apart, at most
                         # ceil(GPUs per node / tp) of them on one node
@@ -303,14 +311,16 @@ def part_bounds(scenario: Scenario, rows: np.ndarray, cost: CostModel | None = N
                         ring = 2.0 * (nodes - 1) / nodes / flow if nodes > 1 else np.zeros(len(groups))
                         optimizer = optimizer_traffic_per_param(training, dp, cost.knobs.zero_stage) / memory_bandwidth
                         per_param = state_bytes_per_param(training, dp, cost.knobs.zero_stage).weights
-                        step, full = (_tail_floors(coef, gpus[rows_ok], tp * dp, pp, all_params / tp)
-                                      for coef in (optimizer, per_param * ring + optimizer))
-                        if not hidden:
-                            bound = bound + full
-                        else:
-                            bound = bound + step
-                            if hidden <= B - 1:
-                                bound = np.maximum(bound, pipeline(B - 1 - hidden) + full)
+                        step, full = np.zeros(len(rows_ok)), np.zeros(len(rows_ok))
+                        for out, coef in ((step, optimizer), (full, per_param * ring + optimizer)):
+                            out[live] = _tail_floors(coef, gpus[rows_ok[live]], tp * dp, pp[live], all_params / tp)
+                        tail = step if hidden else full
+                    bound += tail
+                    sift()
+                    bound[live] = np.maximum(bound[live], pipeline(B - 1) + tail[live])
+                    if counted and 0 < hidden <= B - 1:
+                        sift()
+                        bound[live] = np.maximum(bound[live], pipeline(B - 1 - hidden) + full[live])
                 best[rows_ok] = np.minimum(best[rows_ok], bound)
     return np.where(fits, best, np.inf)
 
@@ -341,33 +351,33 @@ def _bottleneck_floor(descending: np.ndarray, subset: np.ndarray, pp: np.ndarray
     return floors[where.ravel()]
 
 
-def _core_thresholds(v: np.ndarray, core: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _core_thresholds(v: np.ndarray, core: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """For _whole_core_layers_floor, from `v` (groups, L), each layer's time per group, and `core`,
     the core layers (of the most common kind): the groups in ascending order of their core layers'
-    total time, and, in that order, per group k and count j, the least time j + 1 core layers take
-    on group k or on any group after it: min over i >= k of the sum of group i's j + 1 cheapest."""
+    total time; the thresholds T[k, j], in that order, the least time j + 1 core layers take on
+    group k or on any group after it (min over i >= k of the sum of group i's j + 1 cheapest),
+    as the distinct values of T ascending and, per group k and value x, #{j: T[k, j] <= x}."""
     times = v[:, core]
     order = np.argsort(times.sum(axis=1), kind="stable")
-    thresholds = np.cumsum(np.sort(times[order], axis=1), axis=1)
-    return order, np.minimum.accumulate(thresholds[::-1], axis=0)[::-1]
+    thresholds = np.minimum.accumulate(np.cumsum(np.sort(times[order], axis=1), axis=1)[::-1], axis=0)[::-1]
+    values = np.unique(thresholds)
+    return order, values, np.stack([np.searchsorted(row, values, side="right") for row in thresholds])
 
 
-def _whole_core_layers_floor(thresholds: np.ndarray, new: np.ndarray) -> np.ndarray:
+def _whole_core_layers_floor(values: np.ndarray, held: np.ndarray, new: np.ndarray) -> np.ndarray:
     """Per row, a floor on the bottleneck stage's compute M from whole core layers (each layer all
-    on one stage), with `thresholds` from _core_thresholds and `new` (rows, groups): the stages
-    per group in that order whose GPUs are all of that group or of earlier ones, at most (the
-    count of stages of part_bounds, in this order of the groups).
+    on one stage), with `values` and `held` from _core_thresholds and `new` (rows, groups): the
+    stages per group in that order whose GPUs are all of that group or of earlier ones, at most
+    (the count of stages of part_bounds, in this order of the groups).
 
     A stage whose slowest group in this order is k runs each layer at least at its time on k, so
     with compute at most M it holds at most K_k(M) core layers, the most whose cheapest sum on k
-    fits in M; K'_k(M) = max over i >= k of K_i(M) = #{j: thresholds[k, j] <= M} bounds that too
-    and falls with k, so the stages hold at most sum_k new_k K'_k(M) core layers (filling the
-    earliest groups first, as `new` does, gives the most). That must reach C, the core layers:
-    M is at least the least threshold where it does. Contiguity, memory and the other layers are
-    relaxed."""
-    count = thresholds.shape[1]
-    values = np.unique(thresholds)                                                   # candidate M, ascending
-    held = np.stack([np.searchsorted(row, values, side="right") for row in thresholds])  # (groups, values)
+    fits in M; K'_k(M) = max over i >= k of K_i(M) = #{j: T[k, j] <= M} = held[k] at M bounds
+    that too and falls with k, so the stages hold at most sum_k new_k K'_k(M) core layers
+    (filling the earliest groups first, as `new` does, gives the most). That must reach C, the
+    core layers: M is at least the least threshold where it does. Contiguity, memory and the
+    other layers are relaxed."""
+    count = held[0, -1]         # C: at the largest threshold every group holds every core layer
     low, high = np.zeros(len(new), dtype=np.int64), np.full(len(new), len(values) - 1)
     while (low < high).any():       # the first value at which the stages hold every core layer
         middle = (low + high) // 2

@@ -221,19 +221,19 @@ def test_the_whole_core_layers_floor_is_the_least_bottleneck_of_identical_layers
     stages = stages[:len(times)]
     assume(sum(stages) > 0)
     v = np.array(times)[:, None] * np.ones((1, layers))
-    order, thresholds = _core_thresholds(v, np.ones(layers, dtype=bool))
+    order, values, held = _core_thresholds(v, np.ones(layers, dtype=bool))
     new = np.array([stages[g] for g in order])[None, :]
     paces = [t for t, n in zip(times, stages) for _ in range(n)]
     splits = (np.diff((-1, *bars, layers + len(paces) - 1)) - 1         # stars and bars: every split
               for bars in itertools.combinations(range(layers + len(paces) - 1), len(paces) - 1))
     best = min(max(k * t for k, t in zip(split, paces)) for split in splits)
-    assert close(float(_whole_core_layers_floor(thresholds, new)[0]), best)
+    assert close(float(_whole_core_layers_floor(values, held, new)[0]), best)
 
 
 def test_the_whole_core_layers_floor_counts_whole_layers():
-    order, thresholds = _core_thresholds(np.array([[2.5] * 7, [1.0] * 7]), np.ones(7, dtype=bool))
+    order, values, held = _core_thresholds(np.array([[2.5] * 7, [1.0] * 7]), np.ones(7, dtype=bool))
     assert order.tolist() == [1, 0]
-    assert close(float(_whole_core_layers_floor(thresholds, np.array([[2, 1]]))[0]), 3.0)
+    assert close(float(_whole_core_layers_floor(values, held, np.array([[2, 1]]))[0]), 3.0)
 
 
 def test_a_part_bound_counts_an_all_reduce_nothing_hides():
