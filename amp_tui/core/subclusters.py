@@ -235,6 +235,8 @@ def part_bounds(scenario: Scenario, rows: np.ndarray, cost: CostModel | None = N
     kinds = [layer.kind for layer in cost.model.layers]
     common = max(dict.fromkeys(kinds), key=kinds.count)
     core = np.array([kind == common for kind in kinds])         # the core layers: the most common kind
+    core_params = float(scenario.model.columns["params"][core].min()) if core.any() else 0.0
+    ring = np.zeros(len(groups))
     for tp in _tp_options(scenario, totals):
         allowed_tp = np.array([scenario.search.allow_cross_node_tp or n % tp == 0 for n in per_node])[subset_index]
         for mbs in (m for m in divisors(gbs) if m <= scenario.search.max_micro_batch_size):
@@ -295,8 +297,10 @@ def part_bounds(scenario: Scenario, rows: np.ndarray, cost: CostModel | None = N
                 if plain:
                     sends = np.where(pp > 1, cheapest_cut * mbs / tp + cut_latency, 0.0)
 
-                    def pipeline(steps: float) -> np.ndarray:
-                        return overhead + _filled_pipeline(a[rows_ok[live]], new[live], V[fastest_first], m[live],
+                    def pipeline(steps: float, lowest: np.ndarray | None = None) -> np.ndarray:
+                        """overhead + min over M >= lowest (default m) of steps (M + busy) + S(M) + fixed"""
+                        return overhead + _filled_pipeline(a[rows_ok[live]], new[live], V[fastest_first],
+                                                           m[live] if lowest is None else lowest,
                                                            sends[live] + per_micro_batch,
                                                            (pp[live] - 1) * sends[live] + pp[live] * per_micro_batch,
                                                            steps + 1)
@@ -321,6 +325,13 @@ def part_bounds(scenario: Scenario, rows: np.ndarray, cost: CostModel | None = N
                     if counted and 0 < hidden <= B - 1:
                         sift()
                         bound[live] = np.maximum(bound[live], pipeline(B - 1 - hidden) + full[live])
+                    if counted and hidden <= B - 1 and len(core_values) and ring.any():
+                        sift()
+                        bound[live] = np.maximum(bound[live], _coupled_floors(
+                            pipeline, B - 1 - hidden, m[live], core_values, core_held,
+                            np.diff(core_cumulative[rows_ok[live]] // (tp * dp), axis=1, prepend=0),
+                            per_param * ring + optimizer, gpus[rows_ok[live]], tp * dp, pp[live],
+                            core_params / tp, full[live]))
                 best[rows_ok] = np.minimum(best[rows_ok], bound)
     return np.where(fits, best, np.inf)
 
@@ -338,6 +349,68 @@ def _tail_floors(coef: np.ndarray, gpus: np.ndarray, per_stage: int, pp: np.ndar
     lowest_first = np.argsort(coef, kind="stable")
     stages = np.minimum(np.cumsum(gpus[:, lowest_first], axis=1) // per_stage, pp[:, None])
     return params / (np.diff(stages, axis=1, prepend=0) / coef[lowest_first]).sum(axis=1) * (1.0 - 1e-9)
+
+
+def _coupled_floors(pipeline: Callable, steps: float, m: np.ndarray, values: np.ndarray, held: np.ndarray,
+                    new: np.ndarray, coef: np.ndarray, gpus: np.ndarray, per_stage: int, pp: np.ndarray,
+                    layer_params: float, spread: np.ndarray) -> np.ndarray:
+    """Per row, a floor on steps (M + busy) + S(M) + fixed + max_s e_s P_s that couples the
+    bottleneck compute M with the tail: a low M leaves the slow stages many layers (and their
+    parameters, whose all-reduce is often the slowest too). `pipeline(steps, lowest)` is that
+    pipeline floor over M >= lowest; `m`, the least M; `values`, `held`, `new` as for
+    _whole_core_layers_floor; `coef` the tail coefficients per group and `gpus`, `per_stage`,
+    `pp` as for _tail_floors; `layer_params`, the fewest parameters per GPU of a core layer;
+    `spread`, the tail floor of _tail_floors.
+
+    The holdings K'_k(M) change only at the thresholds: on [m, t1) and [t1, t2) (t1 < t2 the next
+    thresholds) they are those at m and at t1, and with M in such a range the tail is at least
+    E(K) (_held_tail_floor); beyond t2 it is at least `spread`. So the iteration is at least the
+    least of pipeline(m) + E(K(m)), pipeline(t1) + E(K(t1)) and pipeline(t2) + spread."""
+    at = np.searchsorted(values, m, side="right")           # index of the first threshold above m
+    out = np.full(len(m), np.inf)
+    for step in range(3):
+        index = at + step                                   # the range starts at m or threshold index - 1
+        exists = index <= len(values)
+        lowest = np.where(step == 0, m, values[np.clip(index - 1, 0, len(values) - 1)])
+        if step < 2:
+            room = np.where(index[:, None] > 0, held[:, np.clip(index - 1, 0, len(values) - 1)].T, 0)
+            tail = _held_tail_floor(room, new, coef, gpus, per_stage, pp, layer_params, held[0, -1])
+        else:
+            tail = spread
+        out = np.minimum(out, np.where(exists, pipeline(steps, lowest) + tail, np.inf))
+    return out
+
+
+def _held_tail_floor(room: np.ndarray, new: np.ndarray, coef: np.ndarray, gpus: np.ndarray, per_stage: int,
+                     pp: np.ndarray, layer_params: float, count: int) -> np.ndarray:
+    """Per row, a floor on max_s e_s l_s x `layer_params` when the stages hold `count` core layers
+    l_s between them, a stage of compute class k (`new`, as for _whole_core_layers_floor) at most
+    room[k] of them (falling with k), and each stage's e_s at least `coef` of its groups (counted
+    as in _tail_floors). The stages' capacities sorted (most first) are at most the greedy counts'
+    (at most cum_k stages are of the first k classes), and so are the counts floor(E / (e_s p))
+    that a tail E allows; sum_s min(capacity_s, allowed_s) is largest with both sorted alike
+    (min is supermodular). E is at least the least value where that sum reaches `count` (inf if
+    none: no partition has that bottleneck). (A hair lower, against rounding.)"""
+    if not (np.all(coef > 0) and layer_params > 0):
+        return np.zeros(len(room))
+    lowest_first = np.argsort(coef, kind="stable")
+    e_new = np.diff(np.minimum(np.cumsum(gpus[:, lowest_first], axis=1) // per_stage, pp[:, None]), axis=1, prepend=0)
+    out = np.full(len(room), np.inf)
+    for r in range(len(room)):
+        capacity = np.repeat(room[r], new[r])                                   # most first
+        e = np.repeat(coef[lowest_first], e_new[r]) * layer_params             # least first
+        if capacity.sum() < count:
+            continue
+        candidates = np.unique(e[:, None] * np.arange(1, count + 1)[None, :])
+        low, high = 0, len(candidates) - 1
+        while low < high:
+            middle = (low + high) // 2
+            if np.minimum(capacity, np.floor(candidates[middle] / e * (1 + 1e-12))).sum() >= count:
+                high = middle
+            else:
+                low = middle + 1
+        out[r] = candidates[low] * (1.0 - 1e-9)
+    return out
 
 
 def _bottleneck_floor(descending: np.ndarray, subset: np.ndarray, pp: np.ndarray) -> np.ndarray:
