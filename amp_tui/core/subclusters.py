@@ -22,8 +22,12 @@ fractionally put parts of 1,024 GPUs 8% below their best). Then, with B micro-ba
 and, sharper (_filled_pipeline), iteration >= min over M' >= M of (B - 1) (M' + f) + S(M') + fixed:
 S(M') the least compute of the stages filled fastest first up to M' each, f the cheapest send and
 per-micro-batch overhead every stage pays, fixed the fill's sends and overheads and the iteration's;
-where nothing hides the gradient all-reduce (DeepSpeed), plus the all-reduce of the fullest stage's
-1 / pp of the parameters over the fewest nodes its ring can span. All minimised over every (tp, dp,
+plus the tail: the optimizer step and the gradient all-reduce (over the fewest nodes its ring can
+span, at each group's share of its network link), the parameters spread over the stages as their
+classes allow (_tail_floors), counted whole where nothing hides the all-reduce (DeepSpeed) and
+with B - 1 - h steady steps where backward hides up to h x a stage's compute; and coupled with the
+bottleneck (_coupled_floors: below the next whole-layer thresholds the slow stages must hold the
+layers the fast ones cannot, with their all-reduce). All minimised over every (tp, dp,
 micro-batch size) the part's GPU count admits (tests: each part's bound against brute force). Counting the GPUs
 fractionally instead gives a quick bound, B M >= global batch / micro-batch x tp x A / sum_g (GPUs
 of type g / V_g), whatever dp: it rules most parts out before the full bound is computed. A part

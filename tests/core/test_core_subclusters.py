@@ -20,8 +20,8 @@ from amp_tui.core.presets import load_preset, preset_names
 from amp_tui.core.scenario import load_scenario, parse_scenario
 from amp_tui.core.search import enumerate_candidates, search
 from amp_tui.core.strategy import Strategy
-from amp_tui.core.subclusters import (_core_thresholds, _whole_core_layers_floor, part_bounds, part_scenario,
-                                      search_parts)
+from amp_tui.core.subclusters import (_core_thresholds, _held_tail_floor, _whole_core_layers_floor, part_bounds,
+                                      part_scenario, search_parts)
 from core_builders import brute_force, close, examples, layer, node, node_groups, scenario_dicts, scenario_dict
 
 
@@ -234,6 +234,27 @@ def test_the_whole_core_layers_floor_counts_whole_layers():
     order, values, held = _core_thresholds(np.array([[2.5] * 7, [1.0] * 7]), np.ones(7, dtype=bool))
     assert order.tolist() == [1, 0]
     assert close(float(_whole_core_layers_floor(values, held, np.array([[2, 1]]))[0]), 3.0)
+
+
+@settings(max_examples=examples(60), deadline=None)
+@given(room=st.lists(st.integers(0, 4), min_size=1, max_size=3), stages=st.lists(st.integers(0, 2), min_size=3,
+                                                                                 max_size=3),
+       coef=st.lists(st.floats(0.1, 3.0), min_size=1, max_size=3), count=st.integers(1, 6))
+def test_the_held_tail_floor_is_the_least_tail_of_a_whole_layer_split(room, stages, coef, count):
+    """One group per class, the compute classes and the tail's in the same order: the floor is
+    the least max e_s l_s of any split of `count` layers with l_s at most its stage's room (brute
+    force), or inf when the rooms cannot hold them."""
+    n = min(len(room), len(coef))
+    room, stages, coef = sorted(room[:n], reverse=True), stages[:n], sorted(coef[:n])
+    assume(sum(stages) > 0)
+    gpus = np.array([stages])          # one GPU per stage
+    pp = np.array([sum(stages)])
+    (floor,) = _held_tail_floor(np.array([room]), np.array([stages]), np.array(coef), gpus, 1, pp, 2.0, count)
+    caps = [r for r, k in zip(room, stages) for _ in range(k)]
+    tails = [2.0 * c for c, k in zip(coef, stages) for _ in range(k)]
+    splits = [split for split in itertools.product(*(range(c + 1) for c in caps)) if sum(split) == count]
+    best = min((max(l * t for l, t in zip(split, tails)) for split in splits), default=math.inf)
+    assert floor == best if best == math.inf else close(float(floor), best, rel=1e-8)
 
 
 def test_a_part_bound_counts_an_all_reduce_nothing_hides():
