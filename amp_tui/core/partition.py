@@ -461,7 +461,8 @@ class SegmentTables:
         # cost more than the cells on the paper settings) and combined in place, one chunk per
         # stage, so each stage reads `value` before it writes its ends, and the walk back reads
         # the combined rows. Larger ones mask only each stage's band, stage by stage.
-        first = offset[1] - band_low[1] + bands[1][0] if not lean else 0
+        # (the first row any later stage reads: stage 1's, unless its band is empty in the tables)
+        first = min(offset[s] - band_low[s] + bands[s][0] for s in range(1, pp)) if not lean else 0
         small = not lean and (len(self._stage) - first) * W <= SMALL_TABLE_CELLS
         whole = mask(slice(first, None)) if small else None
         for s in range(1, pp):
