@@ -72,6 +72,7 @@ from amp_tui.core.strategy import Strategy
 MAX_PARTS = 200_000     # node-count vectors bounded in full
 MAX_SEARCHES = 32       # parts searched before settling for the best found and a stated gap
 TIME_LIMIT_S = 3.0      # ... or once this long has passed (the whole cluster's search always completes)
+WHOLE_SHARE = 0.5       # of the progress bar, for the whole cluster's search
 
 
 @dataclass(frozen=True)
@@ -570,7 +571,10 @@ def search_parts(scenario: Scenario, objective: Objective | None = None, *, top:
         nonlocal whole_result, searched, candidates, pruned, evaluated, solves, all_orders, orders_floor
         counts = tuple(rows[i].tolist())
         part, kept = part_scenario(scenario, counts)
-        result = search(part, top=top, should_cancel=cancel, cutoff=cutoff() / weights[i], details=counts == whole)
+        # the whole cluster's search, often most of the time now that bounds rule out most parts,
+        # fills the first WHOLE_SHARE of the progress bar
+        result = search(part, top=top, should_cancel=cancel, cutoff=cutoff() / weights[i], details=counts == whole,
+                        progress=(lambda fraction: report(WHOLE_SHARE * fraction)) if counts == whole else None)
         searched += 1
         stats = result.stats
         candidates, pruned, evaluated, solves = (candidates + stats.candidates, pruned + stats.pruned,
@@ -614,7 +618,7 @@ def search_parts(scenario: Scenario, objective: Objective | None = None, *, top:
     for index, i in enumerate(order):
         if weighted[i] >= cutoff():     # parts come in order of bound
             break
-        report(index / len(order))
+        report(WHOLE_SHARE + (1.0 - WHOLE_SHARE) * index / len(order))
         if searched >= MAX_SEARCHES or cancel():
             stopped_at = index
             break
