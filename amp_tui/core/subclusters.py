@@ -73,7 +73,6 @@ MAX_PARTS = 200_000     # node-count vectors bounded in full
 MAX_SEARCHES = 32       # parts searched before settling for the best found and a stated gap
 TIME_LIMIT_S = 3.0      # ... or once this long has passed (the whole cluster's search always completes)
 WHOLE_SHARE = 0.5       # of the progress bar, for the whole cluster's search
-CANCEL_ROWS = 64        # parts given the coupled tail floor one by one between cancellation polls
 
 
 @dataclass(frozen=True)
@@ -337,7 +336,7 @@ def part_bounds(scenario: Scenario, rows: np.ndarray, cost: CostModel | None = N
                             pipeline, B - 1 - hidden, m[live], core_values, core_held,
                             np.diff(core_cumulative[rows_ok[live]] // (tp * dp), axis=1, prepend=0),
                             per_param * ring + optimizer, gpus[rows_ok[live]], tp * dp, pp[live],
-                            core_params / tp, full[live], cancel))
+                            core_params / tp, full[live]))
                 best[rows_ok] = np.minimum(best[rows_ok], bound)
     return np.where(fits, best, np.inf)
 
@@ -359,14 +358,14 @@ def _tail_floors(coef: np.ndarray, gpus: np.ndarray, per_stage: int, pp: np.ndar
 
 def _coupled_floors(pipeline: Callable, steps: float, m: np.ndarray, values: np.ndarray, held: np.ndarray,
                     new: np.ndarray, coef: np.ndarray, gpus: np.ndarray, per_stage: int, pp: np.ndarray,
-                    layer_params: float, spread: np.ndarray, cancel: Callable[[], bool]) -> np.ndarray:
+                    layer_params: float, spread: np.ndarray) -> np.ndarray:
     """Per row, a floor on steps (M + busy) + S(M) + fixed + max_s e_s P_s that couples the
     bottleneck compute M with the tail: a low M leaves the slow stages many layers (and their
     parameters, whose all-reduce is often the slowest too). `pipeline(steps, lowest)` is that
     pipeline floor over M >= lowest; `m`, the least M; `values`, `held`, `new` as for
     _whole_core_layers_floor; `coef` the tail coefficients per group and `gpus`, `per_stage`,
     `pp` as for _tail_floors; `layer_params`, the fewest parameters per GPU of a core layer;
-    `spread`, the tail floor of _tail_floors; `cancel`, polled as _held_tail_floor does.
+    `spread`, the tail floor of _tail_floors.
 
     The holdings K'_k(M) change only at the thresholds: on [m, t1) and [t1, t2) (t1 < t2 the next
     thresholds) they are those at m and at t1, and with M in such a range the tail is at least
@@ -380,7 +379,7 @@ def _coupled_floors(pipeline: Callable, steps: float, m: np.ndarray, values: np.
         lowest = np.where(step == 0, m, values[np.clip(index - 1, 0, len(values) - 1)])
         if step < 2:
             room = np.where(index[:, None] > 0, held[:, np.clip(index - 1, 0, len(values) - 1)].T, 0)
-            tail = _held_tail_floor(room, new, coef, gpus, per_stage, pp, layer_params, held[0, -1], cancel)
+            tail = _held_tail_floor(room, new, coef, gpus, per_stage, pp, layer_params, held[0, -1])
         else:
             tail = spread
         out = np.minimum(out, np.where(exists, pipeline(steps, lowest) + tail, np.inf))
@@ -388,8 +387,7 @@ def _coupled_floors(pipeline: Callable, steps: float, m: np.ndarray, values: np.
 
 
 def _held_tail_floor(room: np.ndarray, new: np.ndarray, coef: np.ndarray, gpus: np.ndarray, per_stage: int,
-                     pp: np.ndarray, layer_params: float, count: int,
-                     cancel: Callable[[], bool] = lambda: False) -> np.ndarray:
+                     pp: np.ndarray, layer_params: float, count: int) -> np.ndarray:
     """Per row, a floor on max_s e_s l_s x `layer_params` when the stages hold `count` core layers
     l_s between them, a stage of compute class k (`new`, as for _whole_core_layers_floor) at most
     room[k] of them (falling with k), and each stage's e_s at least `coef` of its groups (counted
@@ -397,30 +395,30 @@ def _held_tail_floor(room: np.ndarray, new: np.ndarray, coef: np.ndarray, gpus: 
     (at most cum_k stages are of the first k classes), and so are the counts floor(E / (e_s p))
     that a tail E allows; sum_s min(capacity_s, allowed_s) is largest with both sorted alike
     (min is supermodular). E is at least the least value where that sum reaches `count` (inf if
-    none: no partition has that bottleneck). (A hair lower, against rounding.) `cancel` is polled
-    every CANCEL_ROWS rows; Cancelled is raised when it turns true."""
-    if not (np.all(coef > 0) and layer_params > 0):
+    none: no partition has that bottleneck). (A hair lower, against rounding.)"""
+    if not (np.all(coef > 0) and layer_params > 0 and len(room)):
         return np.zeros(len(room))
     lowest_first = np.argsort(coef, kind="stable")
     e_new = np.diff(np.minimum(np.cumsum(gpus[:, lowest_first], axis=1) // per_stage, pp[:, None]), axis=1, prepend=0)
-    out = np.full(len(room), np.inf)
-    for r in range(len(room)):
-        if r % CANCEL_ROWS == CANCEL_ROWS - 1 and cancel():
-            raise Cancelled
-        capacity = np.repeat(room[r], new[r])                                   # most first
-        e = np.repeat(coef[lowest_first], e_new[r]) * layer_params             # least first
-        if capacity.sum() < count:
-            continue
-        candidates = np.unique(e[:, None] * np.arange(1, count + 1)[None, :])
-        low, high = 0, len(candidates) - 1
-        while low < high:
-            middle = (low + high) // 2
-            if np.minimum(capacity, np.floor(candidates[middle] / e * (1 + 1e-12))).sum() >= count:
-                high = middle
-            else:
-                low = middle + 1
-        out[r] = candidates[low] * (1.0 - 1e-9)
-    return out
+    stage = np.arange(int(pp.max()))[None, :, None]          # stages sorted: j-th, class = classes ended by j
+
+    def per_stage_class(counts: np.ndarray, values: np.ndarray) -> np.ndarray:
+        """(rows, stages): each sorted stage's value of its class (`fill` past the row's pp)."""
+        index = (np.cumsum(counts, axis=1)[:, None, :] <= stage).sum(axis=2)
+        return np.take_along_axis(values, index, axis=1)
+
+    capacity = per_stage_class(new, np.concatenate([room, np.zeros((len(room), 1))], axis=1))     # most first
+    e = per_stage_class(e_new, np.broadcast_to(np.append(coef[lowest_first], np.inf), (len(room), len(coef) + 1)))
+    e = e * layer_params                                                                          # least first
+    # the least tail lies among e_s x n (n layers on a stage of coefficient e_s)
+    candidates = np.unique(coef[:, None] * layer_params * np.arange(1, count + 1)[None, :])
+    low, high = np.zeros(len(room), dtype=np.int64), np.full(len(room), len(candidates) - 1)
+    while (low < high).any():
+        middle = (low + high) // 2
+        allowed = np.floor(candidates[middle][:, None] / e * (1 + 1e-12))
+        enough = np.minimum(capacity, allowed).sum(axis=1) >= count
+        low, high = np.where(enough, low, middle + 1), np.where(enough, middle, high)
+    return np.where(capacity.sum(axis=1) >= count, candidates[low] * (1.0 - 1e-9), np.inf)
 
 
 def _bottleneck_floor(descending: np.ndarray, subset: np.ndarray, pp: np.ndarray) -> np.ndarray:
