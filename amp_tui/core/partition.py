@@ -250,7 +250,7 @@ class SegmentTables:
         a binary search over w, each step checking every segment of w layers (the transient peak
         from its sparse table). Kept per (tp, pp, dp, micro-batch, roomiest stage): node orders
         share it."""
-        c, L = self.candidate, self.L
+        c = self.candidate
         room, fewest = c.layout.stage_capacity.max(), c.memory_arrays[2].min()
         key = ("longest fitting", c.tp, c.pp, c.dp, c.mbs, float(room))
         cache = c.cost.floor_cache

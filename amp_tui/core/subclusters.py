@@ -14,13 +14,20 @@ type g runs at least sum_S v_lg >= V_g sum_S a_l per micro-batch (the slowest ty
 With the types sorted fastest first, at most floor(GPUs of the k fastest types / (tp x dp)) stages
 hold no slower type, so the stages' total speed is at most sum_k (new stages at type k) / V_k and
 the bottleneck stage takes M >= A / that speed, and M >= ceil(k / pp) x the k-th slowest layer
-(on its fastest type), since k such layers share pp stages. Then, with B micro-batches,
+(on its fastest type), since k such layers share pp stages, and M >= the least bottleneck at which
+those stages hold every core layer (of the most common kind) whole, a stage of type g at most the
+most whose times on g fit in M (_whole_core_layers_floor: with few layers per stage, counting them
+fractionally put parts of 1,024 GPUs 8% below their best). Then, with B micro-batches,
     iteration >= max((B - 1) M + fill, B M),   fill >= max(sum_l min_g v_lg, A x V of the fastest stage),
 and, sharper (_filled_pipeline), iteration >= min over M' >= M of (B - 1) (M' + f) + S(M') + fixed:
 S(M') the least compute of the stages filled fastest first up to M' each, f the cheapest send and
 per-micro-batch overhead every stage pays, fixed the fill's sends and overheads and the iteration's;
-where nothing hides the gradient all-reduce (DeepSpeed), plus the all-reduce of the fullest stage's
-1 / pp of the parameters over the fewest nodes its ring can span. All minimised over every (tp, dp,
+plus the tail: the optimizer step and the gradient all-reduce (over the fewest nodes its ring can
+span, at each group's share of its network link), the parameters spread over the stages as their
+classes allow (_tail_floors), counted whole where nothing hides the all-reduce (DeepSpeed) and
+with B - 1 - h steady steps where backward hides up to h x a stage's compute; and coupled with the
+bottleneck (_coupled_floors: below the next whole-layer thresholds the slow stages must hold the
+layers the fast ones cannot, with their all-reduce). All minimised over every (tp, dp,
 micro-batch size) the part's GPU count admits (tests: each part's bound against brute force). Counting the GPUs
 fractionally instead gives a quick bound, B M >= global batch / micro-batch x tp x A / sum_g (GPUs
 of type g / V_g), whatever dp: it rules most parts out before the full bound is computed. A part
@@ -55,7 +62,7 @@ import numpy as np
 from amp_tui.core.cost import CostModel, Prediction, backward_overlap
 from amp_tui.core.errors import Cancelled
 from amp_tui.core.knobs import knob_choices
-from amp_tui.core.memory import state_bytes_per_param
+from amp_tui.core.memory import optimizer_traffic_per_param, state_bytes_per_param
 from amp_tui.core.objective import Objective
 from amp_tui.core.placement import Nodes, placement_label
 from amp_tui.core.pricing import priced, used_nodes
@@ -218,14 +225,26 @@ def part_bounds(scenario: Scenario, rows: np.ndarray, cost: CostModel | None = N
         / max(float(whole.intra.max()), float(whole.inter.max()))      # per sample, at tp 1
     cut_latency = 2.0 * min(float(whole.intra_latency.min()), float(whole.inter_latency.min()))
     overhead, per_micro_batch = cost.params("iteration_overhead_s"), cost.params("micro_batch_overhead_s")
-    # Where nothing hides the gradient all-reduce (backward_overlap 0, plain data parallelism), a
-    # data-parallel ring that spans N >= 2 nodes crosses a network interface: 2 (N - 1) / N of the
-    # bytes (or more, as one ring) over a link no faster than the fastest node's; the fullest
-    # stage holds 1 / pp of the parameters at least.
-    exposed = (plain and backward_overlap(cost) == 0 and cost.knobs.zero_stage < 3 and not cost.knobs.hsdp_shard
-               and cost.knobs.ep == 1)
+    # The tail (_tail_floors): the optimizer step and, with plain data parallelism, the gradient
+    # all-reduce. Where nothing hides the all-reduce (backward_overlap 0) both add to the bound;
+    # where backward hides up to h x its stage's compute (at most the bottleneck's M), the
+    # optimizer step adds, or the bound with B - 1 - h steady steps gets both whole (as
+    # search._time_floors counts them).
+    hidden = backward_overlap(cost)
+    counted = plain and cost.knobs.zero_stage < 3 and not cost.knobs.hsdp_shard and cost.knobs.ep == 1
+    memory_bandwidth = np.array([g.gpu.memory_bandwidth for g in groups])
+    # a crossing flow's bandwidth, at most: its node's link (its 1 / tp share when the tensor-
+    # parallel groups stay inside nodes: each node of a stage then holds one rank of each of its
+    # tp rings) or one connection's
+    inter = np.array([float(whole.inter[whole.node_group == g].max()) for g in range(len(groups))])
+    inter_flow = np.array([float(whole.inter_flow[whole.node_group == g].max()) for g in range(len(groups))])
     all_params = float(scenario.model.columns["params"].sum())
     micro_batch_sizes = [m for m in divisors(gbs) if m <= scenario.search.max_micro_batch_size]
+    kinds = [layer.kind for layer in cost.model.layers]
+    common = max(dict.fromkeys(kinds), key=kinds.count)
+    core = np.array([kind == common for kind in kinds])         # the core layers: the most common kind
+    core_params = float(scenario.model.columns["params"][core].min()) if core.any() else 0.0
+    ring = np.zeros(len(groups))
     for tp in _tp_options(scenario, totals):
         allowed_tp = np.array([scenario.search.allow_cross_node_tp or n % tp == 0 for n in per_node])[subset_index]
         for g in range(len(groups)):            # every micro-batch size's layer times in one pass
@@ -254,6 +273,8 @@ def part_bounds(scenario: Scenario, rows: np.ndarray, cost: CostModel | None = N
                 continue
             cumulative = np.cumsum(gpus[:, fastest_first], axis=1)          # GPUs of the k fastest types
             descending = -np.sort(-fastest_layers, axis=1)
+            core_order, core_values, core_held = _core_thresholds(v, core)
+            core_cumulative = np.cumsum(gpus[:, core_order], axis=1)
             for dp in divisors(gbs // mbs):
                 if cancel():
                     raise Cancelled
@@ -272,29 +293,141 @@ def part_bounds(scenario: Scenario, rows: np.ndarray, cost: CostModel | None = N
                 fill = np.maximum(f[rows_ok], a[rows_ok] * V[fastest_first][first])
                 B = gbs // (mbs * dp)
                 bound = np.maximum((B - 1) * m + fill, B * m)
-                # the finer bounds below are higher still: only where they can lower the part's
-                # bound below the limit
-                lower = (bound < best[rows_ok]) & (bound < limit[rows_ok])
-                if not lower.any():
-                    continue
-                rows_ok, m, new, fill = rows_ok[lower], m[lower], new[lower], fill[lower]
+                # the finer bounds below are higher still, the cheaper first: each only where the
+                # part's bound so far could still fall below the limit
+                live = np.arange(len(rows_ok))
                 pp = totals[total_index[rows_ok]] // (tp * dp)
-                m = np.maximum(m, _bottleneck_floor(descending, subset_index[rows_ok], pp))
-                bound = np.maximum((B - 1) * m + fill, B * m)
+
+                def sift() -> None:
+                    nonlocal live
+                    live = live[(bound[live] < best[rows_ok[live]]) & (bound[live] < limit[rows_ok[live]])]
+
+                sift()
+                m[live] = np.maximum(m[live], _bottleneck_floor(descending, subset_index[rows_ok[live]], pp[live]))
+                if len(core_values):
+                    m[live] = np.maximum(m[live], _whole_core_layers_floor(
+                        core_values, core_held, np.diff(core_cumulative[rows_ok[live]] // (tp * dp), axis=1, prepend=0)))
+                bound[live] = np.maximum((B - 1) * m[live] + fill[live], B * m[live])
                 if plain:
                     sends = np.where(pp > 1, cheapest_cut * mbs / tp + cut_latency, 0.0)
-                    bound = np.maximum(bound, overhead + _filled_pipeline(
-                        a[rows_ok], new, V[fastest_first], m, sends + per_micro_batch,
-                        (pp - 1) * sends + pp * per_micro_batch, B))
-                    # the fewest nodes a ring of dp spans: its ranks lie tp apart, at most
-                    # ceil(GPUs per node / tp) of them on one node
-                    nodes = -(-dp // -(-int(gpn.max()) // tp))
-                    if exposed and nodes > 1:
+
+                    def pipeline(steps: float, lowest: np.ndarray | None = None) -> np.ndarray:
+                        """overhead + min over M >= lowest (default m) of steps (M + busy) + S(M) + fixed"""
+                        return overhead + _filled_pipeline(a[rows_ok[live]], new[live], V[fastest_first],
+                                                           m[live] if lowest is None else lowest,
+                                                           sends[live] + per_micro_batch,
+                                                           (pp[live] - 1) * sends[live] + pp[live] * per_micro_batch,
+                                                           steps + 1)
+
+                    tail = full = np.zeros(len(rows_ok))
+                    sift()
+                    if counted:
+                        # the fewest nodes a ring of dp spans: its ranks lie tp apart, at most
+                        # ceil(GPUs per node / tp) of them on one node
+                        nodes = -(-dp // -(-int(gpn.max()) // tp))
+                        flow = np.minimum(inter / (1 if scenario.search.allow_cross_node_tp else tp), inter_flow)
+                        ring = 2.0 * (nodes - 1) / nodes / flow if nodes > 1 else np.zeros(len(groups))
+                        optimizer = optimizer_traffic_per_param(training, dp, cost.knobs.zero_stage) / memory_bandwidth
                         per_param = state_bytes_per_param(training, dp, cost.knobs.zero_stage).weights
-                        bound = bound + (per_param * all_params / (tp * pp) * 2.0 * (nodes - 1) / nodes
-                                         / float(np.minimum(whole.inter, whole.inter_flow).max()))
+                        step, full = np.zeros(len(rows_ok)), np.zeros(len(rows_ok))
+                        for out, coef in ((step, optimizer), (full, per_param * ring + optimizer)):
+                            out[live] = _tail_floors(coef, gpus[rows_ok[live]], tp * dp, pp[live], all_params / tp)
+                        tail = step if hidden else full
+                    bound += tail
+                    sift()
+                    bound[live] = np.maximum(bound[live], pipeline(B - 1) + tail[live])
+                    if counted and 0 < hidden <= B - 1:
+                        sift()
+                        bound[live] = np.maximum(bound[live], pipeline(B - 1 - hidden) + full[live])
+                    if counted and hidden <= B - 1 and len(core_values) and ring.any():
+                        sift()
+                        bound[live] = np.maximum(bound[live], _coupled_floors(
+                            pipeline, B - 1 - hidden, m[live], core_values, core_held,
+                            np.diff(core_cumulative[rows_ok[live]] // (tp * dp), axis=1, prepend=0),
+                            per_param * ring + optimizer, gpus[rows_ok[live]], tp * dp, pp[live],
+                            core_params / tp, full[live]))
                 best[rows_ok] = np.minimum(best[rows_ok], bound)
     return np.where(fits, best, np.inf)
+
+
+def _tail_floors(coef: np.ndarray, gpus: np.ndarray, per_stage: int, pp: np.ndarray, params: float) -> np.ndarray:
+    """Per row (`gpus`: per group, a part's GPUs), a floor on the largest tail of a stage, e_s P_s
+    with P_s its parameters per GPU (`params` in all), when each stage's coefficient e_s is at
+    least `coef` of every group serving it: max_s e_s P_s >= params / sum_s (1 / e_s), and, as
+    for the stages' speed, at most floor(GPUs of the k lowest-coefficient groups / per_stage)
+    stages have e_s no higher than the k-th lowest, so sum_s 1 / e_s is at most the sum over
+    those counts. 0 where a coefficient is 0 (nothing to bound). (A hair lower, as it can be
+    exact: rounding must not put it above the best.)"""
+    if not np.all(coef > 0):
+        return np.zeros(len(gpus))
+    lowest_first = np.argsort(coef, kind="stable")
+    stages = np.minimum(np.cumsum(gpus[:, lowest_first], axis=1) // per_stage, pp[:, None])
+    return params / (np.diff(stages, axis=1, prepend=0) / coef[lowest_first]).sum(axis=1) * (1.0 - 1e-9)
+
+
+def _coupled_floors(pipeline: Callable, steps: float, m: np.ndarray, values: np.ndarray, held: np.ndarray,
+                    new: np.ndarray, coef: np.ndarray, gpus: np.ndarray, per_stage: int, pp: np.ndarray,
+                    layer_params: float, spread: np.ndarray) -> np.ndarray:
+    """Per row, a floor on steps (M + busy) + S(M) + fixed + max_s e_s P_s that couples the
+    bottleneck compute M with the tail: a low M leaves the slow stages many layers (and their
+    parameters, whose all-reduce is often the slowest too). `pipeline(steps, lowest)` is that
+    pipeline floor over M >= lowest; `m`, the least M; `values`, `held`, `new` as for
+    _whole_core_layers_floor; `coef` the tail coefficients per group and `gpus`, `per_stage`,
+    `pp` as for _tail_floors; `layer_params`, the fewest parameters per GPU of a core layer;
+    `spread`, the tail floor of _tail_floors.
+
+    The holdings K'_k(M) change only at the thresholds: on [m, t1) and [t1, t2) (t1 < t2 the next
+    thresholds) they are those at m and at t1, and with M in such a range the tail is at least
+    E(K) (_held_tail_floor); beyond t2 it is at least `spread`. So the iteration is at least the
+    least of pipeline(m) + E(K(m)), pipeline(t1) + E(K(t1)) and pipeline(t2) + spread."""
+    at = np.searchsorted(values, m, side="right")           # index of the first threshold above m
+    out = np.full(len(m), np.inf)
+    for step in range(3):
+        index = at + step                                   # the range starts at m or threshold index - 1
+        exists = index <= len(values)
+        lowest = np.where(step == 0, m, values[np.clip(index - 1, 0, len(values) - 1)])
+        if step < 2:
+            room = np.where(index[:, None] > 0, held[:, np.clip(index - 1, 0, len(values) - 1)].T, 0)
+            tail = _held_tail_floor(room, new, coef, gpus, per_stage, pp, layer_params, held[0, -1])
+        else:
+            tail = spread
+        out = np.minimum(out, np.where(exists, pipeline(steps, lowest) + tail, np.inf))
+    return out
+
+
+def _held_tail_floor(room: np.ndarray, new: np.ndarray, coef: np.ndarray, gpus: np.ndarray, per_stage: int,
+                     pp: np.ndarray, layer_params: float, count: int) -> np.ndarray:
+    """Per row, a floor on max_s e_s l_s x `layer_params` when the stages hold `count` core layers
+    l_s between them, a stage of compute class k (`new`, as for _whole_core_layers_floor) at most
+    room[k] of them (falling with k), and each stage's e_s at least `coef` of its groups (counted
+    as in _tail_floors). The stages' capacities sorted (most first) are at most the greedy counts'
+    (at most cum_k stages are of the first k classes), and so are the counts floor(E / (e_s p))
+    that a tail E allows; sum_s min(capacity_s, allowed_s) is largest with both sorted alike
+    (min is supermodular). E is at least the least value where that sum reaches `count` (inf if
+    none: no partition has that bottleneck). (A hair lower, against rounding.)"""
+    if not (np.all(coef > 0) and layer_params > 0 and len(room)):
+        return np.zeros(len(room))
+    lowest_first = np.argsort(coef, kind="stable")
+    e_new = np.diff(np.minimum(np.cumsum(gpus[:, lowest_first], axis=1) // per_stage, pp[:, None]), axis=1, prepend=0)
+    stage = np.arange(int(pp.max()))[None, :, None]          # stages sorted: j-th, class = classes ended by j
+
+    def per_stage_class(counts: np.ndarray, values: np.ndarray) -> np.ndarray:
+        """(rows, stages): each sorted stage's value of its class (`fill` past the row's pp)."""
+        index = (np.cumsum(counts, axis=1)[:, None, :] <= stage).sum(axis=2)
+        return np.take_along_axis(values, index, axis=1)
+
+    capacity = per_stage_class(new, np.concatenate([room, np.zeros((len(room), 1))], axis=1))     # most first
+    e = per_stage_class(e_new, np.broadcast_to(np.append(coef[lowest_first], np.inf), (len(room), len(coef) + 1)))
+    e = e * layer_params                                                                          # least first
+    # the least tail lies among e_s x n (n layers on a stage of coefficient e_s)
+    candidates = np.unique(coef[:, None] * layer_params * np.arange(1, count + 1)[None, :])
+    low, high = np.zeros(len(room), dtype=np.int64), np.full(len(room), len(candidates) - 1)
+    while (low < high).any():
+        middle = (low + high) // 2
+        allowed = np.floor(candidates[middle][:, None] / e * (1 + 1e-12))
+        enough = np.minimum(capacity, allowed).sum(axis=1) >= count
+        low, high = np.where(enough, low, middle + 1), np.where(enough, middle, high)
+    return np.where(capacity.sum(axis=1) >= count, candidates[low] * (1.0 - 1e-9), np.inf)
 
 
 def _bottleneck_floor(descending: np.ndarray, subset: np.ndarray, pp: np.ndarray) -> np.ndarray:
@@ -306,6 +439,41 @@ def _bottleneck_floor(descending: np.ndarray, subset: np.ndarray, pp: np.ndarray
     k = np.arange(1, layers + 1)
     floors = (np.ceil(k[None, :] / (pairs % (layers + 1))[:, None]) * descending[pairs // (layers + 1)]).max(axis=1)
     return floors[where.ravel()]
+
+
+def _core_thresholds(v: np.ndarray, core: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """For _whole_core_layers_floor, from `v` (groups, L), each layer's time per group, and `core`,
+    the core layers (of the most common kind): the groups in ascending order of their core layers'
+    total time; the thresholds T[k, j], in that order, the least time j + 1 core layers take on
+    group k or on any group after it (min over i >= k of the sum of group i's j + 1 cheapest),
+    as the distinct values of T ascending and, per group k and value x, #{j: T[k, j] <= x}."""
+    times = v[:, core]
+    order = np.argsort(times.sum(axis=1), kind="stable")
+    thresholds = np.minimum.accumulate(np.cumsum(np.sort(times[order], axis=1), axis=1)[::-1], axis=0)[::-1]
+    values = np.unique(thresholds)
+    return order, values, np.stack([np.searchsorted(row, values, side="right") for row in thresholds])
+
+
+def _whole_core_layers_floor(values: np.ndarray, held: np.ndarray, new: np.ndarray) -> np.ndarray:
+    """Per row, a floor on the bottleneck stage's compute M from whole core layers (each layer all
+    on one stage), with `values` and `held` from _core_thresholds and `new` (rows, groups): the
+    stages per group in that order whose GPUs are all of that group or of earlier ones, at most
+    (the count of stages of part_bounds, in this order of the groups).
+
+    A stage whose slowest group in this order is k runs each layer at least at its time on k, so
+    with compute at most M it holds at most K_k(M) core layers, the most whose cheapest sum on k
+    fits in M; K'_k(M) = max over i >= k of K_i(M) = #{j: T[k, j] <= M} = held[k] at M bounds
+    that too and falls with k, so the stages hold at most sum_k new_k K'_k(M) core layers
+    (filling the earliest groups first, as `new` does, gives the most). That must reach C, the
+    core layers: M is at least the least threshold where it does. Contiguity, memory and the
+    other layers are relaxed."""
+    count = held[0, -1]         # C: at the largest threshold every group holds every core layer
+    low, high = np.zeros(len(new), dtype=np.int64), np.full(len(new), len(values) - 1)
+    while (low < high).any():       # the first value at which the stages hold every core layer
+        middle = (low + high) // 2
+        enough = (new * held[:, middle].T).sum(axis=1) >= count
+        low, high = np.where(enough, low, middle + 1), np.where(enough, middle, high)
+    return values[low]
 
 
 def _filled_pipeline(work: np.ndarray, new: np.ndarray, pace: np.ndarray, lowest: np.ndarray, busy: np.ndarray,

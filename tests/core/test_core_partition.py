@@ -273,3 +273,25 @@ def test_a_cap_below_a_stages_overhead_and_sends_leaves_no_band():
     tables = SegmentTables(candidate)
     tables.tau_cap = candidate.micro_batch_overhead + partition._cheapest_sends(candidate).max() / 2
     assert tables.cells == 0 and tables.empty
+
+
+def test_a_stage_with_no_rows_in_small_whole_tables_is_skipped():
+    """The small whole tables start at the first row a later stage reads: here stage 1 has no row
+    left in the band (the bound cuts it), and taking stage 1's first row for that start indexed
+    stage 2 out of the tables (found by hypothesis in the idle-nodes tests)."""
+    profile = {"profile": {"T4": {1: 1e-05}}}
+    layers = [layer(params=p, flops=f, output_bytes=1e5, name=f"l{i}", width=64.0, tokens=t, **(profile if i < 2 else {}))
+              for i, (p, f, t) in enumerate([(0.0, 1e10, 1.0), (0.0, 1.7e11, 1.0), (1.175e8, 1e10, 1.0),
+                                             (0.0, 1e10, 128.0), (0.0, 1e10, 1.0)])]
+    spec = {"name": "empty band", "cluster": {"nodes": [
+                node(count=2, gpu="V100", intra=1.0, inter=1.0),
+                node(count=1, gpu={"base": "T4", "fp16_tflops": 20.0, "memory": "2 GiB"}, intra=1.0, inter=1.0)]},
+            "model": {"name": "five layers", "sequence_length": 1, "layers": layers},
+            "training": {"global_batch_size": 12, "precision": "fp16", "optimizer": "adam", "recompute": "none",
+                         "zero_stage": 0, "runtime_reserve": "256 MiB"},
+            "search": {"reorder_nodes": False}}
+    candidate = CostModel(parse_scenario(spec)).candidate(1, 3, 1, 4, (0, 1))
+    best, _ = brute_force(candidate)
+    for bound in (2.269213888888889, math.inf):
+        result = partition.solve(SegmentTables(candidate), bound)
+        assert (result.partition is None and best >= bound) or close(result.iteration_time_s, best)

@@ -20,7 +20,8 @@ from amp_tui.core.presets import load_preset, preset_names
 from amp_tui.core.scenario import load_scenario, parse_scenario
 from amp_tui.core.search import enumerate_candidates, search
 from amp_tui.core.strategy import Strategy
-from amp_tui.core.subclusters import part_bounds, part_scenario, search_parts
+from amp_tui.core.subclusters import (_core_thresholds, _held_tail_floor, _whole_core_layers_floor, part_bounds,
+                                      part_scenario, search_parts)
 from core_builders import brute_force, close, examples, layer, node, node_groups, scenario_dicts, scenario_dict
 
 
@@ -207,6 +208,53 @@ def test_every_part_bound_is_below_that_parts_brute_force_best(spec, framework):
     for counts, bound in zip(rows.tolist(), part_bounds(scn, rows)):
         best = best_of_part.get(_canonical(scn, counts), math.inf)
         assert bound <= best * (1 + 1e-9), (counts, bound, best)
+
+
+@settings(max_examples=examples(60), deadline=None)
+@given(times=st.lists(st.floats(0.1, 4.0), min_size=1, max_size=3),
+       stages=st.lists(st.integers(0, 3), min_size=3, max_size=3), layers=st.integers(1, 9))
+def test_the_whole_core_layers_floor_is_the_least_bottleneck_of_identical_layers(times, stages, layers):
+    """With identical core layers, stage counts per group as given and the groups in ascending
+    time, the floor is exactly the least bottleneck of any whole-layer split (brute force over
+    every split); a fractional count of layers would put it lower (e.g. 2 fast stages and one 2.5
+    times slower: 7 layers need 3, not 7 / 2.4)."""
+    stages = stages[:len(times)]
+    assume(sum(stages) > 0)
+    v = np.array(times)[:, None] * np.ones((1, layers))
+    order, values, held = _core_thresholds(v, np.ones(layers, dtype=bool))
+    new = np.array([stages[g] for g in order])[None, :]
+    paces = [t for t, n in zip(times, stages) for _ in range(n)]
+    splits = (np.diff((-1, *bars, layers + len(paces) - 1)) - 1         # stars and bars: every split
+              for bars in itertools.combinations(range(layers + len(paces) - 1), len(paces) - 1))
+    best = min(max(k * t for k, t in zip(split, paces)) for split in splits)
+    assert close(float(_whole_core_layers_floor(values, held, new)[0]), best)
+
+
+def test_the_whole_core_layers_floor_counts_whole_layers():
+    order, values, held = _core_thresholds(np.array([[2.5] * 7, [1.0] * 7]), np.ones(7, dtype=bool))
+    assert order.tolist() == [1, 0]
+    assert close(float(_whole_core_layers_floor(values, held, np.array([[2, 1]]))[0]), 3.0)
+
+
+@settings(max_examples=examples(60), deadline=None)
+@given(room=st.lists(st.integers(0, 4), min_size=1, max_size=3), stages=st.lists(st.integers(0, 2), min_size=3,
+                                                                                 max_size=3),
+       coef=st.lists(st.floats(0.1, 3.0), min_size=1, max_size=3), count=st.integers(1, 6))
+def test_the_held_tail_floor_is_the_least_tail_of_a_whole_layer_split(room, stages, coef, count):
+    """One group per class, the compute classes and the tail's in the same order: the floor is
+    the least max e_s l_s of any split of `count` layers with l_s at most its stage's room (brute
+    force), or inf when the rooms cannot hold them."""
+    n = min(len(room), len(coef))
+    room, stages, coef = sorted(room[:n], reverse=True), stages[:n], sorted(coef[:n])
+    assume(sum(stages) > 0)
+    gpus = np.array([stages])          # one GPU per stage
+    pp = np.array([sum(stages)])
+    (floor,) = _held_tail_floor(np.array([room]), np.array([stages]), np.array(coef), gpus, 1, pp, 2.0, count)
+    caps = [r for r, k in zip(room, stages) for _ in range(k)]
+    tails = [2.0 * c for c, k in zip(coef, stages) for _ in range(k)]
+    splits = [split for split in itertools.product(*(range(c + 1) for c in caps)) if sum(split) == count]
+    best = min((max(l * t for l, t in zip(split, tails)) for split in splits), default=math.inf)
+    assert floor == best if best == math.inf else close(float(floor), best, rel=1e-8)
 
 
 def test_a_part_bound_counts_an_all_reduce_nothing_hides():
