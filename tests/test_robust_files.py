@@ -317,3 +317,18 @@ def test_sigterm_during_save_leaves_no_temporary_file(tmp_path):
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
     assert result.returncode == 130 and result.stderr.strip() == "amp-tui: interrupted"
     assert os.listdir(tmp_path) == []
+
+
+def test_a_temporary_left_by_a_killed_write_is_removed_by_the_next(tmp_path):
+    """A run killed between linking the new file to its temporary name and the rename leaves that
+    name; the next write of the file removes it, unless its process still runs."""
+    from amp_tui.core.atomic import atomic_write
+
+    dead = tmp_path / ".plan.yaml.amp-tui-999999999.tmp"
+    alive = tmp_path / ".plan.yaml.amp-tui-1.tmp"          # pid 1 always runs
+    other = tmp_path / ".other.yaml.amp-tui-999999999.tmp"
+    for path in (dead, alive, other):
+        path.write_text("partial")
+    atomic_write(tmp_path / "plan.yaml", "whole")
+    assert (tmp_path / "plan.yaml").read_text() == "whole"
+    assert not dead.exists() and alive.exists() and other.exists()

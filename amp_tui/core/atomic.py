@@ -2,7 +2,9 @@
 
 Every target is checked before anything is written. One file is written and flushed to disk as an
 unnamed file in the target folder (Linux O_TMPFILE), so a process killed at any moment before the
-commit leaves nothing behind, and a rename gives it its name.
+commit leaves nothing behind, and a rename gives it its name (replacing a file, it is linked to
+a temporary name first: a run killed between that link and the rename leaves the temporary,
+which the next write of that file removes).
 
 A set of several files that may replace existing ones is built whole in a hidden sibling of the
 target folder: the new files, and
@@ -18,6 +20,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import re
 import shutil
 import stat
 import tempfile
@@ -42,6 +45,8 @@ def write_files(folder: str | Path, files: dict[str, str], *, overwrite: bool = 
     targets = [folder / name for name in files]
     _check_targets(folder, targets, overwrite, field)
     blobs = [text.encode("utf-8") for text in files.values()]   # a bad text fails before any write
+    for target in targets:
+        _remove_leftovers(folder, target.name)
     if len(targets) > 1 and overwrite and _exchange(folder, targets, blobs, field):
         return targets
     with _Staging(folder, field) as staging:
@@ -114,18 +119,26 @@ def _exchange(folder: Path, targets: list[Path], blobs: list[bytes], field: str)
 
 
 def _remove_leftovers(parent: Path, name: str) -> None:
-    """Sibling folders a killed run left (its process is gone)."""
+    """What a killed run left beside `name` (its process is gone): a sibling staging folder, or
+    the temporary name a file held between its link and its rename (.NAME.amp-tui-PID.tmp)."""
     prefix = f".{name}{_TAG}"
     try:
         entries = list(os.scandir(parent))
     except OSError:
         return
     for entry in entries:
-        if not entry.name.startswith(prefix) or not entry.is_dir(follow_symlinks=False):
+        if not entry.name.startswith(prefix):
             continue
-        pid = entry.name[len(prefix):].split("-", 1)[0]
-        if pid.isdigit() and not _alive(int(pid)):
+        pid = re.match(r"\d*", entry.name[len(prefix):]).group()
+        if not pid or _alive(int(pid)):
+            continue
+        if entry.is_dir(follow_symlinks=False):
             shutil.rmtree(entry.path, ignore_errors=True)
+        else:
+            try:
+                os.unlink(entry.path)
+            except OSError:
+                pass
 
 
 def _alive(pid: int) -> bool:
