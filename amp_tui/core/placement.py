@@ -92,6 +92,7 @@ class Nodes:
         self.order = tuple(order)
         self.node_group = node_order(cluster, order)
         per_node = np.array([groups[g].gpus_per_node for g in self.node_group])
+        self.gpus_per_node = per_node                                   # per node, in placement order
         self.rank_node = np.repeat(np.arange(len(self.node_group)), per_node)
         starts = np.concatenate([[0], np.cumsum(per_node)[:-1]])
         self.rank_local_gpu = np.arange(len(self.rank_node)) - np.repeat(starts, per_node)
@@ -148,10 +149,14 @@ class Nodes:
         if ring_ranks.shape[-1] == 1:
             zeros = np.zeros(ring_ranks.shape[:-1])
             return zeros, zeros
-        nxt = np.concatenate([ring_ranks[..., 1:], ring_ranks[..., :1]], axis=-1)
+        nxt, latency = self._hops(ring_ranks)
         bandwidth = self.flow_bandwidth(ring_ranks.reshape(1, -1), nxt.reshape(1, -1)).reshape(ring_ranks.shape)
-        latency = self.flow_latency(ring_ranks, nxt)
         return 1.0 / bandwidth.min(axis=-1), latency.mean(axis=-1)
+
+    def _hops(self, ring_ranks: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Rings along the last axis: each rank's successor, and the latency of the hop to it."""
+        nxt = np.concatenate([ring_ranks[..., 1:], ring_ranks[..., :1]], axis=-1)
+        return nxt, self.flow_latency(ring_ranks, nxt)
 
     def allreduce_latency(self, ring_ranks: np.ndarray) -> np.ndarray:
         """Rings along the last axis: the latency of one all-reduce message (one bucket) over each
@@ -161,8 +166,7 @@ class Nodes:
         n = ring_ranks.shape[-1]
         if n == 1:
             return np.zeros(ring_ranks.shape[:-1])
-        nxt = np.concatenate([ring_ranks[..., 1:], ring_ranks[..., :1]], axis=-1)
-        hop = self.flow_latency(ring_ranks, nxt)
+        nxt, hop = self._hops(ring_ranks)
         ring = 2.0 * (n - 1) * hop.mean(axis=-1)
         crossing = self.rank_node[ring_ranks] != self.rank_node[nxt]
         nodes = np.maximum(crossing.sum(axis=-1), 1)

@@ -73,8 +73,8 @@ def zero3_ring(nodes, stage_ranks: np.ndarray, seconds_per_byte: float, latency:
     if framework == "deepspeed":
         rank_node = nodes.rank_node[stage_ranks]
         if rank_node.min() != rank_node.max():
-            gpus = np.bincount(nodes.rank_node)
-            seconds_per_byte = max(seconds_per_byte, float((gpus[rank_node] / nodes.inter[rank_node]).max()))
+            share = nodes.gpus_per_node[rank_node] / nodes.inter[rank_node]
+            seconds_per_byte = max(seconds_per_byte, float(share.max()))
     return seconds_per_byte * (n - 1) / n, latency * (n - 1)
 
 
