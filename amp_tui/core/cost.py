@@ -532,11 +532,7 @@ class Candidate:
         return backward_overlap(self.cost)
 
     def exposed_allreduce(self, allreduce: np.ndarray, compute: np.ndarray, last: np.ndarray) -> np.ndarray:
-        """What of the all-reduce the backward pass does not hide: at least the last bucket's
-        latency (`last`, in `allreduce` too), paid after the backward pass has ended."""
-        if not self.hidden_share:
-            return allreduce
-        return np.maximum(allreduce - self.hidden_share * compute, last)
+        return exposed_allreduce(allreduce, compute, last, self.hidden_share)
 
     @cached_property
     def tail_floor(self) -> float:
@@ -783,6 +779,15 @@ def memory_reason(stage: StagePrediction) -> str:
 def over_capacity(stage: int, first_layer: int, last_layer: int, gpu: str, need: float, capacity: float) -> str:
     return (f"stage {stage} (layers {first_layer}-{last_layer}, {gpu}) needs {format_bytes(need)} of "
             f"{format_bytes(capacity)}: {format_bytes(need - capacity)} over")
+
+
+def exposed_allreduce(allreduce, compute, last, hidden_share: float):
+    """What of the all-reduce the backward pass does not hide (it hides up to `hidden_share` of
+    the stage's `compute`): at least the last bucket's latency (`last`, in `allreduce` too), paid
+    after the backward pass has ended."""
+    if not hidden_share:
+        return allreduce
+    return np.maximum(allreduce - hidden_share * compute, last)
 
 
 def backward_overlap(cost: CostModel) -> float:

@@ -40,6 +40,7 @@ from amp_tui.core.cost import (
     Prediction,
     StagePrediction,
     backward_overlap,
+    exposed_allreduce,
     memory_reason,
 )
 from amp_tui.core.errors import SpecError
@@ -229,12 +230,6 @@ class StageWise:
             out.append((act, peak, float(in_flight[s])))
         return out
 
-    def exposed(self, allreduce, compute, last):
-        """As cost.Candidate.exposed_allreduce: at least the last bucket's latency stays exposed."""
-        if not self.hidden_share:
-            return allreduce
-        return np.maximum(allreduce - self.hidden_share * compute, last)
-
     # -- one partition -------------------------------------------------------------------------
     def terms(self, partition: tuple[int, ...]) -> dict:
         bounds = np.concatenate([[0], np.cumsum(partition)]).astype(np.int64)
@@ -248,7 +243,7 @@ class StageWise:
         comm[1:] += cuts
         params = self.param_prefix[s_idx, ends] - self.param_prefix[s_idx, starts]
         dp_coef, opt_coef, last = self.coefficients
-        allreduce = self.exposed(dp_coef * params + last, compute, last)
+        allreduce = exposed_allreduce(dp_coef * params + last, compute, last, self.hidden_share)
         optimizer = opt_coef * params
         busy = compute + comm + self.overhead
         B = self.num_micro_batches
@@ -333,7 +328,7 @@ class StageWise:
             params = self.param_prefix[s][None, :] - self.param_prefix[s][:, None]
             gs = compute + self.overhead + (self.cut[s][None, :] if s < pp - 1 else 0.0)
             ts = gs + (self.cut[s - 1][:, None] if s > 0 else 0.0)
-            es = self.exposed(dp_coef[s] * params + last[s], compute, last[s]) + opt_coef[s] * params
+            es = exposed_allreduce(dp_coef[s] * params + last[s], compute, last[s], self.hidden_share) + opt_coef[s] * params
             act, peak, in_flight = self.memory[s]
             seg_peak = np.zeros((L + 1, L + 1))
             for a in range(L):
