@@ -42,10 +42,12 @@ class Layout:
     stage_capacity: np.ndarray   # bytes: the smallest usable GPU memory in each stage
     stage_memory_bandwidth: np.ndarray  # bytes/s: the slowest GPU memory in each stage
     stage_tp_seconds_per_byte: np.ndarray   # slowest tensor-parallel ring link per stage (0 if tp = 1)
+    stage_cp_seconds_per_byte: np.ndarray   # slowest context-parallel ring link per stage (0 if cp = 1)
     boundary_seconds_per_byte: np.ndarray   # pipeline send after each stage but the last
     dp_seconds_per_byte: np.ndarray         # slowest data-parallel ring link per stage (0 if dp = 1)
     dp_allreduce_seconds_per_byte: np.ndarray   # all-reduce time per byte reduced, per stage (ring or hierarchical)
     stage_tp_latency: np.ndarray            # per message on the slowest tensor-parallel link, per stage
+    stage_cp_latency: np.ndarray            # per step of the slowest context-parallel ring, per stage
     boundary_latency: np.ndarray            # per message on each pipeline boundary's slowest link
     dp_latency: np.ndarray                  # per step of a data-parallel ring (its hops' mean), per stage
     dp_allreduce_latency: np.ndarray        # per all-reduce message (bucket), ring or tree, per stage
@@ -153,6 +155,18 @@ class Nodes:
         bandwidth = self.flow_bandwidth(ring_ranks.reshape(1, -1), nxt.reshape(1, -1)).reshape(ring_ranks.shape)
         return 1.0 / bandwidth.min(axis=-1), latency.mean(axis=-1)
 
+    def block_links(self, blocks: np.ndarray, cp: int) -> tuple[tuple[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]]:
+        """Blocks of tp x cp ranks along the last axis, context-parallel ranks beside the
+        tensor-parallel ones (Megatron's order tp-cp-dp-pp: tp innermost): ((s/byte, latency) of
+        the slowest tensor-parallel ring, the same of the slowest context-parallel ring) per
+        block. A tensor-parallel ring is its tp adjacent ranks, a context-parallel ring the cp
+        ranks tp apart: with tp 8 x cp 2 on nodes of 8 GPUs, tensor parallelism stays on NVLink
+        and only the context-parallel ring crosses the network."""
+        inner = blocks.reshape(*blocks.shape[:-1], cp, blocks.shape[-1] // cp)
+        tp_links = tuple(a.max(axis=-1) for a in self.ring_links(inner))
+        cp_links = tuple(a.max(axis=-1) for a in self.ring_links(np.swapaxes(inner, -1, -2)))
+        return tp_links, cp_links
+
     def _hops(self, ring_ranks: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Rings along the last axis: each rank's successor, and the latency of the hop to it."""
         nxt = np.concatenate([ring_ranks[..., 1:], ring_ranks[..., :1]], axis=-1)
@@ -203,12 +217,14 @@ class Nodes:
 
 
 def build_layout(cluster: Cluster, tp: int, pp: int, dp: int, order: tuple[int, ...],
-                 nodes: Nodes | None = None) -> Layout:
+                 nodes: Nodes | None = None, cp: int = 1) -> Layout:
     """The layout of (tp, pp, dp) on the cluster's nodes in `order` (`nodes`, if given, must be
-    Nodes(cluster, order, params))."""
+    Nodes(cluster, order, params)). With context parallelism `tp` is the block of tp x cp ranks
+    of a replica of a stage (Nodes.block_links)."""
     nodes = nodes or Nodes(cluster, order)
     ranks = np.arange(pp * dp * tp).reshape(pp, dp, tp)  # [stage, replica, tp_rank] = global rank
-    tp_spb, tp_latency = (a.max(axis=1) for a in nodes.ring_links(ranks))            # rings over tp ranks
+    (tp_spb, tp_latency), (cp_spb, cp_latency) = (
+        tuple(a.max(axis=1) for a in links) for links in nodes.block_links(ranks, cp))
     dp_rings = ranks.transpose(0, 2, 1)
     dp_links = nodes.ring_links(dp_rings)                                             # rings over replicas
     dp_spb, dp_latency = (a.max(axis=1) for a in dp_links)
@@ -232,10 +248,12 @@ def build_layout(cluster: Cluster, tp: int, pp: int, dp: int, order: tuple[int, 
         stage_capacity=np.where(serves, nodes.usable[None, :], np.inf).min(axis=1),
         stage_memory_bandwidth=np.where(serves, nodes.memory_bandwidth[None, :], np.inf).min(axis=1),
         stage_tp_seconds_per_byte=tp_spb,
+        stage_cp_seconds_per_byte=cp_spb,
         boundary_seconds_per_byte=boundary,
         dp_seconds_per_byte=dp_spb,
         dp_allreduce_seconds_per_byte=dp_allreduce,
         stage_tp_latency=tp_latency,
+        stage_cp_latency=cp_latency,
         boundary_latency=boundary_latency,
         dp_latency=dp_latency,
         dp_allreduce_latency=dp_allreduce_latency,
