@@ -351,7 +351,7 @@ class StagePrediction:
     gpu: str                       # the GPU type that sets the pace (the slowest serving the stage)
     gpu_types: tuple[str, ...]
     compute_s: float               # per micro-batch, forward + backward, incl. tensor-parallel comm
-    tp_comm_s: float               # the tensor-parallel all-reduce part of compute_s
+    tp_comm_s: float               # the tensor-parallel collectives (and ring attention's exposed sends) in compute_s
     comm_s: float                  # pipeline sends per micro-batch, both neighbours, both directions
     overhead_s: float              # the pipeline engine's fixed cost per micro-batch
     stage_time_s: float            # compute_s + comm_s + overhead_s: busy time per micro-batch
