@@ -267,9 +267,16 @@ def part_bounds(scenario: Scenario, rows: np.ndarray, cost: CostModel | None = N
                 a, V = np.zeros(len(rows)), np.ones(len(groups))
             fastest_layers = _subset_min(v, in_subset)                       # (subsets, L)
             f = fastest_layers.sum(axis=1)[subset_index]
+            # the quick bound of this tp and micro-batch size: every dp's bound below is at least
+            # it (their stages' speed is at most R / (tp x dp)), so only rows where it lies below
+            # the bound so far and the limit need them (where it reaches the limit, it stands)
+            coarse = np.where(allowed_tp, np.maximum(gbs / mbs * tp * a / (gpus @ (1.0 / V)), f), np.inf)
+            reaches = quick | (coarse >= limit)
+            best = np.where(reaches, np.minimum(best, coarse), best)
             if quick:
-                throughput = gbs / mbs * tp * a / (gpus @ (1.0 / V))
-                best = np.where(allowed_tp, np.minimum(best, np.maximum(throughput, f)), best)
+                continue
+            open_rows = ~reaches & (coarse < best)
+            if not open_rows.any():
                 continue
             cumulative = np.cumsum(gpus[:, fastest_first], axis=1)          # GPUs of the k fastest types
             descending = -np.sort(-fastest_layers, axis=1)
@@ -279,7 +286,7 @@ def part_bounds(scenario: Scenario, rows: np.ndarray, cost: CostModel | None = N
                 if cancel():
                     raise Cancelled
                 ok_total = (totals % (tp * dp) == 0) & (totals // (tp * dp) <= layers)
-                rows_ok = np.flatnonzero(ok_total[total_index] & allowed_tp)
+                rows_ok = np.flatnonzero(ok_total[total_index] & open_rows)
                 if not len(rows_ok):
                     continue
                 # stages whose GPUs are all among the k fastest types, at most; the j-th fastest
