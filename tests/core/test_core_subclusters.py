@@ -20,8 +20,8 @@ from amp_tui.core.presets import load_preset, preset_names
 from amp_tui.core.scenario import load_scenario, parse_scenario
 from amp_tui.core.search import enumerate_candidates, search
 from amp_tui.core.strategy import Strategy
-from amp_tui.core.subclusters import (_core_thresholds, _held_tail_floor, _whole_core_layers_floor, part_bounds,
-                                      part_scenario, search_parts)
+from amp_tui.core.subclusters import (_core_thresholds, _held_tail_floor, _vectors, _whole_core_layers_floor,
+                                      part_bounds, part_scenario, search_parts)
 from core_builders import brute_force, close, examples, layer, node, node_groups, scenario_dicts, scenario_dict
 
 
@@ -192,6 +192,25 @@ def test_bounds_are_below_every_part_best():
         part, _ = part_scenario(scn, counts)
         found = search(part, top=1).strategies
         assert found and bound <= found[0].iteration_time_s
+
+
+@pytest.mark.parametrize("name", ["paper-het-cluster", "bench-128-gpus"])
+def test_a_limited_bound_is_the_full_one_below_the_limit_and_reaches_it_above(name):
+    """With a limit, the bounding skips what cannot fall below it (e.g. every dp of a tensor-
+    parallel degree and micro-batch size whose quick bound reaches it): the bound stays a lower
+    bound (at most the full one), equals the full one where that is below the limit, and reaches
+    the limit elsewhere."""
+    scn = load_scenario(name)
+    rows, _ = _vectors(scn)
+    cost = CostModel(scn)
+    full = part_bounds(scn, rows, cost)
+    finite = np.sort(full[np.isfinite(full)])
+    for limit in (finite[0], finite[len(finite) // 3], finite[-1] * 1.01, np.resize(finite, len(rows))):
+        limited = part_bounds(scn, rows, cost, limit=limit)
+        below = full < limit
+        assert (limited <= full).all()
+        assert (limited[below] == full[below]).all()
+        assert (limited[~below] >= np.broadcast_to(limit, full.shape)[~below]).all()
 
 
 @settings(max_examples=examples(40), deadline=None)
