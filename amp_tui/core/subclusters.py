@@ -21,7 +21,8 @@ fractionally put parts of 1,024 GPUs 8% below their best). Then, with B micro-ba
     iteration >= max((B - 1) M + fill, B M),   fill >= max(sum_l min_g v_lg, A x V of the fastest stage),
 and, sharper (_filled_pipeline), iteration >= min over M' >= M of (B - 1) (M' + f) + S(M') + fixed:
 S(M') the least compute of the stages filled fastest first up to M' each, f the cheapest send and
-per-micro-batch overhead every stage pays, fixed the fill's sends and overheads and the iteration's;
+per-micro-batch overhead every stage pays (a send over the network where the stages fill whole
+nodes, _send_floors), fixed the fill's sends and overheads and the iteration's;
 plus the tail: the optimizer step and the gradient all-reduce (over the fewest nodes its ring can
 span, at each group's share of its network link), the parameters spread over the stages as their
 classes allow (_tail_floors), counted whole where nothing hides the all-reduce (DeepSpeed) and
@@ -216,14 +217,13 @@ def part_bounds(scenario: Scenario, rows: np.ndarray, cost: CostModel | None = N
     best = np.full(len(rows), np.inf)
     limit = np.broadcast_to(np.asarray(limit, dtype=np.float64), (len(rows),))
     # The pipeline's fill, sends and fixed costs (below), for the cost model's techniques alone:
-    # every stage sends across a boundary at least, at the least bytes over the fastest link.
+    # every stage sends across a boundary at least, at the least bytes over the fastest link
+    # (_send_floors: over the network when every boundary crosses nodes).
     plain = (cost.knobs.cp == 1 and cost.knobs.virtual_stages == 1
              and knob_choices(training, scenario.model) == [cost.knobs])     # (no `auto` technique)
     whole = Nodes(scenario.cluster, tuple(range(len(groups))), cost.params)
     output = scenario.model.columns["output_bytes"]
-    cheapest_cut = 2.0 * float(output[:-1].min() if len(output) > 1 else 0.0) \
-        / max(float(whole.intra.max()), float(whole.inter.max()))      # per sample, at tp 1
-    cut_latency = 2.0 * min(float(whole.intra_latency.min()), float(whole.inter_latency.min()))
+    least_cut = 2.0 * float(output[:-1].min() if len(output) > 1 else 0.0)     # bytes per sample, at tp 1
     overhead, per_micro_batch = cost.params("iteration_overhead_s"), cost.params("micro_batch_overhead_s")
     # The tail (_tail_floors): the optimizer step and, with plain data parallelism, the gradient
     # all-reduce. Where nothing hides the all-reduce (backward_overlap 0) both add to the bound;
@@ -238,6 +238,7 @@ def part_bounds(scenario: Scenario, rows: np.ndarray, cost: CostModel | None = N
     # tp rings) or one connection's
     inter = np.array([float(whole.inter[whole.node_group == g].max()) for g in range(len(groups))])
     inter_flow = np.array([float(whole.inter_flow[whole.node_group == g].max()) for g in range(len(groups))])
+    send_floors = _send_floors(whole, in_subset, gpn, inter, inter_flow)
     all_params = float(scenario.model.columns["params"].sum())
     micro_batch_sizes = [m for m in divisors(gbs) if m <= scenario.search.max_micro_batch_size]
     kinds = [layer.kind for layer in cost.model.layers]
@@ -316,7 +317,7 @@ def part_bounds(scenario: Scenario, rows: np.ndarray, cost: CostModel | None = N
                         core_values, core_held, np.diff(core_cumulative[rows_ok[live]] // (tp * dp), axis=1, prepend=0)))
                 bound[live] = np.maximum((B - 1) * m[live] + fill[live], B * m[live])
                 if plain:
-                    sends = np.where(pp > 1, cheapest_cut * mbs / tp + cut_latency, 0.0)
+                    sends = np.where(pp > 1, send_floors(least_cut * mbs / tp, tp * dp, subset_index[rows_ok]), 0.0)
 
                     def pipeline(steps: float, lowest: np.ndarray | None = None) -> np.ndarray:
                         """overhead + min over M >= lowest (default m) of steps (M + busy) + S(M) + fixed"""
@@ -355,6 +356,33 @@ def part_bounds(scenario: Scenario, rows: np.ndarray, cost: CostModel | None = N
                             core_params / tp, full[live]))
                 best[rows_ok] = np.minimum(best[rows_ok], bound)
     return np.where(fits, best, np.inf)
+
+
+def _send_floors(whole: Nodes, in_subset: np.ndarray, gpn: np.ndarray, inter: np.ndarray,
+                 inter_flow: np.ndarray) -> Callable[[float, int, np.ndarray], np.ndarray]:
+    """Per subset of groups (rows of `in_subset`), a floor on a pipeline boundary's send time per
+    micro-batch: `floors(unit, per_stage, subset)` for `unit` bytes at least, stages of
+    `per_stage` GPUs (tp x dp) and each row's subset.
+
+    Ranks go stage by stage and node by node in placement order (placement.build_layout), so a
+    boundary's sends go from rank r to r + per_stage; when per_stage is at least the GPUs of a node
+    of every group the part uses, r and r + per_stage lie on different nodes, and every send
+    crosses the network: at most at the best link or single connection (`inter`, `inter_flow`:
+    per group, the most any of its nodes has) of those groups, with at least the least inter-node
+    latency of those groups, each way. Otherwise some boundary may stay inside a node: the
+    fastest link of the cluster, the least latency of any link."""
+    fastest = 1.0 / max(float(whole.intra.max()), float(whole.inter.max()))
+    quickest = 2.0 * min(float(whole.intra_latency.min()), float(whole.inter_latency.min()))
+    latency = np.array([float(whole.inter_latency[whole.node_group == g].min()) for g in range(len(gpn))])
+    widest = np.array([int(gpn[row].max()) for row in in_subset])
+    crossing = 1.0 / np.where(in_subset, np.minimum(inter, inter_flow)[None, :], 0.0).max(axis=1)
+    crossing_latency = 2.0 * np.where(in_subset, latency[None, :], np.inf).min(axis=1)
+
+    def floors(unit: float, per_stage: int, subset: np.ndarray) -> np.ndarray:
+        across = per_stage >= widest[subset]
+        return np.where(across, unit * crossing[subset] + crossing_latency[subset], unit * fastest + quickest)
+
+    return floors
 
 
 def _tail_floors(coef: np.ndarray, gpus: np.ndarray, per_stage: int, pp: np.ndarray, params: float) -> np.ndarray:
