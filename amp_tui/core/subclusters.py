@@ -311,6 +311,9 @@ def part_bounds(scenario: Scenario, rows: np.ndarray, cost: CostModel | None = N
                     live = live[(bound[live] < best[rows_ok[live]]) & (bound[live] < limit[rows_ok[live]])]
 
                 sift()
+                if not len(live):       # (so do most rows, on most (tp, dp, micro-batch size))
+                    best[rows_ok] = np.minimum(best[rows_ok], bound)
+                    continue
                 m[live] = np.maximum(m[live], _bottleneck_floor(descending, subset_index[rows_ok[live]], pp[live]))
                 if len(core_values):
                     m[live] = np.maximum(m[live], _whole_core_layers_floor(
@@ -329,6 +332,9 @@ def part_bounds(scenario: Scenario, rows: np.ndarray, cost: CostModel | None = N
 
                     tail = full = np.zeros(len(rows_ok))
                     sift()
+                    if not len(live):
+                        best[rows_ok] = np.minimum(best[rows_ok], bound)
+                        continue
                     if counted:
                         # the fewest nodes a ring of dp spans: its ranks lie tp apart, at most
                         # ceil(GPUs per node / tp) of them on one node
