@@ -57,6 +57,7 @@ import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from functools import partial
 
 import numpy as np
 
@@ -301,16 +302,12 @@ def part_bounds(scenario: Scenario, rows: np.ndarray, cost: CostModel | None = N
                 fill = np.maximum(f[rows_ok], a[rows_ok] * V[fastest_first][first])
                 B = gbs // (mbs * dp)
                 bound = np.maximum((B - 1) * m + fill, B * m)
-                # the finer bounds below are higher still, the cheaper first: each only where the
-                # part's bound so far could still fall below the limit
-                live = np.arange(len(rows_ok))
+                # the finer bounds below are higher still, the cheaper first: each only on the
+                # rows (`live`) whose bound so far could still fall below the row's bound over the
+                # other (tp, dp, micro-batch size) and its limit (`cap`)
+                cap = np.minimum(best[rows_ok], limit[rows_ok])
+                live = np.flatnonzero(bound < cap)
                 pp = totals[total_index[rows_ok]] // (tp * dp)
-
-                def sift() -> None:
-                    nonlocal live
-                    live = live[(bound[live] < best[rows_ok[live]]) & (bound[live] < limit[rows_ok[live]])]
-
-                sift()
                 if not len(live):       # (so do most rows, on most (tp, dp, micro-batch size))
                     best[rows_ok] = np.minimum(best[rows_ok], bound)
                     continue
@@ -321,20 +318,13 @@ def part_bounds(scenario: Scenario, rows: np.ndarray, cost: CostModel | None = N
                 bound[live] = np.maximum((B - 1) * m[live] + fill[live], B * m[live])
                 if plain:
                     sends = np.where(pp > 1, send_floors(least_cut * mbs / tp, tp * dp, subset_index[rows_ok]), 0.0)
-
-                    def pipeline(steps: float, lowest: np.ndarray | None = None) -> np.ndarray:
-                        """overhead + min over M >= lowest (default m) of steps (M + busy) + S(M) + fixed"""
-                        return overhead + _filled_pipeline(a[rows_ok[live]], new[live], V[fastest_first],
-                                                           m[live] if lowest is None else lowest,
-                                                           sends[live] + per_micro_batch,
-                                                           (pp[live] - 1) * sends[live] + pp[live] * per_micro_batch,
-                                                           steps + 1)
-
                     tail = full = np.zeros(len(rows_ok))
-                    sift()
+                    live = live[bound[live] < cap[live]]
                     if not len(live):
                         best[rows_ok] = np.minimum(best[rows_ok], bound)
                         continue
+                    pipeline = partial(_pipeline_floor, a[rows_ok], new, V[fastest_first], sends, pp,
+                                       per_micro_batch, overhead)       # (rows, steps, lowest)
                     if counted:
                         # the fewest nodes a ring of dp spans: its ranks lie tp apart, at most
                         # ceil(GPUs per node / tp) of them on one node
@@ -348,20 +338,32 @@ def part_bounds(scenario: Scenario, rows: np.ndarray, cost: CostModel | None = N
                             out[live] = _tail_floors(coef, gpus[rows_ok[live]], tp * dp, pp[live], all_params / tp)
                         tail = step if hidden else full
                     bound += tail
-                    sift()
-                    bound[live] = np.maximum(bound[live], pipeline(B - 1) + tail[live])
+                    live = live[bound[live] < cap[live]]
+                    bound[live] = np.maximum(bound[live], pipeline(live, B - 1, m[live]) + tail[live])
                     if counted and 0 < hidden <= B - 1:
-                        sift()
-                        bound[live] = np.maximum(bound[live], pipeline(B - 1 - hidden) + full[live])
+                        live = live[bound[live] < cap[live]]
+                        bound[live] = np.maximum(bound[live], pipeline(live, B - 1 - hidden, m[live]) + full[live])
                     if counted and hidden <= B - 1 and len(core_values) and ring.any():
-                        sift()
+                        live = live[bound[live] < cap[live]]
                         bound[live] = np.maximum(bound[live], _coupled_floors(
-                            pipeline, B - 1 - hidden, m[live], core_values, core_held,
+                            partial(pipeline, live), B - 1 - hidden, m[live], core_values, core_held,
                             np.diff(core_cumulative[rows_ok[live]] // (tp * dp), axis=1, prepend=0),
                             per_param * ring + optimizer, gpus[rows_ok[live]], tp * dp, pp[live],
                             core_params / tp, full[live]))
                 best[rows_ok] = np.minimum(best[rows_ok], bound)
     return np.where(fits, best, np.inf)
+
+
+def _pipeline_floor(work: np.ndarray, new: np.ndarray, pace: np.ndarray, sends: np.ndarray, pp: np.ndarray,
+                    per_micro_batch: float, overhead: float, rows: np.ndarray, steps: float,
+                    lowest: np.ndarray) -> np.ndarray:
+    """For rows `rows` (of `work`, `new`, `sends`, `pp`), the iteration overhead + min over
+    M >= `lowest` of steps (M + busy) + S(M) + fixed (_filled_pipeline, with steps + 1 micro-
+    batches): every stage's busy time per micro-batch adds at least one boundary's send (`sends`:
+    a floor on any boundary's) and the per-micro-batch overhead to its compute, and the fill and
+    drain add every boundary's send once and every stage's overhead once."""
+    return overhead + _filled_pipeline(work[rows], new[rows], pace, lowest, sends[rows] + per_micro_batch,
+                                       (pp[rows] - 1) * sends[rows] + pp[rows] * per_micro_batch, steps + 1)
 
 
 def _send_floors(whole: Nodes, in_subset: np.ndarray, gpn: np.ndarray, inter: np.ndarray,
