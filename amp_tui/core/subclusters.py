@@ -21,7 +21,8 @@ fractionally put parts of 1,024 GPUs 8% below their best). Then, with B micro-ba
     iteration >= max((B - 1) M + fill, B M),   fill >= max(sum_l min_g v_lg, A x V of the fastest stage),
 and, sharper (_filled_pipeline), iteration >= min over M' >= M of (B - 1) (M' + f) + S(M') + fixed:
 S(M') the least compute of the stages filled fastest first up to M' each, f the cheapest send and
-per-micro-batch overhead every stage pays, fixed the fill's sends and overheads and the iteration's;
+per-micro-batch overhead every stage pays (a send over the network where the stages fill whole
+nodes, _send_floors), fixed the fill's sends and overheads and the iteration's;
 plus the tail: the optimizer step and the gradient all-reduce (over the fewest nodes its ring can
 span, at each group's share of its network link), the parameters spread over the stages as their
 classes allow (_tail_floors), counted whole where nothing hides the all-reduce (DeepSpeed) and
@@ -56,6 +57,7 @@ import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from functools import partial
 
 import numpy as np
 
@@ -216,14 +218,13 @@ def part_bounds(scenario: Scenario, rows: np.ndarray, cost: CostModel | None = N
     best = np.full(len(rows), np.inf)
     limit = np.broadcast_to(np.asarray(limit, dtype=np.float64), (len(rows),))
     # The pipeline's fill, sends and fixed costs (below), for the cost model's techniques alone:
-    # every stage sends across a boundary at least, at the least bytes over the fastest link.
+    # every stage sends across a boundary at least, at the least bytes over the fastest link
+    # (_send_floors: over the network when every boundary crosses nodes).
     plain = (cost.knobs.cp == 1 and cost.knobs.virtual_stages == 1
              and knob_choices(training, scenario.model) == [cost.knobs])     # (no `auto` technique)
     whole = Nodes(scenario.cluster, tuple(range(len(groups))), cost.params)
     output = scenario.model.columns["output_bytes"]
-    cheapest_cut = 2.0 * float(output[:-1].min() if len(output) > 1 else 0.0) \
-        / max(float(whole.intra.max()), float(whole.inter.max()))      # per sample, at tp 1
-    cut_latency = 2.0 * min(float(whole.intra_latency.min()), float(whole.inter_latency.min()))
+    least_cut = 2.0 * float(output[:-1].min() if len(output) > 1 else 0.0)     # bytes per sample, at tp 1
     overhead, per_micro_batch = cost.params("iteration_overhead_s"), cost.params("micro_batch_overhead_s")
     # The tail (_tail_floors): the optimizer step and, with plain data parallelism, the gradient
     # all-reduce. Where nothing hides the all-reduce (backward_overlap 0) both add to the bound;
@@ -238,6 +239,7 @@ def part_bounds(scenario: Scenario, rows: np.ndarray, cost: CostModel | None = N
     # tp rings) or one connection's
     inter = np.array([float(whole.inter[whole.node_group == g].max()) for g in range(len(groups))])
     inter_flow = np.array([float(whole.inter_flow[whole.node_group == g].max()) for g in range(len(groups))])
+    send_floors = _send_floors(whole, in_subset, gpn, inter, inter_flow)
     all_params = float(scenario.model.columns["params"].sum())
     micro_batch_sizes = [m for m in divisors(gbs) if m <= scenario.search.max_micro_batch_size]
     kinds = [layer.kind for layer in cost.model.layers]
@@ -267,9 +269,16 @@ def part_bounds(scenario: Scenario, rows: np.ndarray, cost: CostModel | None = N
                 a, V = np.zeros(len(rows)), np.ones(len(groups))
             fastest_layers = _subset_min(v, in_subset)                       # (subsets, L)
             f = fastest_layers.sum(axis=1)[subset_index]
+            # the quick bound of this tp and micro-batch size: every dp's bound below is at least
+            # it (their stages' speed is at most R / (tp x dp)), so only rows where it lies below
+            # the bound so far and the limit need them (where it reaches the limit, it stands)
+            coarse = np.where(allowed_tp, np.maximum(gbs / mbs * tp * a / (gpus @ (1.0 / V)), f), np.inf)
+            reaches = quick | (coarse >= limit)
+            best = np.where(reaches, np.minimum(best, coarse), best)
             if quick:
-                throughput = gbs / mbs * tp * a / (gpus @ (1.0 / V))
-                best = np.where(allowed_tp, np.minimum(best, np.maximum(throughput, f)), best)
+                continue
+            open_rows = ~reaches & (coarse < best)
+            if not open_rows.any():
                 continue
             cumulative = np.cumsum(gpus[:, fastest_first], axis=1)          # GPUs of the k fastest types
             descending = -np.sort(-fastest_layers, axis=1)
@@ -279,7 +288,7 @@ def part_bounds(scenario: Scenario, rows: np.ndarray, cost: CostModel | None = N
                 if cancel():
                     raise Cancelled
                 ok_total = (totals % (tp * dp) == 0) & (totals // (tp * dp) <= layers)
-                rows_ok = np.flatnonzero(ok_total[total_index] & allowed_tp)
+                rows_ok = np.flatnonzero(ok_total[total_index] & open_rows)
                 if not len(rows_ok):
                     continue
                 # stages whose GPUs are all among the k fastest types, at most; the j-th fastest
@@ -293,34 +302,29 @@ def part_bounds(scenario: Scenario, rows: np.ndarray, cost: CostModel | None = N
                 fill = np.maximum(f[rows_ok], a[rows_ok] * V[fastest_first][first])
                 B = gbs // (mbs * dp)
                 bound = np.maximum((B - 1) * m + fill, B * m)
-                # the finer bounds below are higher still, the cheaper first: each only where the
-                # part's bound so far could still fall below the limit
-                live = np.arange(len(rows_ok))
+                # the finer bounds below are higher still, the cheaper first: each only on the
+                # rows (`live`) whose bound so far could still fall below the row's bound over the
+                # other (tp, dp, micro-batch size) and its limit (`cap`)
+                cap = np.minimum(best[rows_ok], limit[rows_ok])
+                live = np.flatnonzero(bound < cap)
                 pp = totals[total_index[rows_ok]] // (tp * dp)
-
-                def sift() -> None:
-                    nonlocal live
-                    live = live[(bound[live] < best[rows_ok[live]]) & (bound[live] < limit[rows_ok[live]])]
-
-                sift()
+                if not len(live):       # (so do most rows, on most (tp, dp, micro-batch size))
+                    best[rows_ok] = np.minimum(best[rows_ok], bound)
+                    continue
                 m[live] = np.maximum(m[live], _bottleneck_floor(descending, subset_index[rows_ok[live]], pp[live]))
                 if len(core_values):
                     m[live] = np.maximum(m[live], _whole_core_layers_floor(
                         core_values, core_held, np.diff(core_cumulative[rows_ok[live]] // (tp * dp), axis=1, prepend=0)))
                 bound[live] = np.maximum((B - 1) * m[live] + fill[live], B * m[live])
                 if plain:
-                    sends = np.where(pp > 1, cheapest_cut * mbs / tp + cut_latency, 0.0)
-
-                    def pipeline(steps: float, lowest: np.ndarray | None = None) -> np.ndarray:
-                        """overhead + min over M >= lowest (default m) of steps (M + busy) + S(M) + fixed"""
-                        return overhead + _filled_pipeline(a[rows_ok[live]], new[live], V[fastest_first],
-                                                           m[live] if lowest is None else lowest,
-                                                           sends[live] + per_micro_batch,
-                                                           (pp[live] - 1) * sends[live] + pp[live] * per_micro_batch,
-                                                           steps + 1)
-
+                    sends = np.where(pp > 1, send_floors(least_cut * mbs / tp, tp * dp, subset_index[rows_ok]), 0.0)
                     tail = full = np.zeros(len(rows_ok))
-                    sift()
+                    live = live[bound[live] < cap[live]]
+                    if not len(live):
+                        best[rows_ok] = np.minimum(best[rows_ok], bound)
+                        continue
+                    pipeline = partial(_pipeline_floor, a[rows_ok], new, V[fastest_first], sends, pp,
+                                       per_micro_batch, overhead)       # (rows, steps, lowest)
                     if counted:
                         # the fewest nodes a ring of dp spans: its ranks lie tp apart, at most
                         # ceil(GPUs per node / tp) of them on one node
@@ -334,20 +338,59 @@ def part_bounds(scenario: Scenario, rows: np.ndarray, cost: CostModel | None = N
                             out[live] = _tail_floors(coef, gpus[rows_ok[live]], tp * dp, pp[live], all_params / tp)
                         tail = step if hidden else full
                     bound += tail
-                    sift()
-                    bound[live] = np.maximum(bound[live], pipeline(B - 1) + tail[live])
+                    live = live[bound[live] < cap[live]]
+                    bound[live] = np.maximum(bound[live], pipeline(live, B - 1, m[live]) + tail[live])
                     if counted and 0 < hidden <= B - 1:
-                        sift()
-                        bound[live] = np.maximum(bound[live], pipeline(B - 1 - hidden) + full[live])
+                        live = live[bound[live] < cap[live]]
+                        bound[live] = np.maximum(bound[live], pipeline(live, B - 1 - hidden, m[live]) + full[live])
                     if counted and hidden <= B - 1 and len(core_values) and ring.any():
-                        sift()
+                        live = live[bound[live] < cap[live]]
                         bound[live] = np.maximum(bound[live], _coupled_floors(
-                            pipeline, B - 1 - hidden, m[live], core_values, core_held,
+                            partial(pipeline, live), B - 1 - hidden, m[live], core_values, core_held,
                             np.diff(core_cumulative[rows_ok[live]] // (tp * dp), axis=1, prepend=0),
                             per_param * ring + optimizer, gpus[rows_ok[live]], tp * dp, pp[live],
                             core_params / tp, full[live]))
                 best[rows_ok] = np.minimum(best[rows_ok], bound)
     return np.where(fits, best, np.inf)
+
+
+def _pipeline_floor(work: np.ndarray, new: np.ndarray, pace: np.ndarray, sends: np.ndarray, pp: np.ndarray,
+                    per_micro_batch: float, overhead: float, rows: np.ndarray, steps: float,
+                    lowest: np.ndarray) -> np.ndarray:
+    """For rows `rows` (of `work`, `new`, `sends`, `pp`), the iteration overhead + min over
+    M >= `lowest` of steps (M + busy) + S(M) + fixed (_filled_pipeline, with steps + 1 micro-
+    batches): every stage's busy time per micro-batch adds at least one boundary's send (`sends`:
+    a floor on any boundary's) and the per-micro-batch overhead to its compute, and the fill and
+    drain add every boundary's send once and every stage's overhead once."""
+    return overhead + _filled_pipeline(work[rows], new[rows], pace, lowest, sends[rows] + per_micro_batch,
+                                       (pp[rows] - 1) * sends[rows] + pp[rows] * per_micro_batch, steps + 1)
+
+
+def _send_floors(whole: Nodes, in_subset: np.ndarray, gpn: np.ndarray, inter: np.ndarray,
+                 inter_flow: np.ndarray) -> Callable[[float, int, np.ndarray], np.ndarray]:
+    """Per subset of groups (rows of `in_subset`), a floor on a pipeline boundary's send time per
+    micro-batch: `floors(unit, per_stage, subset)` for `unit` bytes at least, stages of
+    `per_stage` GPUs (tp x dp) and each row's subset.
+
+    Ranks go stage by stage and node by node in placement order (placement.build_layout), so a
+    boundary's sends go from rank r to r + per_stage; when per_stage is at least the GPUs of a node
+    of every group the part uses, r and r + per_stage lie on different nodes, and every send
+    crosses the network: at most at the best link or single connection (`inter`, `inter_flow`:
+    per group, the most any of its nodes has) of those groups, with at least the least inter-node
+    latency of those groups, each way. Otherwise some boundary may stay inside a node: the
+    fastest link of the cluster, the least latency of any link."""
+    fastest = 1.0 / max(float(whole.intra.max()), float(whole.inter.max()))
+    quickest = 2.0 * min(float(whole.intra_latency.min()), float(whole.inter_latency.min()))
+    latency = np.array([float(whole.inter_latency[whole.node_group == g].min()) for g in range(len(gpn))])
+    widest = np.array([int(gpn[row].max()) for row in in_subset])
+    crossing = 1.0 / np.where(in_subset, np.minimum(inter, inter_flow)[None, :], 0.0).max(axis=1)
+    crossing_latency = 2.0 * np.where(in_subset, latency[None, :], np.inf).min(axis=1)
+
+    def floors(unit: float, per_stage: int, subset: np.ndarray) -> np.ndarray:
+        across = per_stage >= widest[subset]
+        return np.where(across, unit * crossing[subset] + crossing_latency[subset], unit * fastest + quickest)
+
+    return floors
 
 
 def _tail_floors(coef: np.ndarray, gpus: np.ndarray, per_stage: int, pp: np.ndarray, params: float) -> np.ndarray:

@@ -15,13 +15,14 @@ from amp_tui.core.errors import SpecError
 from amp_tui.core.evaluate import evaluate
 from amp_tui.core.exports import export_plan
 from amp_tui.core.objective import Objective
+from amp_tui.core.placement import Nodes, build_layout
 from amp_tui.core.planfile import Plan
 from amp_tui.core.presets import load_preset, preset_names
 from amp_tui.core.scenario import load_scenario, parse_scenario
 from amp_tui.core.search import enumerate_candidates, search
 from amp_tui.core.strategy import Strategy
-from amp_tui.core.subclusters import (_core_thresholds, _held_tail_floor, _whole_core_layers_floor, part_bounds,
-                                      part_scenario, search_parts)
+from amp_tui.core.subclusters import (_core_thresholds, _held_tail_floor, _send_floors, _vectors,
+                                      _whole_core_layers_floor, part_bounds, part_scenario, search_parts)
 from core_builders import brute_force, close, examples, layer, node, node_groups, scenario_dicts, scenario_dict
 
 
@@ -194,6 +195,25 @@ def test_bounds_are_below_every_part_best():
         assert found and bound <= found[0].iteration_time_s
 
 
+@pytest.mark.parametrize("name", ["paper-het-cluster", "bench-128-gpus"])
+def test_a_limited_bound_is_the_full_one_below_the_limit_and_reaches_it_above(name):
+    """With a limit, the bounding skips what cannot fall below it (e.g. every dp of a tensor-
+    parallel degree and micro-batch size whose quick bound reaches it): the bound stays a lower
+    bound (at most the full one), equals the full one where that is below the limit, and reaches
+    the limit elsewhere."""
+    scn = load_scenario(name)
+    rows, _ = _vectors(scn)
+    cost = CostModel(scn)
+    full = part_bounds(scn, rows, cost)
+    finite = np.sort(full[np.isfinite(full)])
+    for limit in (finite[0], finite[len(finite) // 3], finite[-1] * 1.01, np.resize(finite, len(rows))):
+        limited = part_bounds(scn, rows, cost, limit=limit)
+        below = full < limit
+        assert (limited <= full).all()
+        assert (limited[below] == full[below]).all()
+        assert (limited[~below] >= np.broadcast_to(limit, full.shape)[~below]).all()
+
+
 @settings(max_examples=examples(40), deadline=None)
 @given(spec=scenario_dicts(max_layers=8, max_gpus=6), framework=st.sampled_from(["megatron", "deepspeed"]))
 def test_every_part_bound_is_below_that_parts_brute_force_best(spec, framework):
@@ -255,6 +275,36 @@ def test_the_held_tail_floor_is_the_least_tail_of_a_whole_layer_split(room, stag
     splits = [split for split in itertools.product(*(range(c + 1) for c in caps)) if sum(split) == count]
     best = min((max(l * t for l, t in zip(split, tails)) for split in splits), default=math.inf)
     assert floor == best if best == math.inf else close(float(floor), best, rel=1e-8)
+
+
+@settings(max_examples=examples(60), deadline=None)
+@given(groups=node_groups(max_gpus=12), data=st.data())
+def test_the_send_floor_is_below_every_layouts_cheapest_boundary(groups, data):
+    """Per stage size tp x dp, the send floor of a part using every group lies below the cheapest
+    boundary's send (bytes over its slowest flow, plus its latency each way) of every layout in
+    every order, equals it on one group of one-GPU nodes (every send crosses the network, one flow
+    per node), and stays at the fastest link's where a boundary can stay inside a node."""
+    scn = parse_scenario(scenario_dict(groups, [layer(params=1.0, flops=1.0)] * 2, 1))
+    cluster, params = scn.cluster, scn.params
+    whole = Nodes(cluster, tuple(range(len(cluster.nodes))), params)
+    gpn = np.array([g.gpus_per_node for g in cluster.nodes])
+    inter = np.array([float(whole.inter[whole.node_group == g].max()) for g in range(len(gpn))])
+    inter_flow = np.array([float(whole.inter_flow[whole.node_group == g].max()) for g in range(len(gpn))])
+    floors = _send_floors(whole, np.ones((1, len(gpn)), dtype=bool), gpn, inter, inter_flow)
+    unit = data.draw(st.sampled_from([0.0, 1e3, 1e6, 1e9]))
+    order = tuple(data.draw(st.permutations(range(len(gpn)))))
+    for per_stage in range(1, cluster.num_gpus // 2 + 1):
+        tp = data.draw(st.sampled_from([d for d in (1, 2, 4) if per_stage % d == 0]))
+        (floor,) = floors(unit, per_stage, np.array([0]))
+        for pp in range(2, cluster.num_gpus // per_stage + 1):
+            layout = build_layout(cluster, tp, pp, per_stage // tp, order, Nodes(cluster, order, params))
+            sends = unit * layout.boundary_seconds_per_byte + 2.0 * layout.boundary_latency
+            assert floor <= sends.min() * (1 + 1e-12), (per_stage, pp, floor, sends)
+            if len(gpn) == 1 and gpn[0] == 1:
+                assert close(floor, sends.min())
+        if per_stage < gpn.max():
+            assert close(floor, unit / max(whole.intra.max(), whole.inter.max()) + 2.0 * min(
+                whole.intra_latency.min(), whole.inter_latency.min()))
 
 
 def test_a_part_bound_counts_an_all_reduce_nothing_hides():
