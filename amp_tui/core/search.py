@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from amp_tui.core.cost import Candidate, CostModel, Prediction, over_capacity
+from amp_tui.core.cost import DP_BUCKET_BYTES, Candidate, CostModel, Prediction, over_capacity
 from amp_tui.core.errors import Cancelled
 from amp_tui.core.knobs import Knobs, default_knobs, knob_choices
 from amp_tui.core.memory import optimizer_traffic_per_param
@@ -420,6 +420,8 @@ def _order_free_floors(cost: CostModel, families: list[tuple[int, int, int, int]
     any_link, own_node = 1.0 / np.maximum(intra, inter), 1.0 / intra
     per_node = np.array([group.gpus_per_node for group in groups])
     least_latency = min(float(nodes.intra_latency.min()), float(nodes.inter_latency.min()))
+    node_link, node_latency = _node_cuts(nodes, len(groups))
+    hop_latency = (float(nodes.intra_latency.min()), float(nodes.inter_latency.min()))
     least_output = float(cost._output[:-1].min()) if len(cost._output) > 1 else 0.0
     gpus = np.array([group.gpus_per_node * group.count for group in groups])
     kinds = [layer.kind for layer in cost.model.layers]
@@ -445,51 +447,108 @@ def _order_free_floors(cost: CostModel, families: list[tuple[int, int, int, int]
         v = cost.knobs.virtual_stages
         k = np.arange(1, len(fastest) + 1)
         m_floor = float((np.ceil(k / pp) * np.sort(fastest)[::-1]).max())
-        # every stage sends across one boundary at least, each at least the cheapest cut over the
-        # fastest link (as Candidate.cut_cost prices it: each of the tp x cp ranks sends its share)
-        cut = 2.0 * v * (mbs / (cost.knobs.cp * tp) * least_output * fastest_link + least_latency) if pp > 1 else 0.0
+        # every stage sends across one boundary at least, each at least the cheapest cut (as
+        # Candidate.cut_cost prices it: each of the tp x cp ranks sends its share) over the
+        # fastest link, or, with whole nodes per stage, over its groups' interfaces (_node_cuts)
+        unit = 2.0 * v * mbs / (cost.knobs.cp * tp) * least_output
+        whole_nodes = pp > 1 and len(set(per_node.tolist())) == 1 and per_stage % int(per_node[0]) == 0
+        cuts = unit * node_link + 2.0 * v * node_latency if whole_nodes else \
+            np.full(len(groups), unit * fastest_link + 2.0 * v * least_latency if pp > 1 else 0.0)
         variants = []
         for mask, work in ((busy, float(fastest.sum())), (core, float(fastest[core].sum()))):
             if not mask.any():
                 continue
             slowdown = (times[:, mask] / fastest[mask]).min(axis=1)
             ascending = np.argsort(slowdown, kind="stable")
-            stages = np.minimum(np.cumsum(gpus[ascending]) // per_stage, pp)
-            rho = np.repeat(slowdown[ascending], np.diff(stages, prepend=0))
+            stages = np.diff(np.minimum(np.cumsum(gpus[ascending]) // per_stage, pp), prepend=0)
+            rho = np.repeat(slowdown[ascending], stages)
+            # the cheapest cut of the group and of every group after it in this order (see _node_cuts)
+            sends = np.repeat(np.minimum.accumulate(cuts[ascending][::-1])[::-1], stages)
             if mask is busy:    # (the core slow-down says nothing of the other layers)
                 m_floor = max(m_floor, float(_one_layer_each(rho[None, :], np.sort(fastest)[None, :])[0]))
-            variants.append((rho, work))
+            variants.append((rho, sends, stages, work))
         if core.any():      # whole core layers, each at least its slow-down x its fastest time
-            stage_times = variants[-1][0][:, None] * np.sort(fastest[core])[None, :]
-            m_floor = max(m_floor, float(_whole_layers_floor(stage_times[None, :, :], np.full((1, pp), cut))[0]))
-        tail, full_tail, hidden = _order_free_tails(any_order, gpus, inter, inside, int(per_node.max()))
+            rho, sends, _, _ = variants[-1]
+            stage_times = rho[:, None] * np.sort(fastest[core])[None, :]
+            m_floor = max(m_floor, float(_whole_layers_floor(stage_times[None, :, :], sends[None, :])[0]))
+        tail, full_tail, hidden = _order_free_tails(any_order, gpus, inter, inside, int(per_node.max()),
+                                                    hop_latency)
         tails = [(B - 1, tail)] + ([(B - 1 - hidden, full_tail)] if 0 < hidden <= B - 1 else [])
-        rows = [(rho, work, steps, end) for rho, work in variants for steps, end in tails]     # one pass
+        # one pass: per variant and tail, a row per choice of the pipeline's two ends
+        rows = [(rho, both, work, steps, end, (i, j)) for i, (rho, sends, stages, work) in enumerate(variants)
+                for both in (_with_ends(sends, stages) if whole_nodes else [sends]) for j, (steps, end) in enumerate(tails)]
         if not rows:        # (no layer takes any time)
             out.append(tail)
             continue
-        floors = _pipeline_floors(np.array([row[0] for row in rows]), np.full((len(rows), pp), cut),
-                                  np.array([row[1] for row in rows]), np.full(len(rows), m_floor),
-                                  np.array([v * row[2] + 1.0 for row in rows])) / v
-        out.append(max(float(floor) + cut * (pp - 1) / v + row[3] for floor, row in zip(floors, rows)))
+        floors = _pipeline_floors(np.array([row[0] for row in rows]), np.array([row[1] for row in rows]),
+                                  np.array([row[2] for row in rows]), np.full(len(rows), m_floor),
+                                  np.array([v * row[3] + 1.0 for row in rows])) / v
+        # the fill: every boundary's cut, that of a stage sending (all but the last), so at least
+        # the pp - 1 least cuts
+        fill = float(np.sort(variants[0][1])[:pp - 1].sum()) / v
+        least: dict[tuple[int, int], float] = {}      # per variant and tail, over the choices of ends
+        for floor, row in zip(floors, rows):
+            least[row[5]] = min(least.get(row[5], math.inf), float(floor) + fill + row[4])
+        out.append(max(least.values()))
     return out
 
 
+def _with_ends(sends: np.ndarray, stages: np.ndarray) -> list[np.ndarray]:
+    """With whole nodes per stage (_node_cuts), a stage sends across both its boundaries unless it
+    is one of the pipeline's two ends, and each of the two is at least its groups' cut: per way of
+    choosing which two entries of the multiset (`sends`, in blocks of `stages` equal entries) are
+    the ends, the sends doubled elsewhere. Which are the ends is unknown, so the bound is the least
+    over these choices (entries of one block are interchangeable: one choice per pair of blocks)."""
+    if len(sends) <= 2:
+        return [sends]
+    starts = np.cumsum(stages) - stages
+    blocks = [b for b in range(len(stages)) if stages[b]]
+    out = []
+    for i, a in enumerate(blocks):
+        for b in blocks[i:]:
+            if a == b and stages[a] < 2:
+                continue
+            row = 2.0 * sends
+            ends = [starts[a], starts[b] + (a == b)]
+            row[ends] = sends[ends]
+            out.append(row)
+    return out
+
+
+def _node_cuts(nodes, count: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per node group g, (seconds per byte, latency) that bound every pipeline send of a stage
+    holding g's GPUs from below, when every stage holds whole nodes (all nodes alike, their GPU
+    count dividing a stage's): a send then always leaves its node, each node of a stage sends (or,
+    the last stage's, receives) one flow per GPU across its boundary, so a flow from or to a node
+    of g gets at most min(its interface / its GPUs, one flow's share), and pays at least g's
+    crossing latency. A stage's cheapest cut is at least its groups' largest, so at least the
+    group whose slow-down sets the stage's rho (in _order_free_floors's order): the multiset of
+    (rho, sends) pairs there, sends taken as the least of the group's and every later group's
+    (a stage's group lies at or after its multiset entry's), is below every order's stages."""
+    per_group = [nodes.node_group == g for g in range(count)]
+    share = np.array([float(np.max(np.minimum(nodes.inter[on] / nodes.gpus_per_node[on], nodes.inter_flow[on])))
+                      for on in per_group])
+    return 1.0 / share, np.array([float(nodes.inter_latency[on].min()) for on in per_group])
+
+
 def _order_free_tails(candidate: Candidate, gpus: np.ndarray, inter: np.ndarray, inside: bool,
-                      per_node: int) -> tuple[float, float, float]:
+                      per_node: int, hop_latency: tuple[float, float]) -> tuple[float, float, float]:
     """(the tail floor, the all-reduce's full tail, the share of compute that hides it) of
     _time_floors, relaxed to hold for every node order (`candidate`: any order's, for what does
-    not depend on the order; `gpus`, `inter`: per node group, its GPUs and its network link).
+    not depend on the order; `gpus`, `inter`: per node group, its GPUs and its network link;
+    `hop_latency`: the least intra-node and crossing hop latencies of the cluster).
 
     A stage's tail coefficient e_s is its optimizer step's (traffic / its slowest memory) plus,
-    for a plain data-parallel all-reduce, its gradient bytes x seconds per byte reduced, which is
-    at least 2 (N - 1) / N x the slowest flow of the ring, over N >= ceil(dp / ceil(GPUs per node
-    / t)) nodes (t = tp x cp: ranks of one ring lie t apart). With N >= 2 every node the rings
-    visit sends one crossing flow per ring, and with tensor parallelism inside nodes each node of
-    the stage holds a whole tensor-parallel group, so all t rings: the flow gets at most 1 / t of
-    the node's link. So e_s >= e(g) for every group g serving the stage, and, as for the slow-
-    downs, no more stages have e at most the k-th best e(g) than the k best groups' GPUs make up:
-    sum_s 1 / e_s is at most that sorted multiset's. Latencies are left out (zero)."""
+    for a plain data-parallel all-reduce, its gradient bytes x (seconds per byte reduced + one
+    bucket's latency per bucket bytes). The seconds per byte are at least 2 (N - 1) / N x the
+    slowest flow of the ring, over N >= ceil(dp / ceil(GPUs per node / t)) nodes (t = tp x cp:
+    ranks of one ring lie t apart). With N >= 2 every node the rings visit sends one crossing
+    flow per ring, and with tensor parallelism inside nodes each node of the stage holds a whole
+    tensor-parallel group, so all t rings: the flow gets at most 1 / t of the node's link. So
+    e_s >= e(g) for every group g serving the stage, and, as for the slow-downs, no more stages
+    have e at most the k-th best e(g) than the k best groups' GPUs make up: sum_s 1 / e_s is at
+    most that sorted multiset's. A bucket's latency is at least _allreduce_latency_floor's; it
+    is also the least per-stage constant of the full tail (the last bucket's)."""
     layout_tp = candidate.layout.tp
     per_stage = layout_tp * candidate.dp
     overhead = candidate.iteration_overhead
@@ -499,7 +558,8 @@ def _order_free_tails(candidate: Candidate, gpus: np.ndarray, inter: np.ndarray,
     spanned = -(-candidate.dp // -(-per_node // layout_tp))
     plain = candidate.knobs.zero_stage < 3 and not candidate.hsdp and spanned > 1
     ring = 2.0 * (spanned - 1) / spanned * (layout_tp if inside else 1) / inter if plain else 0.0
-    full = candidate.state.weights * ring + optimizer
+    bucket = _allreduce_latency_floor(candidate.dp, spanned, *hop_latency) if plain else 0.0
+    full = candidate.state.weights * (ring + bucket / DP_BUCKET_BYTES) + optimizer
     params = float(candidate.param_prefix[-1])
 
     def spread(coef: np.ndarray) -> float:
@@ -511,7 +571,22 @@ def _order_free_tails(candidate: Candidate, gpus: np.ndarray, inter: np.ndarray,
         return params / float((np.diff(stages, prepend=0) / coef[best_first]).sum())
 
     hidden = float(candidate.hidden_share)
-    return spread(optimizer if hidden else full) + overhead, spread(full) + overhead, hidden
+    return (spread(optimizer) + overhead if hidden else spread(full) + bucket + overhead,
+            spread(full) + bucket + overhead, hidden)
+
+
+def _allreduce_latency_floor(n: int, spanned: int, intra: float, inter: float) -> float:
+    """A floor on placement.Nodes.allreduce_latency for a ring of n ranks over at least `spanned`
+    (>= 2) nodes, whatever the nodes (`intra`, `inter`: the least hop latencies of each kind). The
+    ring crosses between nodes N times, spanned <= N <= n (a node's ranks lie together along it),
+    and its other n - N hops stay inside nodes: the ring's price, 2 (n - 1) x the mean hop, is at
+    least 2 (n - 1) ((n - N) intra + N inter) / n, and the tree's, 2 ((n / N - 1) x the slowest
+    intra-node hop + ceil(log2 N) x the slowest crossing), at least the same with these least
+    latencies; the least over N of the cheaper of the two."""
+    crossings = np.arange(spanned, n + 1, dtype=np.float64)
+    ring = 2.0 * (n - 1) * ((n - crossings) * intra + crossings * inter) / n
+    tree = 2.0 * ((n / crossings - 1.0) * intra + np.ceil(np.log2(crossings)) * inter)
+    return float(np.minimum(ring, tree).min()) * (1.0 - 1e-12) if len(crossings) else 0.0
 
 
 def _family_entries(costs: list[CostModel], keys: list[tuple], cancel: Callable[[], bool]) -> list[tuple]:
