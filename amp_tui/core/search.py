@@ -401,7 +401,8 @@ def _order_free_floors(cost: CostModel, families: list[tuple[int, int, int, int]
     the one of the sorted multiset that this count allows (the pipeline floor only falls as
     slow-downs fall); the bottleneck holds whole core layers and every stage a layer of its own
     (_whole_layers_floor, _one_layer_each, on that multiset); each stage sends across at least one
-    boundary, the cheapest cut over the fastest link; the optimizer step and the all-reduce as
+    boundary, the cheapest cut over the fastest link, or, with whole nodes per stage, over its
+    groups' network interfaces (_node_cuts, paired with the slow-downs); the optimizer step and the all-reduce as
     _order_free_tails bounds them, both ways as _time_floors counts them (added whole, or with
     backward hiding part of the all-reduce); the memory caps are left out. A family no order can
     fit in memory (_orders_can_hold) gets inf."""
@@ -466,17 +467,15 @@ def _order_free_floors(cost: CostModel, families: list[tuple[int, int, int, int]
             sends = np.repeat(np.minimum.accumulate(cuts[ascending][::-1])[::-1], stages)
             if mask is busy:    # (the core slow-down says nothing of the other layers)
                 m_floor = max(m_floor, float(_one_layer_each(rho[None, :], np.sort(fastest)[None, :])[0]))
-            variants.append((rho, sends, stages, work))
+            variants.append((rho, sends, work))
         if core.any():      # whole core layers, each at least its slow-down x its fastest time
-            rho, sends, _, _ = variants[-1]
+            rho, sends, _ = variants[-1]
             stage_times = rho[:, None] * np.sort(fastest[core])[None, :]
             m_floor = max(m_floor, float(_whole_layers_floor(stage_times[None, :, :], sends[None, :])[0]))
         tail, full_tail, hidden = _order_free_tails(any_order, gpus, inter, inside, int(per_node.max()),
                                                     hop_latency)
         tails = [(B - 1, tail)] + ([(B - 1 - hidden, full_tail)] if 0 < hidden <= B - 1 else [])
-        # one pass: per variant and tail, a row per choice of the pipeline's two ends
-        rows = [(rho, both, work, steps, end, (i, j)) for i, (rho, sends, stages, work) in enumerate(variants)
-                for both in (_with_ends(sends, stages) if whole_nodes else [sends]) for j, (steps, end) in enumerate(tails)]
+        rows = [(rho, sends, work, steps, end) for rho, sends, work in variants for steps, end in tails]  # one pass
         if not rows:        # (no layer takes any time)
             out.append(tail)
             continue
@@ -484,34 +483,9 @@ def _order_free_floors(cost: CostModel, families: list[tuple[int, int, int, int]
                                   np.array([row[2] for row in rows]), np.full(len(rows), m_floor),
                                   np.array([v * row[3] + 1.0 for row in rows])) / v
         # the fill: every boundary's cut, that of a stage sending (all but the last), so at least
-        # the pp - 1 least cuts
-        fill = float(np.sort(variants[0][1])[:pp - 1].sum()) / v
-        least: dict[tuple[int, int], float] = {}      # per variant and tail, over the choices of ends
-        for floor, row in zip(floors, rows):
-            least[row[5]] = min(least.get(row[5], math.inf), float(floor) + fill + row[4])
-        out.append(max(least.values()))
-    return out
-
-
-def _with_ends(sends: np.ndarray, stages: np.ndarray) -> list[np.ndarray]:
-    """With whole nodes per stage (_node_cuts), a stage sends across both its boundaries unless it
-    is one of the pipeline's two ends, and each of the two is at least its groups' cut: per way of
-    choosing which two entries of the multiset (`sends`, in blocks of `stages` equal entries) are
-    the ends, the sends doubled elsewhere. Which are the ends is unknown, so the bound is the least
-    over these choices (entries of one block are interchangeable: one choice per pair of blocks)."""
-    if len(sends) <= 2:
-        return [sends]
-    starts = np.cumsum(stages) - stages
-    blocks = [b for b in range(len(stages)) if stages[b]]
-    out = []
-    for i, a in enumerate(blocks):
-        for b in blocks[i:]:
-            if a == b and stages[a] < 2:
-                continue
-            row = 2.0 * sends
-            ends = [starts[a], starts[b] + (a == b)]
-            row[ends] = sends[ends]
-            out.append(row)
+        # the pp - 1 least sends
+        out.append(max(float(floor) + float(np.sort(row[1])[:pp - 1].sum()) / v + row[4]
+                       for floor, row in zip(floors, rows)))
     return out
 
 

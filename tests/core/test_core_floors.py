@@ -11,7 +11,7 @@ from amp_tui.core.knobs import knob_choices
 from amp_tui.core.orders import MAX_LISTED
 from amp_tui.core.scenario import parse_scenario
 from amp_tui.core.search import _order_free_floors, _time_floors, enumerate_candidates, search
-from core_builders import brute_force, close, examples, layer, node, scenario_dicts
+from core_builders import IDEAL, brute_force, close, examples, layer, node, scenario_dict, scenario_dicts
 from test_core_subclusters import _check_against_brute_force
 
 KINDS = ("embedding", "block", "head", "other")
@@ -187,3 +187,33 @@ def test_a_search_over_few_orders_is_exact_only_when_it_says_so(spec, top, liste
     elif want and got:     # (the orders tried may have none that fits; then it is not exact, above)
         gap = capped.stats.orders_gap(got[0])
         assert gap is not None and got[0] <= want[0] * (1 + gap) * (1 + 1e-9)
+
+
+@st.composite
+def network_bound(draw):
+    """Two or three groups of different GPUs, nodes of one size (so every stage holds whole nodes
+    whenever its GPUs are a multiple of it), layers light on compute and heavy on activations sent
+    and parameters all-reduced, and link latencies of up to 5 ms: the order-free floor's sends
+    over each group's network interface, its two-boundary interior stages and its all-reduce
+    bucket latencies are what sets it."""
+    per_node = draw(st.sampled_from([1, 2]))
+    names = draw(st.permutations(["V100", "A10G", "T4", "A100-40GB"]))[:draw(st.integers(2, 3))]
+    nodes = [node(count=draw(st.integers(1, 2)), gpu=name, gpus_per_node=per_node, intra=100.0,
+                  inter=draw(st.sampled_from([1.0, 5.0, 25.0]))) for name in names]
+    layers = [layer(params=draw(st.sampled_from([0.0, 1e7, 1e8])), flops=draw(st.sampled_from([1e6, 1e10])),
+                    output_bytes=draw(st.sampled_from([1e6, 1e8])), name=f"l{i}", kind="block")
+              for i in range(draw(st.integers(2, 4)))]
+    inside, across = sorted(draw(st.lists(st.sampled_from([0.0, 1e-4, 1e-3, 5e-3]), min_size=2, max_size=2)))
+    latency = {"link_latency_s.nvlink": inside, "link_latency_s.pcie": inside,      # (in the classes' order)
+               "link_latency_s.infiniband": across, "link_latency_s.ethernet": across}
+    overlap = draw(st.sampled_from([0.0, 0.5]))
+    return {**scenario_dict(nodes, layers, draw(st.sampled_from([1, 2, 4])), precision="fp16",
+                            search={"reorder_nodes": True, "use_all_gpus": True, "max_micro_batch_size": 2},
+                            calibration={"parameters": {**IDEAL["parameters"], **latency,
+                                                        "dp_overlap.megatron": overlap}})}
+
+
+@settings(max_examples=examples(40), deadline=None)
+@given(spec=network_bound())
+def test_the_order_free_floor_holds_where_sends_and_all_reduces_dominate(spec):
+    _assert_order_free_floors_below_brute_force(parse_scenario(spec))
