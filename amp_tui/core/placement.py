@@ -229,7 +229,7 @@ def build_layout(cluster: Cluster, tp: int, pp: int, dp: int, order: tuple[int, 
     cuts = np.array(cuts).reshape(pp - 1, 2)
     terms = np.array([row[0] for row in rows])                   # (pp, 6)
     serves = np.array([row[1] for row in rows])                  # (pp, node groups)
-    stage_groups = tuple(tuple(g for g, on in enumerate(row) if on) for row in serves.tolist())
+    stage_groups = tuple(row[2] for row in rows)
     return Layout(
         tp=tp, pp=pp, dp=dp, order=nodes.order,
         rank_node=nodes.rank_node, node_group=nodes.node_group, rank_local_gpu=nodes.rank_local_gpu,
@@ -263,10 +263,10 @@ def _looked_up(shared: dict, keys: list[tuple], compute) -> list:
 
 
 def _stage_terms(nodes: Nodes, tp: int, dp: int, stages: np.ndarray, groups: int
-                 ) -> list[tuple[np.ndarray, np.ndarray]]:
+                 ) -> list[tuple[np.ndarray, np.ndarray, tuple[int, ...]]]:
     """Per stage listed, ((slowest tensor-parallel link's s/byte, its latency, the same two of
-    the data-parallel ring, the all-reduce's s/byte and per-message latency), which node groups
-    serve it), all the stages' flows running together."""
+    the data-parallel ring, the all-reduce's s/byte and per-message latency), whether each node
+    group serves it, the groups that do), all the stages' flows running together."""
     ranks = stages[:, None, None] * (tp * dp) + np.arange(dp * tp).reshape(1, dp, tp)  # [stage, replica, tp_rank]
     tp_spb, tp_latency = (a.max(axis=1) for a in nodes.ring_links(ranks))            # rings over tp ranks
     dp_rings = ranks.transpose(0, 2, 1)
@@ -278,7 +278,7 @@ def _stage_terms(nodes: Nodes, tp: int, dp: int, stages: np.ndarray, groups: int
     serves = np.zeros((len(stages), groups), dtype=bool)   # does group g serve the stage?
     serves[np.repeat(np.arange(len(stages)), dp * tp), nodes.rank_group[ranks.reshape(-1)]] = True
     terms = np.stack([tp_spb, tp_latency, dp_spb, dp_latency, dp_allreduce, dp_allreduce_latency], axis=1)
-    return list(zip(terms, serves))
+    return [(row, on, tuple(np.flatnonzero(on).tolist())) for row, on in zip(terms, serves)]
 
 
 def _boundary_terms(nodes: Nodes, tp: int, dp: int, boundaries: np.ndarray) -> np.ndarray:

@@ -260,8 +260,9 @@ def _time_floors(candidates: list[Candidate], cancel: Callable[[], bool], refine
                              _one_layer_each(rho, descending[:, ::-1]))
         if refine:      # on the stage's own GPUs (the slowest serving type's, its tp link included)
             core = group[0].cost.floor_cache["core layers"]
-            m_floor = np.maximum(m_floor, _whole_layers_floor(
-                np.array([c.stage_layer_times[0][:, core] for c in group]), sends))
+            stage_times = np.array([c.stage_layer_times[0] for c in group])               # (n, pp, L)
+            m_floor = np.maximum(m_floor, _whole_layers_floor(stage_times[:, :, core],
+                                                              sends + _end_layers(stage_times, core)))
         B = np.array([c.num_micro_batches for c in group], dtype=np.float64)
         v = np.array([c.knobs.virtual_stages for c in group], dtype=np.float64)
         core_rho = np.where(serves, np.array([t[4] for t in times])[:, None, :], 0.0).max(axis=2)
@@ -356,6 +357,20 @@ def _whole_layers_floor(core_times: np.ndarray, sends: np.ndarray) -> np.ndarray
         return np.zeros(len(core_times))
     thresholds = np.cumsum(np.sort(core_times, axis=2), axis=2) + sends[:, :, None]
     return np.partition(thresholds.reshape(len(core_times), -1), count - 1, axis=1)[:, count - 1]
+
+
+def _end_layers(stage_times: np.ndarray, core: np.ndarray) -> np.ndarray:
+    """Per row and stage, the time of the layers it holds in every partition that are not core
+    layers: the first stage holds the first layer, the last stage the last (`stage_times`: (n, pp,
+    L), each stage's time for each layer; `core`: (L,), which layers are core). Added to a stage's
+    sends, _whole_layers_floor's thresholds still bound the stage's busy time from below."""
+    out = np.zeros(stage_times.shape[:2])
+    last = stage_times.shape[2] - 1
+    if not core[0]:
+        out[:, 0] += stage_times[:, 0, 0]
+    if last > 0 and not core[last]:
+        out[:, -1] += stage_times[:, -1, last]
+    return out
 
 
 def _one_layer_each(rho: np.ndarray, ascending: np.ndarray) -> np.ndarray:
@@ -586,13 +601,14 @@ def _expand_family(cost: CostModel, key: tuple, orders: tuple[tuple[int, ...], .
     tp, pp, dp, mbs, _, k = key
     # Below the family's bound their cheap bounds say little (the family's is the same relaxation
     # over every order): on deep models, straight to the refined bound. A few at a time, between
-    # cancellation polls; the entries hold no candidate (the search rebuilds those it reaches).
+    # cancellation polls (FLOOR_BATCH: _time_floors's own batch, its vectorised passes the fewer);
+    # the entries hold no candidate (the search rebuilds those it reaches).
     refine = cost.model.num_layers >= REFINE_MIN_LAYERS
     out = []
-    for start in range(0, len(orders), REFINE_BATCH):
+    for start in range(0, len(orders), FLOOR_BATCH):
         fitting = []
-        for order in orders[start:start + REFINE_BATCH]:
-            if cancel():        # (an order's first layout places all its ranks: milliseconds)
+        for order in orders[start:start + FLOOR_BATCH]:
+            if cancel():        # (an order's first layout places its stages' ranks not met before)
                 raise Cancelled
             candidate = cost.candidate(tp, pp, dp, mbs, order)
             if not _memory_shortfall(candidate):

@@ -11,7 +11,7 @@ from amp_tui.core.knobs import knob_choices
 from amp_tui.core.orders import MAX_LISTED
 from amp_tui.core.scenario import parse_scenario
 from amp_tui.core.search import _order_free_floors, _time_floors, enumerate_candidates, search
-from core_builders import IDEAL, brute_force, close, examples, layer, node, scenario_dict, scenario_dicts
+from core_builders import IDEAL, brute_force, build, close, examples, layer, node, scenario_dict, scenario_dicts
 from test_core_subclusters import _check_against_brute_force
 
 KINDS = ("embedding", "block", "head", "other")
@@ -217,3 +217,21 @@ def network_bound(draw):
 @given(spec=network_bound())
 def test_the_order_free_floor_holds_where_sends_and_all_reduces_dominate(spec):
     _assert_order_free_floors_below_brute_force(parse_scenario(spec))
+
+
+def test_the_first_and_last_stages_hold_the_first_and_last_layers_in_the_floor():
+    """An embedding three blocks long ahead of four blocks and a head, on two stages, eight
+    micro-batches: the first stage holds the embedding whatever the partition, so the bottleneck
+    is four blocks' time (embedding and a block, or the four blocks), not the 3.5 an even share of
+    the work gives. The floor reaches the best partition there, and stays below it."""
+    block = 1e13
+    layers = ([layer(flops=3 * block, name="embedding", kind="embedding")]
+              + [layer(flops=block, name=f"block{i}", kind="block") for i in range(4)]
+              + [layer(flops=1.0, name="head", kind="head")])
+    scn = build([node(count=2, gpu="V100")], layers, 8, calibration=IDEAL)
+    cost = CostModel(scn)
+    candidate = cost.candidate(1, 2, 1, 1, (0,))
+    (floor,) = _time_floors([candidate], lambda: False)
+    best, partition = brute_force(candidate)
+    assert partition in ((1, 5), (2, 4))
+    assert best * (1 - 1e-6) <= floor <= best * (1 + 1e-9), (floor, best)
