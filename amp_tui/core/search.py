@@ -406,7 +406,7 @@ def _orders_can_hold(candidate: Candidate, roomiest: np.ndarray) -> bool:
 
 
 def _order_free_floors(cost: CostModel, families: list[tuple[int, int, int, int]],
-                       cancel: Callable[[], bool]) -> list[float]:
+                       cancel: Callable[[], bool], ends: bool = False) -> list[float]:
     """Per (tp, pp, dp, micro-batch size), a lower bound on the iteration time of every node order
     (the bound of _time_floors, relaxed to hold whatever the order): every group serves a stage
     (all GPUs are used); no tensor-parallel link on a group's GPUs is faster than that group's
@@ -420,7 +420,8 @@ def _order_free_floors(cost: CostModel, families: list[tuple[int, int, int, int]
     groups' network interfaces (_node_cuts, paired with the slow-downs); the optimizer step and the all-reduce as
     _order_free_tails bounds them, both ways as _time_floors counts them (added whole, or with
     backward hiding part of the all-reduce); the memory caps are left out. A family no order can
-    fit in memory (_orders_can_hold) gets inf."""
+    fit in memory (_orders_can_hold) gets inf. With `ends` (dearer: a pass per way of placing
+    the pipeline's two ends), interior stages send across both their boundaries."""
     from amp_tui.core.placement import Nodes
 
     scenario = cost.scenario
@@ -482,26 +483,54 @@ def _order_free_floors(cost: CostModel, families: list[tuple[int, int, int, int]
             sends = np.repeat(np.minimum.accumulate(cuts[ascending][::-1])[::-1], stages)
             if mask is busy:    # (the core slow-down says nothing of the other layers)
                 m_floor = max(m_floor, float(_one_layer_each(rho[None, :], np.sort(fastest)[None, :])[0]))
-            variants.append((rho, sends, work))
+            variants.append((rho, sends, stages, work))
+        # With whole nodes per stage, interior stages send across both their boundaries: per
+        # variant, the sends of every choice of the pipeline's two ends.
+        choices = [[np.where(np.isin(np.arange(pp), pair), sends, 2.0 * sends) for pair in _end_choices(stages)]
+                   if whole_nodes and ends else [] for _, sends, stages, _ in variants]
+        choices = [rows or [variant[1]] for rows, variant in zip(choices, variants)]
+        whole = None
         if core.any():      # whole core layers, each at least its slow-down x its fastest time
-            rho, sends, _ = variants[-1]
-            stage_times = rho[:, None] * np.sort(fastest[core])[None, :]
-            m_floor = max(m_floor, float(_whole_layers_floor(stage_times[None, :, :], sends[None, :])[0]))
+            stage_times = variants[-1][0][:, None] * np.sort(fastest[core])[None, :]
+            whole = _whole_layers_floor(np.broadcast_to(stage_times, (len(choices[-1]), *stage_times.shape)),
+                                        np.array(choices[-1]))                          # per choice of ends
+            m_floor = max(m_floor, float(whole.min()))
         tail, full_tail, hidden = _order_free_tails(any_order, gpus, inter, inside, int(per_node.max()),
                                                     hop_latency)
         tails = [(B - 1, tail)] + ([(B - 1 - hidden, full_tail)] if 0 < hidden <= B - 1 else [])
-        rows = [(rho, sends, work, steps, end) for rho, sends, work in variants for steps, end in tails]  # one pass
+        rows = [(i, j, variants[i][0], sends, variants[i][3],
+                 max(m_floor, float(whole[j])) if whole is not None and i == len(variants) - 1 else m_floor,
+                 steps, end)
+                for i in range(len(variants)) for j, sends in enumerate(choices[i]) for steps, end in tails]
         if not rows:        # (no layer takes any time)
             out.append(tail)
             continue
-        floors = _pipeline_floors(np.array([row[0] for row in rows]), np.array([row[1] for row in rows]),
-                                  np.array([row[2] for row in rows]), np.full(len(rows), m_floor),
-                                  np.array([v * row[3] + 1.0 for row in rows])) / v
+        floors = _pipeline_floors(np.array([row[2] for row in rows]), np.array([row[3] for row in rows]),
+                                  np.array([row[4] for row in rows]), np.array([row[5] for row in rows]),
+                                  np.array([v * row[6] + 1.0 for row in rows])) / v
         # the fill: every boundary's cut, that of a stage sending (all but the last), so at least
-        # the pp - 1 least sends
-        out.append(max(float(floor) + float(np.sort(row[1])[:pp - 1].sum()) / v + row[4]
-                       for floor, row in zip(floors, rows)))
+        # the pp - 1 least single sends
+        fill = max(float(np.sort(sends)[:pp - 1].sum()) for _, sends, _, _ in variants) / v
+        # An order's ends are one choice per variant: per choice, the strongest over the tails;
+        # per variant, the least over its choices; the strongest variant.
+        per_choice: dict[tuple[int, int], float] = {}
+        for floor, row in zip(floors, rows):
+            per_choice[row[:2]] = max(per_choice.get(row[:2], -math.inf), float(floor) + fill + row[7])
+        out.append(max(min(value for (i, _), value in per_choice.items() if i == variant)
+                       for variant in range(len(variants))))
     return out
+
+
+def _end_choices(stages: np.ndarray) -> list[list[int]]:
+    """The ways the pipeline's two ends (two distinct stages) can fall in a multiset given in
+    blocks of `stages` equal entries: a pair of entries per pair of blocks (entries of one block
+    are interchangeable)."""
+    if stages.sum() <= 2:
+        return []
+    starts = np.cumsum(stages) - stages
+    blocks = [b for b in range(len(stages)) if stages[b]]
+    return [[int(starts[a]), int(starts[b] + (a == b))] for i, a in enumerate(blocks) for b in blocks[i:]
+            if a != b or stages[a] >= 2]
 
 
 def _node_cuts(nodes, count: int) -> tuple[np.ndarray, np.ndarray]:
@@ -809,6 +838,10 @@ def search(scenario: Scenario, *, top: int | None = None,
         limit = min(-best[0][0] if len(best) >= top else INF, cutoff)
         floor, key, refined, candidate = heapq.heappop(queue)
         if not key[4]:              # a family of the orders left out
+            if not refined and floor < limit:   # its bound with the pipeline's ends placed, back in line
+                (finer,) = _order_free_floors(costs[key[5]], [key[:4]], cancel, ends=True)
+                heapq.heappush(queue, (max(floor, finer), key, True, None))
+                continue
             more = _expand_family(costs[key[5]], key, orders.rest, floor, cancel) if floor < limit else []
             pruned_unlisted += len(orders.rest) - len(more)      # (by the bound, or short of memory)
             settled += len(orders.rest) - len(more)

@@ -136,10 +136,12 @@ def _assert_order_free_floors_below_brute_force(scn) -> None:
         keys = enumerate_candidates(scn, knobs=knobs)
         families = sorted({key[:4] for key in keys})
         floors = dict(zip(families, _order_free_floors(cost, families, lambda: False)))
+        placed = dict(zip(families, _order_free_floors(cost, families, lambda: False, ends=True)))
         for key in keys:
             best, _ = brute_force(cost.candidate(*key))
             if best is not None:
                 assert floors[key[:4]] <= best * (1 + 1e-9), (key, floors[key[:4]], best)
+                assert placed[key[:4]] <= best * (1 + 1e-9), (key, placed[key[:4]], best)
 
 
 def test_the_order_free_floor_prices_a_tensor_parallel_send_as_the_cost_model_does():
@@ -235,3 +237,20 @@ def test_the_first_and_last_stages_hold_the_first_and_last_layers_in_the_floor()
     best, partition = brute_force(candidate)
     assert partition in ((1, 5), (2, 4))
     assert best * (1 - 1e-6) <= floor <= best * (1 + 1e-9), (floor, best)
+
+
+def test_the_family_floor_with_the_ends_placed_reaches_a_send_bound_pipeline():
+    """Four single-GPU nodes of three types, four light layers each sending 1 GB, eight
+    micro-batches: every interior stage sends across two boundaries, the ends across one. With the
+    ends placed, the floor over every order reaches the best order's time (and stays below it);
+    without, it counts one boundary per stage and falls well short."""
+    layers = [layer(flops=1e6, output_bytes=1e9, name=f"l{i}", kind="block") for i in range(4)]
+    scn = build([node(gpu=gpu, inter=10.0) for gpu in ("V100", "T4", "A10G", "V100")], layers, 8,
+                calibration=IDEAL, search={"reorder_nodes": True, "use_all_gpus": True})
+    cost = CostModel(scn)
+    keys = [key for key in enumerate_candidates(scn) if key[:4] == (1, 4, 1, 1)]
+    best = min(brute_force(cost.candidate(*key))[0] for key in keys)
+    (placed,) = _order_free_floors(cost, [(1, 4, 1, 1)], lambda: False, ends=True)
+    (plain,) = _order_free_floors(cost, [(1, 4, 1, 1)], lambda: False)
+    assert best * (1 - 1e-6) <= placed <= best * (1 + 1e-9), (placed, best)
+    assert plain < 0.7 * best
