@@ -38,6 +38,7 @@ from amp_tui.core.placement import Layout, Nodes, build_layout
 from amp_tui.core.scenario import Scenario
 from amp_tui.core.strategy import Strategy
 from amp_tui.core.terms import compute as compute_terms
+from amp_tui.core.terms import context as context_terms
 from amp_tui.core.terms import sharding
 from amp_tui.core.units import format_bytes
 
@@ -248,16 +249,27 @@ class CostModel:
             self._profiles[key] = (np.concatenate([[0.0], np.cumsum(kept)]) * grow, peak * grow)
         return self._profiles[key]
 
+    def ring_steps(self, group: int, tp: int, mbs: int) -> tuple[np.ndarray, np.ndarray]:
+        """Per layer on node group `group`'s GPU: ring attention's key-value bytes per step and one
+        step's forward attention seconds (terms/context.py)."""
+        key = ("ring", self._node_kind[group], tp, mbs)
+        if key not in self._profiles:
+            self._profiles[key] = context_terms.ring_steps(
+                self.model, self.gpus[group], self.training.precision, self.params, tp, self.knobs.cp, mbs,
+                self.training.attention_kernel)
+        return self._profiles[key]
+
     def stage_times(self, groups: tuple[int, ...], tp_seconds_per_byte: float, tp: int,
-                    mbs: int, tp_latency: float = 0.0, shard: tuple[float, float] = (0.0, 0.0)
-                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+                    mbs: int, tp_latency: float = 0.0, shard: tuple[float, float] = (0.0, 0.0),
+                    cp_link: tuple[float, float] = (0.0, 0.0)) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Per layer on a stage served by node `groups` with this tensor-parallel link (s/byte and
         per-message latency): (time, its communication part) on the slowest serving GPU type, and
         prefix sums of the time, and the part of the time that is ZeRO-3's exposed parameter traffic.
         `shard` (s/byte, latency) prices ZeRO-3's per-layer parameter all-gathers and gradient
         reduce-scatters (on the HSDP shard ring under hybrid sharding), overlapped with the layer's
-        compute."""
-        key = ("stage", groups, tp_seconds_per_byte, tp, mbs, tp_latency, shard)
+        compute. `cp_link` (s/byte, latency) is the context-parallel ring's: what ring attention's
+        sends leave exposed counts as communication (terms/context.py)."""
+        key = ("stage", groups, tp_seconds_per_byte, tp, mbs, tp_latency, shard, cp_link)
         if key not in self._profiles:
             times = np.zeros(self.model.num_layers)
             tp_part = np.zeros(self.model.num_layers)
@@ -270,6 +282,10 @@ class CostModel:
                 compute, tp_bytes = self.layer_times(g, tp, mbs)
                 # A measured time already holds its all-reduces, latency included (tp_bytes = 0).
                 comm = (tp_bytes * tp_seconds_per_byte + np.where(tp_bytes > 0, alpha, 0.0)) * self.tp_exposed
+                if self.knobs.cp > 1:
+                    comm = comm + context_terms.exposed_ring_time(
+                        *self.ring_steps(g, tp, mbs), self.knobs.cp, *cp_link,
+                        forward_passes=2.0 if self.knobs.recompute == "full" else 1.0)
                 total = compute + comm
                 exposed = 0.0
                 if sharded is not None:    # prefetched: the layer waits only for what compute does not hide
@@ -312,7 +328,7 @@ class CostModel:
             # Context-parallel ranks sit beside the tensor-parallel ones (Megatron's order
             # tp-cp-dp-pp): the layout places tp x cp ranks per replica of a stage.
             self._layouts[key] = build_layout(self.scenario.cluster, tp * self.knobs.cp, pp, dp, order,
-                                              self._nodes[order], self._stage_links)
+                                              self._nodes[order], self._stage_links, cp=self.knobs.cp)
         return self._layouts[key]
 
     def hsdp_links(self, tp: int, pp: int, dp: int, order: tuple[int, ...]) -> sharding.HsdpLinks:
@@ -336,7 +352,7 @@ class StagePrediction:
     gpu: str                       # the GPU type that sets the pace (the slowest serving the stage)
     gpu_types: tuple[str, ...]
     compute_s: float               # per micro-batch, forward + backward, incl. tensor-parallel comm
-    tp_comm_s: float               # the tensor-parallel all-reduce part of compute_s
+    tp_comm_s: float               # the tensor-parallel collectives (and ring attention's exposed sends) in compute_s
     comm_s: float                  # pipeline sends per micro-batch, both neighbours, both directions
     overhead_s: float              # the pipeline engine's fixed cost per micro-batch
     stage_time_s: float            # compute_s + comm_s + overhead_s: busy time per micro-batch
@@ -563,7 +579,8 @@ class Candidate:
     @cached_property
     def stage_hardware(self) -> list[tuple]:
         """Per stage, what its layer times depend on beside tp and the micro-batch size: serving
-        groups, tensor-parallel link (s/byte, latency), ZeRO-3 sharding link (s/byte, latency)."""
+        groups, tensor-parallel link (s/byte, latency), ZeRO-3 sharding link (s/byte, latency),
+        context-parallel ring link (s/byte, latency)."""
         layout = self.layout
         shard = [(0.0, 0.0)] * self.pp
         if self.hsdp:
@@ -573,13 +590,15 @@ class Candidate:
             shard = [sharding.zero3_ring(self.cost._nodes[layout.order], np.arange(s * per_stage, (s + 1) * per_stage),
                                          float(spb), float(lat), self.dp, self.cost.training.framework)
                      for s, (spb, lat) in enumerate(zip(layout.dp_seconds_per_byte, layout.dp_latency))]
-        return [(groups, float(spb), float(lat), sh) for groups, spb, lat, sh in
-                zip(layout.stage_groups, layout.stage_tp_seconds_per_byte, layout.stage_tp_latency, shard)]
+        return [(groups, float(spb), float(lat), sh, (float(cp_spb), float(cp_lat)))
+                for groups, spb, lat, sh, cp_spb, cp_lat in
+                zip(layout.stage_groups, layout.stage_tp_seconds_per_byte, layout.stage_tp_latency, shard,
+                    layout.stage_cp_seconds_per_byte, layout.stage_cp_latency)]
 
     @cached_property
     def _stage_rows(self) -> list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]]:
-        return [self.cost.stage_times(groups, spb, self.tp, self.mbs, lat, shard)
-                for groups, spb, lat, shard in self.stage_hardware]
+        return [self.cost.stage_times(groups, spb, self.tp, self.mbs, lat, shard, cp_link)
+                for groups, spb, lat, shard, cp_link in self.stage_hardware]
 
     @cached_property
     def cut_unit(self) -> np.ndarray:

@@ -42,10 +42,12 @@ class Layout:
     stage_capacity: np.ndarray   # bytes: the smallest usable GPU memory in each stage
     stage_memory_bandwidth: np.ndarray  # bytes/s: the slowest GPU memory in each stage
     stage_tp_seconds_per_byte: np.ndarray   # slowest tensor-parallel ring link per stage (0 if tp = 1)
+    stage_cp_seconds_per_byte: np.ndarray   # slowest context-parallel ring link per stage (0 if cp = 1)
     boundary_seconds_per_byte: np.ndarray   # pipeline send after each stage but the last
     dp_seconds_per_byte: np.ndarray         # slowest data-parallel ring link per stage (0 if dp = 1)
     dp_allreduce_seconds_per_byte: np.ndarray   # all-reduce time per byte reduced, per stage (ring or hierarchical)
     stage_tp_latency: np.ndarray            # per message on the slowest tensor-parallel link, per stage
+    stage_cp_latency: np.ndarray            # per step of the slowest context-parallel ring, per stage
     boundary_latency: np.ndarray            # per message on each pipeline boundary's slowest link
     dp_latency: np.ndarray                  # per step of a data-parallel ring (its hops' mean), per stage
     dp_allreduce_latency: np.ndarray        # per all-reduce message (bucket), ring or tree, per stage
@@ -153,6 +155,18 @@ class Nodes:
         bandwidth = self.flow_bandwidth(ring_ranks.reshape(1, -1), nxt.reshape(1, -1)).reshape(ring_ranks.shape)
         return 1.0 / bandwidth.min(axis=-1), latency.mean(axis=-1)
 
+    def block_links(self, blocks: np.ndarray, cp: int) -> tuple[tuple[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]]:
+        """Blocks of tp x cp ranks along the last axis, context-parallel ranks beside the
+        tensor-parallel ones (Megatron's order tp-cp-dp-pp: tp innermost): ((s/byte, latency) of
+        the slowest tensor-parallel ring, the same of the slowest context-parallel ring) per
+        block. A tensor-parallel ring is its tp adjacent ranks, a context-parallel ring the cp
+        ranks tp apart: with tp 8 x cp 2 on nodes of 8 GPUs, tensor parallelism stays on NVLink
+        and only the context-parallel ring crosses the network."""
+        inner = blocks.reshape(*blocks.shape[:-1], cp, blocks.shape[-1] // cp)
+        tp_links = tuple(a.max(axis=-1) for a in self.ring_links(inner))
+        cp_links = tuple(a.max(axis=-1) for a in self.ring_links(np.swapaxes(inner, -1, -2)))
+        return tp_links, cp_links
+
     def _hops(self, ring_ranks: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Rings along the last axis: each rank's successor, and the latency of the hop to it."""
         nxt = np.concatenate([ring_ranks[..., 1:], ring_ranks[..., :1]], axis=-1)
@@ -203,14 +217,15 @@ class Nodes:
 
 
 def build_layout(cluster: Cluster, tp: int, pp: int, dp: int, order: tuple[int, ...],
-                 nodes: Nodes | None = None, shared: dict | None = None) -> Layout:
+                 nodes: Nodes | None = None, shared: dict | None = None, cp: int = 1) -> Layout:
     """The layout of (tp, pp, dp) on the cluster's nodes in `order` (`nodes`, if given, must be
-    Nodes(cluster, order, params)).
+    Nodes(cluster, order, params)). With context parallelism `tp` is the block of tp x cp ranks
+    of a replica of a stage (Nodes.block_links).
 
     `shared`: a cache of stage and boundary terms kept by the caller across the orders of one
     cluster and params. When every stage starts and ends on a node boundary, no node holds ranks of
     two stages, so a stage's flows share network interfaces with its own flows only: its terms
-    depend on (tp, dp) and the node groups of its nodes alone, and a boundary's on those of the two
+    depend on (tp, cp, dp) and the node groups of its nodes alone, and a boundary's on those of the two
     stages it joins. Stages and boundaries already met in another order are looked up; the rest
     are computed together, exactly as for the whole pipeline (same flows, same per-node counts)."""
     nodes = nodes or Nodes(cluster, order)
@@ -219,15 +234,15 @@ def build_layout(cluster: Cluster, tp: int, pp: int, dp: int, order: tuple[int, 
     if shared is not None and not np.append(nodes.rank_local_gpu, 0)[starts].any():
         first, last = nodes.rank_node[starts[:-1]], nodes.rank_node[starts[1:] - 1] + 1
         spans = [tuple(nodes.node_group[a:b].tolist()) for a, b in zip(first.tolist(), last.tolist())]
-        rows = _looked_up(shared, [("stage", tp, dp, span) for span in spans],
-                          lambda stages: _stage_terms(nodes, tp, dp, stages, groups))
+        rows = _looked_up(shared, [("stage", tp, cp, dp, span) for span in spans],
+                          lambda stages: _stage_terms(nodes, tp, cp, dp, stages, groups))
         cuts = _looked_up(shared, [("boundary", tp, dp, a, b) for a, b in zip(spans, spans[1:])],
                           lambda boundaries: _boundary_terms(nodes, tp, dp, boundaries))
     else:
-        rows = _stage_terms(nodes, tp, dp, np.arange(pp), groups)
+        rows = _stage_terms(nodes, tp, cp, dp, np.arange(pp), groups)
         cuts = _boundary_terms(nodes, tp, dp, np.arange(pp - 1))
     cuts = np.array(cuts).reshape(pp - 1, 2)
-    terms = np.array([row[0] for row in rows])                   # (pp, 6)
+    terms = np.array([row[0] for row in rows])                   # (pp, 8)
     serves = np.array([row[1] for row in rows])                  # (pp, node groups)
     stage_groups = tuple(row[2] for row in rows)
     return Layout(
@@ -238,13 +253,15 @@ def build_layout(cluster: Cluster, tp: int, pp: int, dp: int, order: tuple[int, 
         stage_capacity=np.where(serves, nodes.usable[None, :], np.inf).min(axis=1),
         stage_memory_bandwidth=np.where(serves, nodes.memory_bandwidth[None, :], np.inf).min(axis=1),
         stage_tp_seconds_per_byte=terms[:, 0],
+        stage_cp_seconds_per_byte=terms[:, 2],
         boundary_seconds_per_byte=cuts[:, 0],
-        dp_seconds_per_byte=terms[:, 2],
-        dp_allreduce_seconds_per_byte=terms[:, 4],
+        dp_seconds_per_byte=terms[:, 4],
+        dp_allreduce_seconds_per_byte=terms[:, 6],
         stage_tp_latency=terms[:, 1],
+        stage_cp_latency=terms[:, 3],
         boundary_latency=cuts[:, 1],
-        dp_latency=terms[:, 3],
-        dp_allreduce_latency=terms[:, 5],
+        dp_latency=terms[:, 5],
+        dp_allreduce_latency=terms[:, 7],
     )
 
 
@@ -262,13 +279,15 @@ def _looked_up(shared: dict, keys: list[tuple], compute) -> list:
     return [shared[key] for key in keys]
 
 
-def _stage_terms(nodes: Nodes, tp: int, dp: int, stages: np.ndarray, groups: int
+def _stage_terms(nodes: Nodes, tp: int, cp: int, dp: int, stages: np.ndarray, groups: int
                  ) -> list[tuple[np.ndarray, np.ndarray, tuple[int, ...]]]:
-    """Per stage listed, ((slowest tensor-parallel link's s/byte, its latency, the same two of
-    the data-parallel ring, the all-reduce's s/byte and per-message latency), whether each node
-    group serves it, the groups that do), all the stages' flows running together."""
+    """Per stage listed, ((slowest tensor-parallel ring's s/byte, its latency, the same two of
+    the context-parallel ring and of the data-parallel ring, the all-reduce's s/byte and
+    per-message latency), whether each node group serves it, the groups that do), all the stages'
+    flows running together (`tp`: the block of tp x cp ranks of a replica, Nodes.block_links)."""
     ranks = stages[:, None, None] * (tp * dp) + np.arange(dp * tp).reshape(1, dp, tp)  # [stage, replica, tp_rank]
-    tp_spb, tp_latency = (a.max(axis=1) for a in nodes.ring_links(ranks))            # rings over tp ranks
+    (tp_spb, tp_latency), (cp_spb, cp_latency) = (
+        tuple(a.max(axis=1) for a in links) for links in nodes.block_links(ranks, cp))
     dp_rings = ranks.transpose(0, 2, 1)
     dp_links = nodes.ring_links(dp_rings)                                             # rings over replicas
     dp_spb, dp_latency = (a.max(axis=1) for a in dp_links)
@@ -277,7 +296,8 @@ def _stage_terms(nodes: Nodes, tp: int, dp: int, stages: np.ndarray, groups: int
     dp_allreduce_latency = nodes.allreduce_latency(dp_rings).max(axis=1)
     serves = np.zeros((len(stages), groups), dtype=bool)   # does group g serve the stage?
     serves[np.repeat(np.arange(len(stages)), dp * tp), nodes.rank_group[ranks.reshape(-1)]] = True
-    terms = np.stack([tp_spb, tp_latency, dp_spb, dp_latency, dp_allreduce, dp_allreduce_latency], axis=1)
+    terms = np.stack([tp_spb, tp_latency, cp_spb, cp_latency, dp_spb, dp_latency, dp_allreduce, dp_allreduce_latency],
+                     axis=1)
     return [(row, on, tuple(np.flatnonzero(on).tolist())) for row, on in zip(terms, serves)]
 
 

@@ -45,10 +45,11 @@ class ReplicaTimes:
         group = nodes.rank_group[ranks]                                     # (pp, dp, tp x cp)
         self.groups = [[tuple(sorted(set(group[s, r].tolist()))) for r in range(layout.dp)]
                        for s in range(layout.pp)]
-        spb, latency = nodes.ring_links(ranks)                              # (pp, dp): own tp ring
+        (spb, latency), cp_links = nodes.block_links(ranks, c.cp)          # (pp, dp): own tp and cp rings
         hardware = c.stage_hardware
         self.rows = [[cost.stage_times(self.groups[s][r], float(spb[s, r]), c.tp, c.mbs, float(latency[s, r]),
-                                       hardware[s][3]) for r in range(layout.dp)] for s in range(layout.pp)]
+                                       hardware[s][3], (float(cp_links[0][s, r]), float(cp_links[1][s, r])))
+                      for r in range(layout.dp)] for s in range(layout.pp)]
 
     def differ(self) -> bool:
         """Whether some stage's replicas run on different GPU types (else shares cannot help)."""

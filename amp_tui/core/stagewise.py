@@ -108,6 +108,7 @@ class StageLinks:
     memory_bandwidth: float
     tp_spb: float
     tp_latency: float
+    cp_link: tuple[float, float]
     dp_spb: float
     dp_latency: float
     allreduce_spb: float
@@ -151,12 +152,13 @@ class StageWise:
     def _stage_links(self, ranks: np.ndarray) -> StageLinks:
         nodes = self.nodes
         groups = tuple(sorted(set(nodes.rank_group[ranks].ravel().tolist())))
-        tp_spb, tp_lat = nodes.ring_links(ranks)
+        (tp_spb, tp_lat), (cp_spb, cp_lat) = nodes.block_links(ranks, self.cp)
         dp_spb, dp_lat = nodes.ring_links(ranks.T)
         allreduce = float(nodes.allreduce_seconds_per_byte(ranks.T).max()) if ranks.shape[0] > 1 else 0.0
         return StageLinks(groups, float(min(nodes.usable[g] for g in groups)),
                           float(min(nodes.memory_bandwidth[g] for g in groups)),
-                          float(tp_spb.max()), float(tp_lat.max()), float(dp_spb.max()), float(dp_lat.max()), allreduce,
+                          float(tp_spb.max()), float(tp_lat.max()), (float(cp_spb.max()), float(cp_lat.max())),
+                          float(dp_spb.max()), float(dp_lat.max()), allreduce,
                           float(nodes.allreduce_latency(ranks.T).max()))
 
     def _boundary(self, k: int) -> tuple[float, float]:
@@ -189,7 +191,7 @@ class StageWise:
                 shard = zero3_ring(self.nodes, self.ranks[s].ravel(), links.dp_spb, links.dp_latency, n,
                                    self.cost.training.framework)
             out.append(self.cost.stage_times(links.groups, links.tp_spb, self.tps[s], self.stage_mbs(s),
-                                             links.tp_latency, shard))
+                                             links.tp_latency, shard, links.cp_link))
         return out
 
     @cached_property

@@ -207,7 +207,7 @@ def test_zero_3_under_full_recomputation_gathers_again_only_in_deepspeed(framewo
     cost = CostModel(scn, Knobs(zero_stage=3, recompute="full"))
     c = cost.candidate(1, 1, 8, 1, (0,))
     compute, _ = cost.layer_times(0, 1, 1)
-    (_, _, _, (spb, latency)), = c.stage_hardware
+    (_, _, _, (spb, latency), _), = c.stage_hardware
     traffic = collectives * scn.model.columns["params"] * 2 * spb
     times, _ = c.stage_layer_times
     assert times[0] == pytest.approx(compute + np.maximum(traffic - compute, 0) + collectives * latency, rel=1e-12)
@@ -231,7 +231,7 @@ def test_zero_3_overlaps_parameter_traffic_with_compute():
     cost = CostModel(scn, Knobs(zero_stage=3))
     c = cost.candidate(1, 1, 8, 1, (0,))
     compute, _ = cost.layer_times(0, 1, 1)
-    (groups, _, _, shard), = c.stage_hardware
+    (groups, _, _, shard, _), = c.stage_hardware
     spb, latency = shard
     traffic = 3 * scn.model.columns["params"] * 2 * spb
     exposed = np.maximum(traffic - compute, 0) + 3 * latency

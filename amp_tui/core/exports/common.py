@@ -53,7 +53,7 @@ def layout(plan: Plan) -> Layout:
 
     strategy = plan.strategy
     cp = resolve(strategy, plan.scenario.training).cp
-    return build_layout(plan.scenario.cluster, strategy.tp * cp, strategy.pp, strategy.dp, strategy.placement)
+    return build_layout(plan.scenario.cluster, strategy.tp * cp, strategy.pp, strategy.dp, strategy.placement, cp=cp)
 
 
 def stage_bounds(plan: Plan) -> list[int]:

@@ -83,8 +83,8 @@ def analytic_forward(model: Model, gpu: GPU, precision: str, params: ModelParams
     linear_rate = gpu.peak_flops(precision) * efficiency
     if precision in LOW_PRECISIONS:
         linear_rate = linear_rate * params(f"{precision}_efficiency")
-    core_rate = gpu.peak_flops(core_precision(precision)) * attention_efficiency(model, gpu, attention_kernel, efficiency)
-    matmuls = (cols["flops"] - attention) * per_gpu / linear_rate + attention * per_gpu / core_rate
+    matmuls = (cols["flops"] - attention) * per_gpu / linear_rate \
+        + attention_forward_time(model, gpu, precision, params, tp, cp, mbs, attention_kernel)
     replicated = cols["activation_replicated_bytes"]
     split = cols["activation_bytes"] - replicated
     # Without sequence parallelism every tensor-parallel rank runs the replicated element-wise
@@ -95,6 +95,18 @@ def analytic_forward(model: Model, gpu: GPU, precision: str, params: ModelParams
     return matmuls + memory + params("layer_floor_s") * (cols["flops"] > 0)
 
 
+def attention_forward_time(model: Model, gpu: GPU, precision: str, params: ModelParams, tp: int, cp: int,
+                           mbs, attention_kernel: str = "fused") -> np.ndarray:
+    """Forward seconds per layer of the attention core (scores, softmax, values) for a
+    micro-batch of `mbs` on one GPU: its FLOPs over tp x cp GPUs, in bf16 even under fp8 or fp4
+    training, at a GEMM's efficiency for the layer's shape (attention_efficiency)."""
+    flops, _ = attention_core(model)
+    cols = model.columns
+    efficiency = attention_efficiency(model, gpu, attention_kernel,
+                                      matmul_efficiency(gpu, params, cols["tokens"] * mbs / cp, cols["width"] / tp))
+    return _blocks(model) * flops * (mbs / (tp * cp)) / (gpu.peak_flops(core_precision(precision)) * efficiency)
+
+
 def flash_backward_time(model: Model, gpu: GPU, params: ModelParams, tp: int, cp: int, mbs,
                         attention_kernel: str = "fused") -> np.ndarray:
     """Seconds per layer flash attention's backward adds beyond twice its forward: it computes the
@@ -102,12 +114,7 @@ def flash_backward_time(model: Model, gpu: GPU, params: ModelParams, tp: int, cp
     costs 3.5 forwards instead of 3. In bf16 even under fp8 or fp4 training; 0 without flash attention."""
     if not model.shape.get("flash_attention"):
         return np.zeros(model.num_layers)
-    flops, _ = attention_core(model)
-    cols = model.columns
-    rows = cols["tokens"] * mbs / cp
-    efficiency = attention_efficiency(model, gpu, attention_kernel,
-                                      matmul_efficiency(gpu, params, rows, cols["width"] / tp))
-    return 0.5 * _blocks(model) * flops * (mbs / (tp * cp)) / (gpu.peak_flops("bf16") * efficiency)
+    return 0.5 * attention_forward_time(model, gpu, "bf16", params, tp, cp, mbs, attention_kernel)
 
 
 def attention_core(model: Model) -> tuple[float, float]:
