@@ -266,7 +266,8 @@ def _time_floors(candidates: list[Candidate], cancel: Callable[[], bool], refine
         B = np.array([c.num_micro_batches for c in group], dtype=np.float64)
         v = np.array([c.knobs.virtual_stages for c in group], dtype=np.float64)
         core_rho = np.where(serves, np.array([t[4] for t in times])[:, None, :], 0.0).max(axis=2)
-        core_work = work - np.array([t[5] for t in times])
+        other = np.array([t[5] for t in times])
+        core_work = work - other
         plain = v == 1
         caps = np.array([_stage_caps(c, t[3]) for c, t in zip(group, times)]) if refine and plain.any() else None
 
@@ -280,14 +281,15 @@ def _time_floors(candidates: list[Candidate], cancel: Callable[[], bool], refine
             # The same with the least slow-down over the core layers only (the most common kind,
             # e.g. transformer blocks; an embedding may run nearly as fast on a slow GPU): a
             # stage's C_s is at least rho'_s x (its share of sum b less the other layers' b, E),
-            # so the stages must absorb work - E at the pace rho'.
-            out = np.maximum(out, _pipeline_floors(core_rho, sends, core_work, m_floor, v * steps + 1) / v)
+            # so the stages must absorb work - E at the pace rho'; the other layers' time (at least
+            # E) adds to the stages' sum wherever they lie.
+            out = np.maximum(out, (_pipeline_floors(core_rho, sends, core_work, m_floor, v * steps + 1) + other) / v)
             # Memory caps the layers a stage can hold (a slow GPU with little memory often holds
             # fewer layers than its speed would give it, and the others must take the rest): with
             # interleaving a stage's layers are spread over its chunks, so only without it.
             if caps is not None and (caps < work[:, None] * (1 - 1e-9)).any():     # else no cap binds
                 capped = np.maximum(_capped_floors(rho, sends, work, caps, steps + 1),
-                                    _capped_floors(core_rho, sends, core_work, caps, steps + 1))
+                                    _capped_floors(core_rho, sends, core_work, caps, steps + 1) + other)
                 out = np.where(plain, np.maximum(out, capped), out)
             return out
 
@@ -472,7 +474,8 @@ def _order_free_floors(cost: CostModel, families: list[tuple[int, int, int, int]
         cuts = unit * node_link + 2.0 * v * node_latency if whole_nodes else \
             np.full(len(groups), unit * fastest_link + 2.0 * v * least_latency if pp > 1 else 0.0)
         variants = []
-        for mask, work in ((busy, float(fastest.sum())), (core, float(fastest[core].sum()))):
+        for mask, work, other in ((busy, float(fastest.sum()), 0.0),
+                                  (core, float(fastest[core].sum()), float(fastest[~core].sum()))):
             if not mask.any():
                 continue
             slowdown = (times[:, mask] / fastest[mask]).min(axis=1)
@@ -483,11 +486,11 @@ def _order_free_floors(cost: CostModel, families: list[tuple[int, int, int, int]
             sends = np.repeat(np.minimum.accumulate(cuts[ascending][::-1])[::-1], stages)
             if mask is busy:    # (the core slow-down says nothing of the other layers)
                 m_floor = max(m_floor, float(_one_layer_each(rho[None, :], np.sort(fastest)[None, :])[0]))
-            variants.append((rho, sends, stages, work))
+            variants.append((rho, sends, stages, work, other))
         # With whole nodes per stage, interior stages send across both their boundaries: per
         # variant, the sends of every choice of the pipeline's two ends.
         choices = [[np.where(np.isin(np.arange(pp), pair), sends, 2.0 * sends) for pair in _end_choices(stages)]
-                   if whole_nodes and ends else [] for _, sends, stages, _ in variants]
+                   if whole_nodes and ends else [] for _, sends, stages, _, _ in variants]
         choices = [rows or [variant[1]] for rows, variant in zip(choices, variants)]
         whole = None
         if core.any():      # whole core layers, each at least its slow-down x its fastest time
@@ -510,12 +513,13 @@ def _order_free_floors(cost: CostModel, families: list[tuple[int, int, int, int]
                                   np.array([v * row[6] + 1.0 for row in rows])) / v
         # the fill: every boundary's cut, that of a stage sending (all but the last), so at least
         # the pp - 1 least single sends
-        fill = max(float(np.sort(sends)[:pp - 1].sum()) for _, sends, _, _ in variants) / v
+        fill = max(float(np.sort(sends)[:pp - 1].sum()) for _, sends, _, _, _ in variants) / v
         # An order's ends are one choice per variant: per choice, the strongest over the tails;
         # per variant, the least over its choices; the strongest variant.
         per_choice: dict[tuple[int, int], float] = {}
         for floor, row in zip(floors, rows):
-            per_choice[row[:2]] = max(per_choice.get(row[:2], -math.inf), float(floor) + fill + row[7])
+            value = float(floor) + fill + variants[row[0]][4] / v + row[7]     # (the other layers, as in _time_floors)
+            per_choice[row[:2]] = max(per_choice.get(row[:2], -math.inf), value)
         out.append(max(min(value for (i, _), value in per_choice.items() if i == variant)
                        for variant in range(len(variants))))
     return out
