@@ -235,16 +235,16 @@ def build_layout(cluster: Cluster, tp: int, pp: int, dp: int, order: tuple[int, 
         first, last = nodes.rank_node[starts[:-1]], nodes.rank_node[starts[1:] - 1] + 1
         spans = [tuple(nodes.node_group[a:b].tolist()) for a, b in zip(first.tolist(), last.tolist())]
         rows = _looked_up(shared, [("stage", tp, cp, dp, span) for span in spans],
-                          lambda stages: _stage_terms(nodes, tp, cp, dp, stages, groups))
-        cuts = _looked_up(shared, [("boundary", tp, dp, a, b) for a, b in zip(spans, spans[1:])],
-                          lambda boundaries: _boundary_terms(nodes, tp, dp, boundaries))
+                          lambda stages: [(row, on, tuple(np.flatnonzero(on).tolist())) for row, on in
+                                          zip(*_stage_terms(nodes, tp, cp, dp, stages, groups))])
+        terms, serves = np.array([row[0] for row in rows]), np.array([row[1] for row in rows])
+        stage_groups = tuple(row[2] for row in rows)
+        cuts = np.array(_looked_up(shared, [("boundary", tp, dp, a, b) for a, b in zip(spans, spans[1:])],
+                                   lambda boundaries: _boundary_terms(nodes, tp, dp, boundaries))).reshape(pp - 1, 2)
     else:
-        rows = _stage_terms(nodes, tp, cp, dp, np.arange(pp), groups)
+        terms, serves = _stage_terms(nodes, tp, cp, dp, np.arange(pp), groups)
+        stage_groups = tuple(tuple(g for g, on in enumerate(row) if on) for row in serves.tolist())
         cuts = _boundary_terms(nodes, tp, dp, np.arange(pp - 1))
-    cuts = np.array(cuts).reshape(pp - 1, 2)
-    terms = np.array([row[0] for row in rows])                   # (pp, 8)
-    serves = np.array([row[1] for row in rows])                  # (pp, node groups)
-    stage_groups = tuple(row[2] for row in rows)
     return Layout(
         tp=tp, pp=pp, dp=dp, order=nodes.order,
         rank_node=nodes.rank_node, node_group=nodes.node_group, rank_local_gpu=nodes.rank_local_gpu,
@@ -280,11 +280,11 @@ def _looked_up(shared: dict, keys: list[tuple], compute) -> list:
 
 
 def _stage_terms(nodes: Nodes, tp: int, cp: int, dp: int, stages: np.ndarray, groups: int
-                 ) -> list[tuple[np.ndarray, np.ndarray, tuple[int, ...]]]:
-    """Per stage listed, ((slowest tensor-parallel ring's s/byte, its latency, the same two of
+                 ) -> tuple[np.ndarray, np.ndarray]:
+    """Per stage listed, (slowest tensor-parallel ring's s/byte, its latency, the same two of
     the context-parallel ring and of the data-parallel ring, the all-reduce's s/byte and
-    per-message latency), whether each node group serves it, the groups that do), all the stages'
-    flows running together (`tp`: the block of tp x cp ranks of a replica, Nodes.block_links)."""
+    per-message latency) and whether each node group serves it, all the stages' flows running
+    together (`tp`: the block of tp x cp ranks of a replica, Nodes.block_links)."""
     ranks = stages[:, None, None] * (tp * dp) + np.arange(dp * tp).reshape(1, dp, tp)  # [stage, replica, tp_rank]
     (tp_spb, tp_latency), (cp_spb, cp_latency) = (
         tuple(a.max(axis=1) for a in links) for links in nodes.block_links(ranks, cp))
@@ -298,7 +298,7 @@ def _stage_terms(nodes: Nodes, tp: int, cp: int, dp: int, stages: np.ndarray, gr
     serves[np.repeat(np.arange(len(stages)), dp * tp), nodes.rank_group[ranks.reshape(-1)]] = True
     terms = np.stack([tp_spb, tp_latency, cp_spb, cp_latency, dp_spb, dp_latency, dp_allreduce, dp_allreduce_latency],
                      axis=1)
-    return [(row, on, tuple(np.flatnonzero(on).tolist())) for row, on in zip(terms, serves)]
+    return terms, serves
 
 
 def _boundary_terms(nodes: Nodes, tp: int, dp: int, boundaries: np.ndarray) -> np.ndarray:
