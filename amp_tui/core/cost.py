@@ -92,6 +92,7 @@ class CostModel:
         self._layer_times = _shared_layer_times(self.model, self.training, self.knobs, scenario.calibration)
         self._layouts: dict[tuple, Layout] = {}
         self._nodes: dict[tuple[int, ...], Nodes] = {}   # per placement order, shared by its layouts
+        self._stage_links: dict[tuple, object] = {}      # build_layout's stage and boundary terms, every order's
         cols = self.model.columns
         tokens, width = compute_terms.layer_shapes(self.model, self.training.bytes_per_element)
         self._work_per_sample = tokens * width    # kernel size at tp 1, micro-batch 1 (shapes as inferred)
@@ -327,7 +328,7 @@ class CostModel:
             # Context-parallel ranks sit beside the tensor-parallel ones (Megatron's order
             # tp-cp-dp-pp): the layout places tp x cp ranks per replica of a stage.
             self._layouts[key] = build_layout(self.scenario.cluster, tp * self.knobs.cp, pp, dp, order,
-                                              self._nodes[order], cp=self.knobs.cp)
+                                              self._nodes[order], self._stage_links, cp=self.knobs.cp)
         return self._layouts[key]
 
     def hsdp_links(self, tp: int, pp: int, dp: int, order: tuple[int, ...]) -> sharding.HsdpLinks:

@@ -217,29 +217,34 @@ class Nodes:
 
 
 def build_layout(cluster: Cluster, tp: int, pp: int, dp: int, order: tuple[int, ...],
-                 nodes: Nodes | None = None, cp: int = 1) -> Layout:
+                 nodes: Nodes | None = None, shared: dict | None = None, cp: int = 1) -> Layout:
     """The layout of (tp, pp, dp) on the cluster's nodes in `order` (`nodes`, if given, must be
     Nodes(cluster, order, params)). With context parallelism `tp` is the block of tp x cp ranks
-    of a replica of a stage (Nodes.block_links)."""
-    nodes = nodes or Nodes(cluster, order)
-    ranks = np.arange(pp * dp * tp).reshape(pp, dp, tp)  # [stage, replica, tp_rank] = global rank
-    (tp_spb, tp_latency), (cp_spb, cp_latency) = (
-        tuple(a.max(axis=1) for a in links) for links in nodes.block_links(ranks, cp))
-    dp_rings = ranks.transpose(0, 2, 1)
-    dp_links = nodes.ring_links(dp_rings)                                             # rings over replicas
-    dp_spb, dp_latency = (a.max(axis=1) for a in dp_links)
-    dp_allreduce = nodes.allreduce_seconds_per_byte(dp_rings, dp_links[0]).max(axis=1) if dp > 1 else np.zeros(pp)
-    dp_allreduce_latency = nodes.allreduce_latency(dp_rings).max(axis=1)
-    # Boundary k's sends (stage k -> k + 1, every replica and tensor rank) run together.
-    boundary = boundary_latency = np.zeros(0)
-    if pp > 1:
-        src, dst = ranks[:-1].reshape(pp - 1, -1), ranks[1:].reshape(pp - 1, -1)
-        boundary = 1.0 / nodes.flow_bandwidth(src, dst).min(axis=1)
-        boundary_latency = nodes.flow_latency(src, dst).max(axis=1)
+    of a replica of a stage (Nodes.block_links).
 
-    serves = np.zeros((pp, len(cluster.nodes)), dtype=bool)   # does group g serve stage s?
-    serves[np.repeat(np.arange(pp), dp * tp), nodes.rank_group[:pp * dp * tp]] = True
-    stage_groups = tuple(tuple(g for g, on in enumerate(row) if on) for row in serves.tolist())
+    `shared`: a cache of stage and boundary terms kept by the caller across the orders of one
+    cluster and params. When every stage starts and ends on a node boundary, no node holds ranks of
+    two stages, so a stage's flows share network interfaces with its own flows only: its terms
+    depend on (tp, cp, dp) and the node groups of its nodes alone, and a boundary's on those of the two
+    stages it joins. Stages and boundaries already met in another order are looked up; the rest
+    are computed together, exactly as for the whole pipeline (same flows, same per-node counts)."""
+    nodes = nodes or Nodes(cluster, order)
+    groups = len(cluster.nodes)
+    starts = np.arange(pp + 1) * (tp * dp)
+    if shared is not None and not np.append(nodes.rank_local_gpu, 0)[starts].any():
+        first, last = nodes.rank_node[starts[:-1]], nodes.rank_node[starts[1:] - 1] + 1
+        spans = [tuple(nodes.node_group[a:b].tolist()) for a, b in zip(first.tolist(), last.tolist())]
+        rows = _looked_up(shared, [("stage", tp, cp, dp, span) for span in spans],
+                          lambda stages: [(row, on, tuple(np.flatnonzero(on).tolist())) for row, on in
+                                          zip(*_stage_terms(nodes, tp, cp, dp, stages, groups))])
+        terms, serves = np.array([row[0] for row in rows]), np.array([row[1] for row in rows])
+        stage_groups = tuple(row[2] for row in rows)
+        cuts = np.array(_looked_up(shared, [("boundary", tp, dp, a, b) for a, b in zip(spans, spans[1:])],
+                                   lambda boundaries: _boundary_terms(nodes, tp, dp, boundaries))).reshape(pp - 1, 2)
+    else:
+        terms, serves = _stage_terms(nodes, tp, cp, dp, np.arange(pp), groups)
+        stage_groups = tuple(tuple(g for g, on in enumerate(row) if on) for row in serves.tolist())
+        cuts = _boundary_terms(nodes, tp, dp, np.arange(pp - 1))
     return Layout(
         tp=tp, pp=pp, dp=dp, order=nodes.order,
         rank_node=nodes.rank_node, node_group=nodes.node_group, rank_local_gpu=nodes.rank_local_gpu,
@@ -247,14 +252,61 @@ def build_layout(cluster: Cluster, tp: int, pp: int, dp: int, order: tuple[int, 
         serves=serves,
         stage_capacity=np.where(serves, nodes.usable[None, :], np.inf).min(axis=1),
         stage_memory_bandwidth=np.where(serves, nodes.memory_bandwidth[None, :], np.inf).min(axis=1),
-        stage_tp_seconds_per_byte=tp_spb,
-        stage_cp_seconds_per_byte=cp_spb,
-        boundary_seconds_per_byte=boundary,
-        dp_seconds_per_byte=dp_spb,
-        dp_allreduce_seconds_per_byte=dp_allreduce,
-        stage_tp_latency=tp_latency,
-        stage_cp_latency=cp_latency,
-        boundary_latency=boundary_latency,
-        dp_latency=dp_latency,
-        dp_allreduce_latency=dp_allreduce_latency,
+        stage_tp_seconds_per_byte=terms[:, 0],
+        stage_cp_seconds_per_byte=terms[:, 2],
+        boundary_seconds_per_byte=cuts[:, 0],
+        dp_seconds_per_byte=terms[:, 4],
+        dp_allreduce_seconds_per_byte=terms[:, 6],
+        stage_tp_latency=terms[:, 1],
+        stage_cp_latency=terms[:, 3],
+        boundary_latency=cuts[:, 1],
+        dp_latency=terms[:, 5],
+        dp_allreduce_latency=terms[:, 7],
     )
+
+
+def _looked_up(shared: dict, keys: list[tuple], compute) -> list:
+    """The entries of `shared` under `keys`, those missing computed together first (`compute`:
+    positions in `keys` -> their values, in order)."""
+    firsts: dict[tuple, int] = {}
+    for i, key in enumerate(keys):
+        if key not in shared:
+            firsts.setdefault(key, i)
+    missing = list(firsts.values())
+    if missing:
+        for i, value in zip(missing, compute(np.array(missing))):
+            shared[keys[i]] = value
+    return [shared[key] for key in keys]
+
+
+def _stage_terms(nodes: Nodes, tp: int, cp: int, dp: int, stages: np.ndarray, groups: int
+                 ) -> tuple[np.ndarray, np.ndarray]:
+    """Per stage listed, (slowest tensor-parallel ring's s/byte, its latency, the same two of
+    the context-parallel ring and of the data-parallel ring, the all-reduce's s/byte and
+    per-message latency) and whether each node group serves it, all the stages' flows running
+    together (`tp`: the block of tp x cp ranks of a replica, Nodes.block_links)."""
+    ranks = stages[:, None, None] * (tp * dp) + np.arange(dp * tp).reshape(1, dp, tp)  # [stage, replica, tp_rank]
+    (tp_spb, tp_latency), (cp_spb, cp_latency) = (
+        tuple(a.max(axis=1) for a in links) for links in nodes.block_links(ranks, cp))
+    dp_rings = ranks.transpose(0, 2, 1)
+    dp_links = nodes.ring_links(dp_rings)                                             # rings over replicas
+    dp_spb, dp_latency = (a.max(axis=1) for a in dp_links)
+    dp_allreduce = nodes.allreduce_seconds_per_byte(dp_rings, dp_links[0]).max(axis=1) if dp > 1 \
+        else np.zeros(len(stages))
+    dp_allreduce_latency = nodes.allreduce_latency(dp_rings).max(axis=1)
+    serves = np.zeros((len(stages), groups), dtype=bool)   # does group g serve the stage?
+    serves[np.repeat(np.arange(len(stages)), dp * tp), nodes.rank_group[ranks.reshape(-1)]] = True
+    terms = np.stack([tp_spb, tp_latency, cp_spb, cp_latency, dp_spb, dp_latency, dp_allreduce, dp_allreduce_latency],
+                     axis=1)
+    return terms, serves
+
+
+def _boundary_terms(nodes: Nodes, tp: int, dp: int, boundaries: np.ndarray) -> np.ndarray:
+    """Per boundary listed (k: stage k -> k + 1, every replica and tensor rank sending together),
+    (the slowest send's s/byte, its latency)."""
+    if not len(boundaries):
+        return np.zeros((0, 2))
+    src = boundaries[:, None] * (tp * dp) + np.arange(tp * dp)[None, :]
+    dst = src + tp * dp
+    return np.stack([1.0 / nodes.flow_bandwidth(src, dst).min(axis=1), nodes.flow_latency(src, dst).max(axis=1)],
+                    axis=1)

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from amp_tui.core.cost import Candidate, CostModel, Prediction, over_capacity
+from amp_tui.core.cost import DP_BUCKET_BYTES, Candidate, CostModel, Prediction, over_capacity
 from amp_tui.core.errors import Cancelled
 from amp_tui.core.knobs import Knobs, default_knobs, knob_choices
 from amp_tui.core.memory import optimizer_traffic_per_param
@@ -260,12 +260,14 @@ def _time_floors(candidates: list[Candidate], cancel: Callable[[], bool], refine
                              _one_layer_each(rho, descending[:, ::-1]))
         if refine:      # on the stage's own GPUs (the slowest serving type's, its tp link included)
             core = group[0].cost.floor_cache["core layers"]
-            m_floor = np.maximum(m_floor, _whole_layers_floor(
-                np.array([c.stage_layer_times[0][:, core] for c in group]), sends))
+            stage_times = np.array([c.stage_layer_times[0] for c in group])               # (n, pp, L)
+            m_floor = np.maximum(m_floor, _whole_layers_floor(stage_times[:, :, core],
+                                                              sends + _end_layers(stage_times, core)))
         B = np.array([c.num_micro_batches for c in group], dtype=np.float64)
         v = np.array([c.knobs.virtual_stages for c in group], dtype=np.float64)
         core_rho = np.where(serves, np.array([t[4] for t in times])[:, None, :], 0.0).max(axis=2)
-        core_work = work - np.array([t[5] for t in times])
+        other = np.array([t[5] for t in times])
+        core_work = work - other
         plain = v == 1
         caps = np.array([_stage_caps(c, t[3]) for c, t in zip(group, times)]) if refine and plain.any() else None
 
@@ -279,14 +281,15 @@ def _time_floors(candidates: list[Candidate], cancel: Callable[[], bool], refine
             # The same with the least slow-down over the core layers only (the most common kind,
             # e.g. transformer blocks; an embedding may run nearly as fast on a slow GPU): a
             # stage's C_s is at least rho'_s x (its share of sum b less the other layers' b, E),
-            # so the stages must absorb work - E at the pace rho'.
-            out = np.maximum(out, _pipeline_floors(core_rho, sends, core_work, m_floor, v * steps + 1) / v)
+            # so the stages must absorb work - E at the pace rho'; the other layers' time (at least
+            # E) adds to the stages' sum wherever they lie.
+            out = np.maximum(out, (_pipeline_floors(core_rho, sends, core_work, m_floor, v * steps + 1) + other) / v)
             # Memory caps the layers a stage can hold (a slow GPU with little memory often holds
             # fewer layers than its speed would give it, and the others must take the rest): with
             # interleaving a stage's layers are spread over its chunks, so only without it.
             if caps is not None and (caps < work[:, None] * (1 - 1e-9)).any():     # else no cap binds
                 capped = np.maximum(_capped_floors(rho, sends, work, caps, steps + 1),
-                                    _capped_floors(core_rho, sends, core_work, caps, steps + 1))
+                                    _capped_floors(core_rho, sends, core_work, caps, steps + 1) + other)
                 out = np.where(plain, np.maximum(out, capped), out)
             return out
 
@@ -358,6 +361,20 @@ def _whole_layers_floor(core_times: np.ndarray, sends: np.ndarray) -> np.ndarray
     return np.partition(thresholds.reshape(len(core_times), -1), count - 1, axis=1)[:, count - 1]
 
 
+def _end_layers(stage_times: np.ndarray, core: np.ndarray) -> np.ndarray:
+    """Per row and stage, the time of the layers it holds in every partition that are not core
+    layers: the first stage holds the first layer, the last stage the last (`stage_times`: (n, pp,
+    L), each stage's time for each layer; `core`: (L,), which layers are core). Added to a stage's
+    sends, _whole_layers_floor's thresholds still bound the stage's busy time from below."""
+    out = np.zeros(stage_times.shape[:2])
+    last = stage_times.shape[2] - 1
+    if not core[0]:
+        out[:, 0] += stage_times[:, 0, 0]
+    if last > 0 and not core[last]:
+        out[:, -1] += stage_times[:, -1, last]
+    return out
+
+
 def _one_layer_each(rho: np.ndarray, ascending: np.ndarray) -> np.ndarray:
     """Per row, a floor on the bottleneck stage's compute: every stage holds a layer of its own,
     and a stage at slow-down rho takes at least rho x that layer's fastest time, so the bottleneck
@@ -391,7 +408,7 @@ def _orders_can_hold(candidate: Candidate, roomiest: np.ndarray) -> bool:
 
 
 def _order_free_floors(cost: CostModel, families: list[tuple[int, int, int, int]],
-                       cancel: Callable[[], bool]) -> list[float]:
+                       cancel: Callable[[], bool], ends: bool = False) -> list[float]:
     """Per (tp, pp, dp, micro-batch size), a lower bound on the iteration time of every node order
     (the bound of _time_floors, relaxed to hold whatever the order): every group serves a stage
     (all GPUs are used); no tensor-parallel link on a group's GPUs is faster than that group's
@@ -401,10 +418,12 @@ def _order_free_floors(cost: CostModel, families: list[tuple[int, int, int, int]
     the one of the sorted multiset that this count allows (the pipeline floor only falls as
     slow-downs fall); the bottleneck holds whole core layers and every stage a layer of its own
     (_whole_layers_floor, _one_layer_each, on that multiset); each stage sends across at least one
-    boundary, the cheapest cut over the fastest link; the optimizer step and the all-reduce as
+    boundary, the cheapest cut over the fastest link, or, with whole nodes per stage, over its
+    groups' network interfaces (_node_cuts, paired with the slow-downs); the optimizer step and the all-reduce as
     _order_free_tails bounds them, both ways as _time_floors counts them (added whole, or with
     backward hiding part of the all-reduce); the memory caps are left out. A family no order can
-    fit in memory (_orders_can_hold) gets inf."""
+    fit in memory (_orders_can_hold) gets inf. With `ends` (dearer: a pass per way of placing
+    the pipeline's two ends), interior stages send across both their boundaries."""
     from amp_tui.core.placement import Nodes
 
     scenario = cost.scenario
@@ -420,6 +439,8 @@ def _order_free_floors(cost: CostModel, families: list[tuple[int, int, int, int]
     any_link, own_node = 1.0 / np.maximum(intra, inter), 1.0 / intra
     per_node = np.array([group.gpus_per_node for group in groups])
     least_latency = min(float(nodes.intra_latency.min()), float(nodes.inter_latency.min()))
+    node_link, node_latency = _node_cuts(nodes, len(groups))
+    hop_latency = (float(nodes.intra_latency.min()), float(nodes.inter_latency.min()))
     least_output = float(cost._output[:-1].min()) if len(cost._output) > 1 else 0.0
     gpus = np.array([group.gpus_per_node * group.count for group in groups])
     kinds = [layer.kind for layer in cost.model.layers]
@@ -445,51 +466,111 @@ def _order_free_floors(cost: CostModel, families: list[tuple[int, int, int, int]
         v = cost.knobs.virtual_stages
         k = np.arange(1, len(fastest) + 1)
         m_floor = float((np.ceil(k / pp) * np.sort(fastest)[::-1]).max())
-        # every stage sends across one boundary at least, each at least the cheapest cut over the
-        # fastest link (as Candidate.cut_cost prices it: each of the tp x cp ranks sends its share)
-        cut = 2.0 * v * (mbs / (cost.knobs.cp * tp) * least_output * fastest_link + least_latency) if pp > 1 else 0.0
+        # every stage sends across one boundary at least, each at least the cheapest cut (as
+        # Candidate.cut_cost prices it: each of the tp x cp ranks sends its share) over the
+        # fastest link, or, with whole nodes per stage, over its groups' interfaces (_node_cuts)
+        unit = 2.0 * v * mbs / (cost.knobs.cp * tp) * least_output
+        whole_nodes = pp > 1 and len(set(per_node.tolist())) == 1 and per_stage % int(per_node[0]) == 0
+        cuts = unit * node_link + 2.0 * v * node_latency if whole_nodes else \
+            np.full(len(groups), unit * fastest_link + 2.0 * v * least_latency if pp > 1 else 0.0)
         variants = []
-        for mask, work in ((busy, float(fastest.sum())), (core, float(fastest[core].sum()))):
+        for mask, work, other in ((busy, float(fastest.sum()), 0.0),
+                                  (core, float(fastest[core].sum()), float(fastest[~core].sum()))):
             if not mask.any():
                 continue
             slowdown = (times[:, mask] / fastest[mask]).min(axis=1)
             ascending = np.argsort(slowdown, kind="stable")
-            stages = np.minimum(np.cumsum(gpus[ascending]) // per_stage, pp)
-            rho = np.repeat(slowdown[ascending], np.diff(stages, prepend=0))
+            stages = np.diff(np.minimum(np.cumsum(gpus[ascending]) // per_stage, pp), prepend=0)
+            rho = np.repeat(slowdown[ascending], stages)
+            # the cheapest cut of the group and of every group after it in this order (see _node_cuts)
+            sends = np.repeat(np.minimum.accumulate(cuts[ascending][::-1])[::-1], stages)
             if mask is busy:    # (the core slow-down says nothing of the other layers)
                 m_floor = max(m_floor, float(_one_layer_each(rho[None, :], np.sort(fastest)[None, :])[0]))
-            variants.append((rho, work))
+            variants.append((rho, sends, stages, work, other))
+        # With whole nodes per stage, interior stages send across both their boundaries: per
+        # variant, the sends of every choice of the pipeline's two ends.
+        choices = [[np.where(np.isin(np.arange(pp), pair), sends, 2.0 * sends) for pair in _end_choices(stages)]
+                   if whole_nodes and ends else [] for _, sends, stages, _, _ in variants]
+        choices = [rows or [variant[1]] for rows, variant in zip(choices, variants)]
+        whole = None
         if core.any():      # whole core layers, each at least its slow-down x its fastest time
             stage_times = variants[-1][0][:, None] * np.sort(fastest[core])[None, :]
-            m_floor = max(m_floor, float(_whole_layers_floor(stage_times[None, :, :], np.full((1, pp), cut))[0]))
-        tail, full_tail, hidden = _order_free_tails(any_order, gpus, inter, inside, int(per_node.max()))
+            whole = _whole_layers_floor(np.broadcast_to(stage_times, (len(choices[-1]), *stage_times.shape)),
+                                        np.array(choices[-1]))                          # per choice of ends
+            m_floor = max(m_floor, float(whole.min()))
+        tail, full_tail, hidden = _order_free_tails(any_order, gpus, inter, inside, int(per_node.max()),
+                                                    hop_latency)
         tails = [(B - 1, tail)] + ([(B - 1 - hidden, full_tail)] if 0 < hidden <= B - 1 else [])
-        rows = [(rho, work, steps, end) for rho, work in variants for steps, end in tails]     # one pass
+        rows = [(i, j, variants[i][0], sends, variants[i][3],
+                 max(m_floor, float(whole[j])) if whole is not None and i == len(variants) - 1 else m_floor,
+                 steps, end)
+                for i in range(len(variants)) for j, sends in enumerate(choices[i]) for steps, end in tails]
         if not rows:        # (no layer takes any time)
             out.append(tail)
             continue
-        floors = _pipeline_floors(np.array([row[0] for row in rows]), np.full((len(rows), pp), cut),
-                                  np.array([row[1] for row in rows]), np.full(len(rows), m_floor),
-                                  np.array([v * row[2] + 1.0 for row in rows])) / v
-        out.append(max(float(floor) + cut * (pp - 1) / v + row[3] for floor, row in zip(floors, rows)))
+        floors = _pipeline_floors(np.array([row[2] for row in rows]), np.array([row[3] for row in rows]),
+                                  np.array([row[4] for row in rows]), np.array([row[5] for row in rows]),
+                                  np.array([v * row[6] + 1.0 for row in rows])) / v
+        # the fill: every boundary's cut, that of a stage sending (all but the last), so at least
+        # the pp - 1 least single sends
+        fill = max(float(np.sort(sends)[:pp - 1].sum()) for _, sends, _, _, _ in variants) / v
+        # An order's ends are one choice per variant: per choice, the strongest over the tails;
+        # per variant, the least over its choices; the strongest variant.
+        per_choice: dict[tuple[int, int], float] = {}
+        for floor, row in zip(floors, rows):
+            value = float(floor) + fill + variants[row[0]][4] / v + row[7]     # (the other layers, as in _time_floors)
+            per_choice[row[:2]] = max(per_choice.get(row[:2], -math.inf), value)
+        out.append(max(min(value for (i, _), value in per_choice.items() if i == variant)
+                       for variant in range(len(variants))))
     return out
 
 
+def _end_choices(stages: np.ndarray) -> list[list[int]]:
+    """The ways the pipeline's two ends (two distinct stages) can fall in a multiset given in
+    blocks of `stages` equal entries: a pair of entries per pair of blocks (entries of one block
+    are interchangeable)."""
+    if stages.sum() <= 2:
+        return []
+    starts = np.cumsum(stages) - stages
+    blocks = [b for b in range(len(stages)) if stages[b]]
+    return [[int(starts[a]), int(starts[b] + (a == b))] for i, a in enumerate(blocks) for b in blocks[i:]
+            if a != b or stages[a] >= 2]
+
+
+def _node_cuts(nodes, count: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per node group g, (seconds per byte, latency) that bound every pipeline send of a stage
+    holding g's GPUs from below, when every stage holds whole nodes (all nodes alike, their GPU
+    count dividing a stage's): a send then always leaves its node, each node of a stage sends (or,
+    the last stage's, receives) one flow per GPU across its boundary, so a flow from or to a node
+    of g gets at most min(its interface / its GPUs, one flow's share), and pays at least g's
+    crossing latency. A stage's cheapest cut is at least its groups' largest, so at least the
+    group whose slow-down sets the stage's rho (in _order_free_floors's order): the multiset of
+    (rho, sends) pairs there, sends taken as the least of the group's and every later group's
+    (a stage's group lies at or after its multiset entry's), is below every order's stages."""
+    per_group = [nodes.node_group == g for g in range(count)]
+    share = np.array([float(np.max(np.minimum(nodes.inter[on] / nodes.gpus_per_node[on], nodes.inter_flow[on])))
+                      for on in per_group])
+    return 1.0 / share, np.array([float(nodes.inter_latency[on].min()) for on in per_group])
+
+
 def _order_free_tails(candidate: Candidate, gpus: np.ndarray, inter: np.ndarray, inside: bool,
-                      per_node: int) -> tuple[float, float, float]:
+                      per_node: int, hop_latency: tuple[float, float]) -> tuple[float, float, float]:
     """(the tail floor, the all-reduce's full tail, the share of compute that hides it) of
     _time_floors, relaxed to hold for every node order (`candidate`: any order's, for what does
-    not depend on the order; `gpus`, `inter`: per node group, its GPUs and its network link).
+    not depend on the order; `gpus`, `inter`: per node group, its GPUs and its network link;
+    `hop_latency`: the least intra-node and crossing hop latencies of the cluster).
 
     A stage's tail coefficient e_s is its optimizer step's (traffic / its slowest memory) plus,
-    for a plain data-parallel all-reduce, its gradient bytes x seconds per byte reduced, which is
-    at least 2 (N - 1) / N x the slowest flow of the ring, over N >= ceil(dp / ceil(GPUs per node
-    / t)) nodes (t = tp x cp: ranks of one ring lie t apart). With N >= 2 every node the rings
-    visit sends one crossing flow per ring, and with tensor parallelism inside nodes each node of
-    the stage holds a whole tensor-parallel group, so all t rings: the flow gets at most 1 / t of
-    the node's link. So e_s >= e(g) for every group g serving the stage, and, as for the slow-
-    downs, no more stages have e at most the k-th best e(g) than the k best groups' GPUs make up:
-    sum_s 1 / e_s is at most that sorted multiset's. Latencies are left out (zero)."""
+    for a plain data-parallel all-reduce, its gradient bytes x (seconds per byte reduced + one
+    bucket's latency per bucket bytes). The seconds per byte are at least 2 (N - 1) / N x the
+    slowest flow of the ring, over N >= ceil(dp / ceil(GPUs per node / t)) nodes (t = tp x cp:
+    ranks of one ring lie t apart). With N >= 2 every node the rings visit sends one crossing
+    flow per ring, and with tensor parallelism inside nodes each node of the stage holds a whole
+    tensor-parallel group, so all t rings: the flow gets at most 1 / t of the node's link. So
+    e_s >= e(g) for every group g serving the stage, and, as for the slow-downs, no more stages
+    have e at most the k-th best e(g) than the k best groups' GPUs make up: sum_s 1 / e_s is at
+    most that sorted multiset's. A bucket's latency is at least _allreduce_latency_floor's; it
+    is also the least per-stage constant of the full tail (the last bucket's)."""
     layout_tp = candidate.layout.tp
     per_stage = layout_tp * candidate.dp
     overhead = candidate.iteration_overhead
@@ -499,7 +580,8 @@ def _order_free_tails(candidate: Candidate, gpus: np.ndarray, inter: np.ndarray,
     spanned = -(-candidate.dp // -(-per_node // layout_tp))
     plain = candidate.knobs.zero_stage < 3 and not candidate.hsdp and spanned > 1
     ring = 2.0 * (spanned - 1) / spanned * (layout_tp if inside else 1) / inter if plain else 0.0
-    full = candidate.state.weights * ring + optimizer
+    bucket = _allreduce_latency_floor(candidate.dp, spanned, *hop_latency) if plain else 0.0
+    full = candidate.state.weights * (ring + bucket / DP_BUCKET_BYTES) + optimizer
     params = float(candidate.param_prefix[-1])
 
     def spread(coef: np.ndarray) -> float:
@@ -511,7 +593,22 @@ def _order_free_tails(candidate: Candidate, gpus: np.ndarray, inter: np.ndarray,
         return params / float((np.diff(stages, prepend=0) / coef[best_first]).sum())
 
     hidden = float(candidate.hidden_share)
-    return spread(optimizer if hidden else full) + overhead, spread(full) + overhead, hidden
+    return (spread(optimizer) + overhead if hidden else spread(full) + bucket + overhead,
+            spread(full) + bucket + overhead, hidden)
+
+
+def _allreduce_latency_floor(n: int, spanned: int, intra: float, inter: float) -> float:
+    """A floor on placement.Nodes.allreduce_latency for a ring of n ranks over at least `spanned`
+    (>= 2) nodes, whatever the nodes (`intra`, `inter`: the least hop latencies of each kind). The
+    ring crosses between nodes N times, spanned <= N <= n (a node's ranks lie together along it),
+    and its other n - N hops stay inside nodes: the ring's price, 2 (n - 1) x the mean hop, is at
+    least 2 (n - 1) ((n - N) intra + N inter) / n, and the tree's, 2 ((n / N - 1) x the slowest
+    intra-node hop + ceil(log2 N) x the slowest crossing), at least the same with these least
+    latencies; the least over N of the cheaper of the two."""
+    crossings = np.arange(spanned, n + 1, dtype=np.float64)
+    ring = 2.0 * (n - 1) * ((n - crossings) * intra + crossings * inter) / n
+    tree = 2.0 * ((n / crossings - 1.0) * intra + np.ceil(np.log2(crossings)) * inter)
+    return float(np.minimum(ring, tree).min()) * (1.0 - 1e-12) if len(crossings) else 0.0
 
 
 def _family_entries(costs: list[CostModel], keys: list[tuple], cancel: Callable[[], bool]) -> list[tuple]:
@@ -537,13 +634,14 @@ def _expand_family(cost: CostModel, key: tuple, orders: tuple[tuple[int, ...], .
     tp, pp, dp, mbs, _, k = key
     # Below the family's bound their cheap bounds say little (the family's is the same relaxation
     # over every order): on deep models, straight to the refined bound. A few at a time, between
-    # cancellation polls; the entries hold no candidate (the search rebuilds those it reaches).
+    # cancellation polls (FLOOR_BATCH: _time_floors's own batch, its vectorised passes the fewer);
+    # the entries hold no candidate (the search rebuilds those it reaches).
     refine = cost.model.num_layers >= REFINE_MIN_LAYERS
     out = []
-    for start in range(0, len(orders), REFINE_BATCH):
+    for start in range(0, len(orders), FLOOR_BATCH):
         fitting = []
-        for order in orders[start:start + REFINE_BATCH]:
-            if cancel():        # (an order's first layout places all its ranks: milliseconds)
+        for order in orders[start:start + FLOOR_BATCH]:
+            if cancel():        # (an order's first layout places its stages' ranks not met before)
                 raise Cancelled
             candidate = cost.candidate(tp, pp, dp, mbs, order)
             if not _memory_shortfall(candidate):
@@ -744,6 +842,10 @@ def search(scenario: Scenario, *, top: int | None = None,
         limit = min(-best[0][0] if len(best) >= top else INF, cutoff)
         floor, key, refined, candidate = heapq.heappop(queue)
         if not key[4]:              # a family of the orders left out
+            if not refined and floor < limit:   # its bound with the pipeline's ends placed, back in line
+                (finer,) = _order_free_floors(costs[key[5]], [key[:4]], cancel, ends=True)
+                heapq.heappush(queue, (max(floor, finer), key, True, None))
+                continue
             more = _expand_family(costs[key[5]], key, orders.rest, floor, cancel) if floor < limit else []
             pruned_unlisted += len(orders.rest) - len(more)      # (by the bound, or short of memory)
             settled += len(orders.rest) - len(more)

@@ -11,7 +11,7 @@ from amp_tui.core.knobs import knob_choices
 from amp_tui.core.orders import MAX_LISTED
 from amp_tui.core.scenario import parse_scenario
 from amp_tui.core.search import _order_free_floors, _time_floors, enumerate_candidates, search
-from core_builders import brute_force, close, examples, layer, node, scenario_dicts
+from core_builders import IDEAL, brute_force, build, close, examples, layer, node, scenario_dict, scenario_dicts
 from test_core_subclusters import _check_against_brute_force
 
 KINDS = ("embedding", "block", "head", "other")
@@ -136,10 +136,12 @@ def _assert_order_free_floors_below_brute_force(scn) -> None:
         keys = enumerate_candidates(scn, knobs=knobs)
         families = sorted({key[:4] for key in keys})
         floors = dict(zip(families, _order_free_floors(cost, families, lambda: False)))
+        placed = dict(zip(families, _order_free_floors(cost, families, lambda: False, ends=True)))
         for key in keys:
             best, _ = brute_force(cost.candidate(*key))
             if best is not None:
                 assert floors[key[:4]] <= best * (1 + 1e-9), (key, floors[key[:4]], best)
+                assert placed[key[:4]] <= best * (1 + 1e-9), (key, placed[key[:4]], best)
 
 
 def test_the_order_free_floor_prices_a_tensor_parallel_send_as_the_cost_model_does():
@@ -187,3 +189,68 @@ def test_a_search_over_few_orders_is_exact_only_when_it_says_so(spec, top, liste
     elif want and got:     # (the orders tried may have none that fits; then it is not exact, above)
         gap = capped.stats.orders_gap(got[0])
         assert gap is not None and got[0] <= want[0] * (1 + gap) * (1 + 1e-9)
+
+
+@st.composite
+def network_bound(draw):
+    """Two or three groups of different GPUs, nodes of one size (so every stage holds whole nodes
+    whenever its GPUs are a multiple of it), layers light on compute and heavy on activations sent
+    and parameters all-reduced, and link latencies of up to 5 ms: the order-free floor's sends
+    over each group's network interface, its two-boundary interior stages and its all-reduce
+    bucket latencies are what sets it."""
+    per_node = draw(st.sampled_from([1, 2]))
+    names = draw(st.permutations(["V100", "A10G", "T4", "A100-40GB"]))[:draw(st.integers(2, 3))]
+    nodes = [node(count=draw(st.integers(1, 2)), gpu=name, gpus_per_node=per_node, intra=100.0,
+                  inter=draw(st.sampled_from([1.0, 5.0, 25.0]))) for name in names]
+    layers = [layer(params=draw(st.sampled_from([0.0, 1e7, 1e8])), flops=draw(st.sampled_from([1e6, 1e10])),
+                    output_bytes=draw(st.sampled_from([1e6, 1e8])), name=f"l{i}", kind="block")
+              for i in range(draw(st.integers(2, 4)))]
+    inside, across = sorted(draw(st.lists(st.sampled_from([0.0, 1e-4, 1e-3, 5e-3]), min_size=2, max_size=2)))
+    latency = {"link_latency_s.nvlink": inside, "link_latency_s.pcie": inside,      # (in the classes' order)
+               "link_latency_s.infiniband": across, "link_latency_s.ethernet": across}
+    overlap = draw(st.sampled_from([0.0, 0.5]))
+    return {**scenario_dict(nodes, layers, draw(st.sampled_from([1, 2, 4])), precision="fp16",
+                            search={"reorder_nodes": True, "use_all_gpus": True, "max_micro_batch_size": 2},
+                            calibration={"parameters": {**IDEAL["parameters"], **latency,
+                                                        "dp_overlap.megatron": overlap}})}
+
+
+@settings(max_examples=examples(40), deadline=None)
+@given(spec=network_bound())
+def test_the_order_free_floor_holds_where_sends_and_all_reduces_dominate(spec):
+    _assert_order_free_floors_below_brute_force(parse_scenario(spec))
+
+
+def test_the_first_and_last_stages_hold_the_first_and_last_layers_in_the_floor():
+    """An embedding three blocks long ahead of four blocks and a head, on two stages, eight
+    micro-batches: the first stage holds the embedding whatever the partition, so the bottleneck
+    is four blocks' time (embedding and a block, or the four blocks), not the 3.5 an even share of
+    the work gives. The floor reaches the best partition there, and stays below it."""
+    block = 1e13
+    layers = ([layer(flops=3 * block, name="embedding", kind="embedding")]
+              + [layer(flops=block, name=f"block{i}", kind="block") for i in range(4)]
+              + [layer(flops=1.0, name="head", kind="head")])
+    scn = build([node(count=2, gpu="V100")], layers, 8, calibration=IDEAL)
+    cost = CostModel(scn)
+    candidate = cost.candidate(1, 2, 1, 1, (0,))
+    (floor,) = _time_floors([candidate], lambda: False)
+    best, partition = brute_force(candidate)
+    assert partition in ((1, 5), (2, 4))
+    assert best * (1 - 1e-6) <= floor <= best * (1 + 1e-9), (floor, best)
+
+
+def test_the_family_floor_with_the_ends_placed_reaches_a_send_bound_pipeline():
+    """Four single-GPU nodes of three types, four light layers each sending 1 GB, eight
+    micro-batches: every interior stage sends across two boundaries, the ends across one. With the
+    ends placed, the floor over every order reaches the best order's time (and stays below it);
+    without, it counts one boundary per stage and falls well short."""
+    layers = [layer(flops=1e6, output_bytes=1e9, name=f"l{i}", kind="block") for i in range(4)]
+    scn = build([node(gpu=gpu, inter=10.0) for gpu in ("V100", "T4", "A10G", "V100")], layers, 8,
+                calibration=IDEAL, search={"reorder_nodes": True, "use_all_gpus": True})
+    cost = CostModel(scn)
+    keys = [key for key in enumerate_candidates(scn) if key[:4] == (1, 4, 1, 1)]
+    best = min(brute_force(cost.candidate(*key))[0] for key in keys)
+    (placed,) = _order_free_floors(cost, [(1, 4, 1, 1)], lambda: False, ends=True)
+    (plain,) = _order_free_floors(cost, [(1, 4, 1, 1)], lambda: False)
+    assert best * (1 - 1e-6) <= placed <= best * (1 + 1e-9), (placed, best)
+    assert plain < 0.7 * best

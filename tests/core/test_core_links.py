@@ -55,3 +55,34 @@ def test_an_all_reduce_message_pays_the_cheaper_of_a_ring_and_a_tree_over_the_no
     assert nodes.allreduce_latency(np.arange(16)[None, :])[0] == pytest.approx(tree)
     assert nodes.allreduce_latency(np.arange(4)[None, :])[0] == pytest.approx(2 * 3 * intra)
     assert nodes.allreduce_latency(np.arange(1)[None, :])[0] == 0.0
+
+
+def test_layouts_built_from_shared_stage_terms_equal_those_built_whole():
+    """build_layout looks up the terms of stages (and boundaries) met in other orders when every
+    stage holds whole nodes: over every order of three groups of unlike nodes and several shapes
+    (stages of one, two or three nodes, and of half a node, which are built whole), the layouts
+    are the same, array for array, as without the cache, and the cache is hit."""
+    import itertools
+
+    from core_builders import build, layer, node
+
+    from amp_tui.core.placement import build_layout
+
+    scn = build([node(count=2, gpu="V100", gpus_per_node=4, intra=100.0, inter=10.0),
+                 node(count=1, gpu="T4", gpus_per_node=4, intra=25.0, inter=5.0),
+                 node(count=3, gpu="A100-40GB", gpus_per_node=4, intra=2400.0, inter=100.0)],
+                [layer(flops=1e9, name="l")], 1)
+    cluster, params = scn.cluster, scn.params
+    shared: dict = {}
+    stages = 0
+    for order in itertools.permutations(range(3)):
+        nodes = Nodes(cluster, order, params)
+        for tp, cp, pp, dp in ((1, 1, 6, 4), (2, 1, 3, 4), (4, 1, 3, 2), (2, 2, 2, 3), (2, 1, 12, 1), (1, 1, 2, 12)):
+            cached = build_layout(cluster, tp * cp, pp, dp, order, nodes, shared, cp=cp)
+            whole = build_layout(cluster, tp * cp, pp, dp, order, nodes, cp=cp)
+            stages += pp
+            assert cached.stage_groups == whole.stage_groups
+            for name, value in vars(whole).items():
+                if isinstance(value, np.ndarray):
+                    assert np.array_equal(getattr(cached, name), value), (order, tp, cp, pp, dp, name)
+    assert 0 < sum(key[0] == "stage" for key in shared) < stages / 2
