@@ -261,8 +261,9 @@ def _time_floors(candidates: list[Candidate], cancel: Callable[[], bool], refine
         if refine:      # on the stage's own GPUs (the slowest serving type's, its tp link included)
             core = group[0].cost.floor_cache["core layers"]
             stage_times = np.array([c.stage_layer_times[0] for c in group])               # (n, pp, L)
-            m_floor = np.maximum(m_floor, _whole_layers_floor(stage_times[:, :, core],
-                                                              sends + _end_layers(stage_times, core)))
+            m_floor = np.maximum.reduce([m_floor, _whole_layers_floor(stage_times[:, :, core],
+                                                                      sends + _end_layers(stage_times, core)),
+                                         (sends + _lone_layers(stage_times)).max(axis=1)])
         B = np.array([c.num_micro_batches for c in group], dtype=np.float64)
         v = np.array([c.knobs.virtual_stages for c in group], dtype=np.float64)
         core_rho = np.where(serves, np.array([t[4] for t in times])[:, None, :], 0.0).max(axis=2)
@@ -372,6 +373,20 @@ def _end_layers(stage_times: np.ndarray, core: np.ndarray) -> np.ndarray:
         out[:, 0] += stage_times[:, 0, 0]
     if last > 0 and not core[last]:
         out[:, -1] += stage_times[:, -1, last]
+    return out
+
+
+def _lone_layers(stage_times: np.ndarray) -> np.ndarray:
+    """Per row and stage, the least time of a layer it holds in every partition (`stage_times`:
+    (n, pp, L), each stage's time for each layer): the first stage holds the first layer, the last
+    stage the last, and stage s, with s stages before it and pp - 1 - s after it, each holding a
+    layer, holds one of layers s ... L - pp + s. A slow GPU in the middle of the pipeline bounds
+    the bottleneck by its cheapest core layer, where _one_layer_each may give it the embedding."""
+    n, pp, layers = stage_times.shape
+    window = np.arange(pp)[:, None] + np.arange(layers - pp + 1)[None, :]            # (pp, L - pp + 1)
+    out = stage_times[:, np.arange(pp)[:, None], window].min(axis=2)
+    out[:, 0] = np.maximum(out[:, 0], stage_times[:, 0, 0])
+    out[:, -1] = np.maximum(out[:, -1], stage_times[:, -1, -1])
     return out
 
 
