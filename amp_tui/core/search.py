@@ -102,6 +102,7 @@ PREPARATION = 0.2  # share of the progress bar for enumerating and bounding cand
 FLOOR_BATCH = 64   # candidates bounded in one vectorised pass, between cancellation polls (fewer when deeper)
 REFINE_BATCH = 16  # candidates at the head of the queue given the refined bound together
 REFINE_MIN_LAYERS = 64   # ... on models this deep (on shallower ones the partition solve is cheaper)
+COUPLED_RANGES = 6       # ranges of the bottleneck over which the coupled floor bounds the tail (_coupled_floors)
 
 
 @functools.lru_cache(maxsize=256)
@@ -272,11 +273,15 @@ def _time_floors(candidates: list[Candidate], cancel: Callable[[], bool], refine
         plain = v == 1
         caps = np.array([_stage_caps(c, t[3]) for c, t in zip(group, times)]) if refine and plain.any() else None
 
-        def pipeline_floor(steps: np.ndarray) -> np.ndarray:
-            """min over M of steps x M + S(M) / v, the strongest of the variants below."""
+        def pipeline_floor(steps: np.ndarray, lowest: np.ndarray = m_floor, rows: slice | np.ndarray = slice(None),
+                           memory: bool = True) -> np.ndarray:
+            """min over M >= `lowest` of steps x M + S(M) / v, the strongest of the variants below,
+            per row of the batch or of `rows` (an index array; `steps` and `lowest` per row of it);
+            without `memory`, the memory caps' variant (which ignores `lowest`) left out."""
             # With v interleaved chunks the fill and drain count 1/v: steps M + S / v is
             # ((v steps + 1 - 1) M + S) / v, the same problem with more micro-batches.
-            out = _pipeline_floors(rho, sends, work, m_floor, v * steps + 1) / v
+            at_v, at_sends, at_work, at_core_work = v[rows], sends[rows], work[rows], core_work[rows]
+            out = _pipeline_floors(rho[rows], at_sends, at_work, lowest, at_v * steps + 1) / at_v
             if not refine:
                 return out
             # The same with the least slow-down over the core layers only (the most common kind,
@@ -284,29 +289,40 @@ def _time_floors(candidates: list[Candidate], cancel: Callable[[], bool], refine
             # stage's C_s is at least rho'_s x (its share of sum b less the other layers' b, E),
             # so the stages must absorb work - E at the pace rho'; the other layers' time (at least
             # E) adds to the stages' sum wherever they lie.
-            out = np.maximum(out, (_pipeline_floors(core_rho, sends, core_work, m_floor, v * steps + 1) + other) / v)
+            out = np.maximum(out, (_pipeline_floors(core_rho[rows], at_sends, at_core_work, lowest, at_v * steps + 1)
+                                   + other[rows]) / at_v)
             # Memory caps the layers a stage can hold (a slow GPU with little memory often holds
             # fewer layers than its speed would give it, and the others must take the rest): with
             # interleaving a stage's layers are spread over its chunks, so only without it.
-            if caps is not None and (caps < work[:, None] * (1 - 1e-9)).any():     # else no cap binds
-                capped = np.maximum(_capped_floors(rho, sends, work, caps, steps + 1),
-                                    _capped_floors(core_rho, sends, core_work, caps, steps + 1) + other)
-                out = np.where(plain, np.maximum(out, capped), out)
+            if memory and caps is not None and (caps < work[:, None] * (1 - 1e-9)).any():     # else no cap binds
+                at_caps, at_core_rho = caps[rows], core_rho[rows]
+                capped = np.maximum(_capped_floors(rho[rows], at_sends, at_work, at_caps, steps + 1),
+                                    _capped_floors(at_core_rho, at_sends, at_core_work, at_caps, steps + 1) + other[rows])
+                out = np.where(plain[rows], np.maximum(out, capped), out)
             return out
 
-        pipeline = pipeline_floor(B - 1) + tail
+        base = pipeline_floor(B - 1)
+        pipeline = base + tail
         # Where backward hides part of the all-reduce, E_s >= e_s P_s + latency - h C_s with
         # C_s <= max tau = M: the tail is at least all parameters / sum_s (1 / e_s) less h M, so
         # the steady state counts B - 1 - h bottlenecks and the full tail is added (while B - 1 >= h).
         exposed = [_exposed_tail_terms(c) for c in group] if refine else [(0.0, 0.0)] * len(group)
         hidden = np.array([t[0] for t in exposed])
         steps = B - 1 - hidden
+        hidden_base = base
         if refine and (hidden > 0).any() and (steps >= 0).any():
             if cancel():
                 raise Cancelled
             full_tail = np.array([t[1] for t in exposed])
-            with_tail = pipeline_floor(np.maximum(steps, 0.0)) + full_tail
-            pipeline = np.where((hidden > 0) & (steps >= 0), np.maximum(pipeline, with_tail), pipeline)
+            hidden_base = pipeline_floor(np.maximum(steps, 0.0))
+            pipeline = np.where((hidden > 0) & (steps >= 0), np.maximum(pipeline, hidden_base + full_tail), pipeline)
+        if refine and plain.any():
+            rows = np.flatnonzero(plain)
+            coupled = _coupled_floors(
+                lambda moves, lowest, at: pipeline_floor(moves, lowest, rows[at], memory=False),
+                (hidden_base[rows], base[rows]), [group[i] for i in rows], stage_times[rows], core, sends[rows],
+                m_floor[rows], B[rows] - 1, hidden[rows])
+            pipeline[rows] = np.maximum(pipeline[rows], coupled)
         for index, value in zip(members, pipeline + cheapest_cut.sum(axis=1) / v):
             floors[index] = float(value)
     return floors
@@ -669,11 +685,16 @@ def _expand_family(cost: CostModel, key: tuple, orders: tuple[tuple[int, ...], .
 
 def _stage_caps(candidate: Candidate, descending: np.ndarray) -> np.ndarray:
     """Per stage, the most work (in the fastest serving GPU's layer times) any partition can give
-    it without overfilling its memory: a stage holding k layers holds at least the k with the
-    least memory there (weights, gradients, optimizer state and activations in flight; the
-    transient peak is at least the smallest layer's), so k is at most the count of those that
-    fit, and its work at most the k largest layer times (`descending`: the fastest serving GPU's
-    layer times, largest first)."""
+    it without overfilling its memory: at most the k largest layer times (`descending`: the
+    fastest serving GPU's layer times, largest first), k its _stage_layer_caps."""
+    return np.concatenate([[0.0], np.cumsum(descending)])[_stage_layer_caps(candidate)]
+
+
+def _stage_layer_caps(candidate: Candidate) -> np.ndarray:
+    """Per stage, the most layers any partition can give it without overfilling its memory: a
+    stage holding k layers holds at least the k with the least memory there (weights, gradients,
+    optimizer state and activations in flight; the transient peak is at least the smallest
+    layer's), so k is at most the count of those that fit."""
     layout = candidate.layout
     key = ("caps", candidate.tp, candidate.pp, candidate.dp, candidate.mbs, candidate.num_micro_batches,
            layout.stage_capacity.tobytes())
@@ -689,7 +710,70 @@ def _stage_caps(candidate: Candidate, descending: np.ndarray) -> np.ndarray:
             acts = np.diff(act_prefix)
             need = np.sort(params[None, :] + in_flight[:, None] * acts[None, :], axis=1)     # (pp, L)
             cache[key] = (np.cumsum(need, axis=1) <= room[:, None]).sum(axis=1)
-    return np.concatenate([[0.0], np.cumsum(descending)])[cache[key]]
+    return cache[key]
+
+
+def _coupled_floors(pipeline_floor: Callable, bases: tuple[np.ndarray, np.ndarray], candidates: list[Candidate],
+                    stage_times: np.ndarray, core: np.ndarray, sends: np.ndarray, lowest: np.ndarray,
+                    steps: np.ndarray, hidden: np.ndarray) -> np.ndarray:
+    """Per candidate (without interleaving), a floor on steps x M + fill + the tail that couples
+    the bottleneck M with the tail: a low M caps the core layers the fast stages can hold, so the
+    slow ones must take the rest, and their parameters' all-reduce and optimizer step.
+
+    Stage s holding n core layers is busy at least its sends, the end layers it always holds
+    (_end_layers) and its n cheapest core layers: with every stage busy at most M it holds at
+    most K_s(M) of them, the count of these thresholds at or below M, and at most its memory's
+    count (_stage_layer_caps). Its tail is at least c_s + e_s x (its end layers' parameters and
+    the n fewest of a core layer's), c_s its constant (the last bucket's latency and the
+    iteration's fixed cost). The stages hold all C core layers, so the largest tail is at least
+    the C-th smallest of c_s + e_s P(n) over the stages and n <= K_s(M) (each stage's values
+    rise with n; inf if the stages cannot hold C), and at least max c_s. K only changes at the
+    thresholds: over M in [t_i, t_i+1) the tail is at least E(K(t_i)) and the pipeline at least
+    pipeline_floor(steps, t_i); the floor is the least over the first COUPLED_RANGES - 1 ranges
+    from `lowest` (the bottleneck's floor) and the rest, M >= t, with the memory counts alone.
+    Where backward hides up to h x C_s <= h M of the all-reduce, both ways of _time_floors:
+    steps - h bottlenecks with e = all-reduce + optimizer, or `steps` with the optimizer's alone.
+    `pipeline_floor(steps, lowest, rows)` bounds the pipeline over M >= lowest without the memory
+    caps' variant, which `bases` (per way, the pipeline floors from the bottleneck's floor) hold.
+    Arrays: `stage_times` (n, pp, L), `sends` (n, pp), the others (n,)."""
+    n, pp, _ = stage_times.shape
+    count = int(core.sum())
+    if not count:
+        return np.full(n, -np.inf)
+    thresholds = (np.cumsum(np.sort(stage_times[:, :, core], axis=2), axis=2)
+                  + (sends + _end_layers(stage_times, core))[:, :, None])                           # (n, pp, C)
+    above = np.sort(np.where(thresholds > lowest[:, None, None], thresholds, np.inf).reshape(n, -1), axis=1)
+    starts = np.concatenate([lowest[:, None], above[:, :COUPLED_RANGES - 1]], axis=1)              # (n, R)
+    ranges, exists = starts.shape[1], np.isfinite(starts)
+    memory = np.array([_stage_layer_caps(c) for c in candidates])                                  # (n, pp)
+    held = (thresholds[:, None, :, :] <= starts[:, :-1, None, None]).sum(axis=3)                   # (n, R - 1, pp)
+    held = np.minimum(np.concatenate([held, memory[:, None, :]], axis=1), memory[:, None, :])      # (n, R, pp)
+    allowed = np.arange(count)[None, None, None, :] < held[:, :, :, None]                          # (n, R, pp, C)
+    per_layer = np.array([np.diff(c.param_prefix) for c in candidates])                            # (n, L)
+    end_params = np.zeros((n, pp))
+    if not core[0]:
+        end_params[:, 0] += per_layer[:, 0]
+    if len(core) > 1 and not core[-1]:
+        end_params[:, -1] += per_layer[:, -1]
+    core_params = np.cumsum(np.sort(per_layer[:, core], axis=1), axis=1)                           # (n, C)
+    fixed = np.array([c.last_bucket_latency + c.iteration_overhead for c in candidates])           # (n, pp)
+    out = np.full(n, -np.inf)
+    ways = ((np.array([c.e_coef for c in candidates]), steps - hidden, steps - hidden >= 0, bases[0]),
+            (np.array([c.opt_coef for c in candidates]), steps, hidden > 0, bases[1]))
+    for coef, moves, valid, base in ways:
+        if not valid.any():
+            continue
+        const = fixed + coef * end_params
+        values = const[:, :, None] + coef[:, :, None] * core_params[:, None, :]                     # (n, pp, C)
+        least = np.partition(np.where(allowed, values[:, None], np.inf).reshape(n, ranges, -1), count - 1,
+                             axis=2)[:, :, count - 1]
+        tails = np.maximum(least, const.max(axis=1)[:, None])
+        pipelines = pipeline_floor(np.repeat(np.maximum(moves, 0.0), ranges),
+                                   np.where(exists, starts, lowest[:, None]).ravel(),
+                                   np.repeat(np.arange(n), ranges)).reshape(n, ranges)
+        pipelines = np.where(exists, pipelines, np.inf)      # (no such range: fewer thresholds above)
+        out = np.where(valid, np.maximum(out, (np.maximum(pipelines, base[:, None]) + tails).min(axis=1)), out)
+    return out
 
 
 def _capped_floors(rho: np.ndarray, sends: np.ndarray, work: np.ndarray, caps: np.ndarray,
