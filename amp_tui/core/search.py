@@ -103,6 +103,7 @@ FLOOR_BATCH = 64   # candidates bounded in one vectorised pass, between cancella
 REFINE_BATCH = 16  # candidates at the head of the queue given the refined bound together
 REFINE_MIN_LAYERS = 64   # ... on models this deep (on shallower ones the partition solve is cheaper)
 COUPLED_RANGES = 6       # ranges of the bottleneck over which the coupled floor bounds the tail (_coupled_floors)
+BISECTIONS = 30          # halvings of the interval holding that tail (_held_tails)
 
 
 @functools.lru_cache(maxsize=256)
@@ -262,8 +263,8 @@ def _time_floors(candidates: list[Candidate], cancel: Callable[[], bool], refine
         if refine:      # on the stage's own GPUs (the slowest serving type's, its tp link included)
             core = group[0].cost.floor_cache["core layers"]
             stage_times = np.array([c.stage_layer_times[0] for c in group])               # (n, pp, L)
-            m_floor = np.maximum.reduce([m_floor, _whole_layers_floor(stage_times[:, :, core],
-                                                                      sends + _end_layers(stage_times, core)),
+            thresholds = _layer_thresholds(stage_times[:, :, core], sends + _end_layers(stage_times, core))
+            m_floor = np.maximum.reduce([m_floor, _whole_layers_floor(thresholds),
                                          (sends + _lone_layers(stage_times)).max(axis=1)])
         B = np.array([c.num_micro_batches for c in group], dtype=np.float64)
         v = np.array([c.knobs.virtual_stages for c in group], dtype=np.float64)
@@ -320,8 +321,7 @@ def _time_floors(candidates: list[Candidate], cancel: Callable[[], bool], refine
             rows = np.flatnonzero(plain)
             coupled = _coupled_floors(
                 lambda moves, lowest, at: pipeline_floor(moves, lowest, rows[at], memory=False),
-                (hidden_base[rows], base[rows]), [group[i] for i in rows], stage_times[rows], core, sends[rows],
-                m_floor[rows], B[rows] - 1, hidden[rows])
+                hidden_base[rows], [group[i] for i in rows], thresholds[rows], core, m_floor[rows], steps[rows])
             pipeline[rows] = np.maximum(pipeline[rows], coupled)
         for index, value in zip(members, pipeline + cheapest_cut.sum(axis=1) / v):
             floors[index] = float(value)
@@ -361,21 +361,26 @@ def _pipeline_floors(rho: np.ndarray, sends: np.ndarray, work: np.ndarray, m_flo
     return np.where(m >= lowest[:, None], total, np.inf).min(axis=1)
 
 
-def _whole_layers_floor(core_times: np.ndarray, sends: np.ndarray) -> np.ndarray:
-    """Per row, a floor on the bottleneck's busy time that counts whole layers of the most common
-    kind (the core layers, e.g. transformer blocks; `core_times`: (n, pp, C), each stage's time
-    for each of them, or a lower bound on it): with every stage busy at most M, stage s holds at
-    most K_s(M) of them, the most whose times sum to at most M - f_s (`sends`: its cheapest sends,
-    (n, pp)), the cheapest first, wherever they lie. The stages hold all C core layers between
-    them, so sum_s K_s(M) >= C: M is at least the C-th smallest of the thresholds
-    f_s + (sum of stage s's k cheapest core layers) over every s and k. Contiguity, memory and
-    the other layers are relaxed; what it keeps that the fractional floors lose is that a stage
-    cannot hold part of a layer."""
-    count = core_times.shape[2]
+def _layer_thresholds(core_times: np.ndarray, sends: np.ndarray) -> np.ndarray:
+    """(n, pp, C): per row and stage, the least busy time at which it holds k + 1 of the C layers
+    of the most common kind (the core layers, e.g. transformer blocks; `core_times`: (n, pp, C),
+    each stage's time for each of them, or a lower bound on it), `sends` (n, pp): what the stage
+    is busy with whatever it holds (its cheapest sends) plus its k + 1 cheapest core layers,
+    wherever they lie. Ascending along the last axis."""
+    return np.cumsum(np.sort(core_times, axis=2), axis=2) + sends[:, :, None]
+
+
+def _whole_layers_floor(thresholds: np.ndarray) -> np.ndarray:
+    """Per row, a floor on the bottleneck's busy time that counts whole core layers
+    (`thresholds`: _layer_thresholds's): with every stage busy at most M, stage s holds at most
+    K_s(M) of them, the count of its thresholds at or below M. The stages hold all C core layers
+    between them, so sum_s K_s(M) >= C: M is at least the C-th smallest of the thresholds over
+    every stage. Contiguity, memory and the other layers are relaxed; what it keeps that the
+    fractional floors lose is that a stage cannot hold part of a layer."""
+    count = thresholds.shape[2]
     if not count:
-        return np.zeros(len(core_times))
-    thresholds = np.cumsum(np.sort(core_times, axis=2), axis=2) + sends[:, :, None]
-    return np.partition(thresholds.reshape(len(core_times), -1), count - 1, axis=1)[:, count - 1]
+        return np.zeros(len(thresholds))
+    return np.partition(thresholds.reshape(len(thresholds), -1), count - 1, axis=1)[:, count - 1]
 
 
 def _end_layers(stage_times: np.ndarray, core: np.ndarray) -> np.ndarray:
@@ -399,8 +404,14 @@ def _lone_layers(stage_times: np.ndarray) -> np.ndarray:
     layer, holds one of layers s ... L - pp + s. A slow GPU in the middle of the pipeline bounds
     the bottleneck by its cheapest core layer, where _one_layer_each may give it the embedding."""
     n, pp, layers = stage_times.shape
-    window = np.arange(pp)[:, None] + np.arange(layers - pp + 1)[None, :]            # (pp, L - pp + 1)
-    out = stage_times[:, np.arange(pp)[:, None], window].min(axis=2)
+    stages = np.arange(pp)[:, None]
+    if 2 * (pp - 1) < layers:   # every window holds layers pp - 1 ... L - pp, and s ... pp - 2, L - pp + 1 ... L - pp + s
+        edges = np.arange(pp - 1)[None, :]
+        out = np.minimum.reduce([stage_times[:, :, pp - 1:layers - pp + 1].min(axis=2),
+                                 np.where(edges >= stages, stage_times[:, :, :pp - 1], np.inf).min(axis=2, initial=np.inf),
+                                 np.where(edges < stages, stage_times[:, :, layers - pp + 1:], np.inf).min(axis=2, initial=np.inf)])
+    else:
+        out = stage_times[:, stages, stages + np.arange(layers - pp + 1)[None, :]].min(axis=2)
     out[:, 0] = np.maximum(out[:, 0], stage_times[:, 0, 0])
     out[:, -1] = np.maximum(out[:, -1], stage_times[:, -1, -1])
     return out
@@ -526,8 +537,8 @@ def _order_free_floors(cost: CostModel, families: list[tuple[int, int, int, int]
         whole = None
         if core.any():      # whole core layers, each at least its slow-down x its fastest time
             stage_times = variants[-1][0][:, None] * np.sort(fastest[core])[None, :]
-            whole = _whole_layers_floor(np.broadcast_to(stage_times, (len(choices[-1]), *stage_times.shape)),
-                                        np.array(choices[-1]))                          # per choice of ends
+            whole = _whole_layers_floor(_layer_thresholds(
+                np.broadcast_to(stage_times, (len(choices[-1]), *stage_times.shape)), np.array(choices[-1])))
             m_floor = max(m_floor, float(whole.min()))
         tail, full_tail, hidden = _order_free_tails(any_order, gpus, inter, inside, int(per_node.max()),
                                                     hop_latency)
@@ -713,67 +724,88 @@ def _stage_layer_caps(candidate: Candidate) -> np.ndarray:
     return cache[key]
 
 
-def _coupled_floors(pipeline_floor: Callable, bases: tuple[np.ndarray, np.ndarray], candidates: list[Candidate],
-                    stage_times: np.ndarray, core: np.ndarray, sends: np.ndarray, lowest: np.ndarray,
-                    steps: np.ndarray, hidden: np.ndarray) -> np.ndarray:
+def _coupled_floors(pipeline_floor: Callable, base: np.ndarray, candidates: list[Candidate], thresholds: np.ndarray,
+                    core: np.ndarray, lowest: np.ndarray, steps: np.ndarray) -> np.ndarray:
     """Per candidate (without interleaving), a floor on steps x M + fill + the tail that couples
     the bottleneck M with the tail: a low M caps the core layers the fast stages can hold, so the
     slow ones must take the rest, and their parameters' all-reduce and optimizer step.
 
-    Stage s holding n core layers is busy at least its sends, the end layers it always holds
-    (_end_layers) and its n cheapest core layers: with every stage busy at most M it holds at
-    most K_s(M) of them, the count of these thresholds at or below M, and at most its memory's
-    count (_stage_layer_caps). Its tail is at least c_s + e_s x (its end layers' parameters and
-    the n fewest of a core layer's), c_s its constant (the last bucket's latency and the
-    iteration's fixed cost). The stages hold all C core layers, so the largest tail is at least
-    the C-th smallest of c_s + e_s P(n) over the stages and n <= K_s(M) (each stage's values
-    rise with n; inf if the stages cannot hold C), and at least max c_s. K only changes at the
-    thresholds: over M in [t_i, t_i+1) the tail is at least E(K(t_i)) and the pipeline at least
-    pipeline_floor(steps, t_i); the floor is the least over the first COUPLED_RANGES - 1 ranges
-    from `lowest` (the bottleneck's floor) and the rest, M >= t, with the memory counts alone.
-    Where backward hides up to h x C_s <= h M of the all-reduce, both ways of _time_floors:
-    steps - h bottlenecks with e = all-reduce + optimizer, or `steps` with the optimizer's alone.
+    With every stage busy at most M, stage s holds at most K_s(M) core layers, the count of its
+    `thresholds` (_layer_thresholds's, the end layers it always holds, _end_layers, among its
+    sends) at or below M, and at most its memory's count (_stage_layer_caps). Holding n of them,
+    its tail is at least c_s + e_s x (its end layers' parameters and the n fewest of a core
+    layer's), c_s its constant (the last bucket's latency and the iteration's fixed cost). The
+    stages hold all C core layers, so the largest tail is at least the least E at which
+    sum_s min(K_s(M), #{n: c_s + e_s P(n) <= E}) reaches C (_held_tails; inf if the stages
+    cannot hold C), and at least max c_s. K only changes at the thresholds: over M in
+    [t_i, t_i+1) the tail is at least E(K(t_i)) and the pipeline at least pipeline_floor(steps,
+    t_i); the floor is the least over the first COUPLED_RANGES - 1 ranges from `lowest` (the
+    bottleneck's floor) and the rest, M >= t, with the memory counts alone. Where backward hides
+    up to h x C_s <= h M of the all-reduce, `steps` is B - 1 - h as in _time_floors (no floor, -inf,
+    where it is negative) and e the all-reduce's and the optimizer's coefficients together.
     `pipeline_floor(steps, lowest, rows)` bounds the pipeline over M >= lowest without the memory
-    caps' variant, which `bases` (per way, the pipeline floors from the bottleneck's floor) hold.
-    Arrays: `stage_times` (n, pp, L), `sends` (n, pp), the others (n,)."""
-    n, pp, _ = stage_times.shape
-    count = int(core.sum())
+    caps' variant, which `base` (the pipeline floor from the bottleneck's floor) holds. Arrays:
+    `thresholds` (n, pp, C), the others (n,)."""
+    n, pp, count = thresholds.shape
     if not count:
         return np.full(n, -np.inf)
-    thresholds = (np.cumsum(np.sort(stage_times[:, :, core], axis=2), axis=2)
-                  + (sends + _end_layers(stage_times, core))[:, :, None])                           # (n, pp, C)
-    above = np.sort(np.where(thresholds > lowest[:, None, None], thresholds, np.inf).reshape(n, -1), axis=1)
-    starts = np.concatenate([lowest[:, None], above[:, :COUPLED_RANGES - 1]], axis=1)              # (n, R)
+    # The R - 1 least thresholds above `lowest` are among each stage's next R - 1 ones.
+    below = (thresholds <= lowest[:, None, None]).sum(axis=2)                                     # (n, pp)
+    padded = np.concatenate([thresholds, np.full((n, pp, COUPLED_RANGES - 1), np.inf)], axis=2)
+    after = np.take_along_axis(padded, below[:, :, None] + np.arange(COUPLED_RANGES - 1), axis=2)  # (n, pp, R - 1)
+    flat = after.reshape(n, -1)
+    if flat.shape[1] > COUPLED_RANGES - 1:
+        flat = np.partition(flat, COUPLED_RANGES - 2, axis=1)[:, :COUPLED_RANGES - 1]
+    starts = np.concatenate([lowest[:, None], np.sort(flat, axis=1)], axis=1)                      # (n, R)
     ranges, exists = starts.shape[1], np.isfinite(starts)
     memory = np.array([_stage_layer_caps(c) for c in candidates])                                  # (n, pp)
-    held = (thresholds[:, None, :, :] <= starts[:, :-1, None, None]).sum(axis=3)                   # (n, R - 1, pp)
+    held = below[:, None, :] + (after[:, None, :, :] <= starts[:, :-1, None, None]).sum(axis=3)   # (n, R - 1, pp)
     held = np.minimum(np.concatenate([held, memory[:, None, :]], axis=1), memory[:, None, :])      # (n, R, pp)
-    allowed = np.arange(count)[None, None, None, :] < held[:, :, :, None]                          # (n, R, pp, C)
-    per_layer = np.array([np.diff(c.param_prefix) for c in candidates])                            # (n, L)
+    layer_params = candidates[0].cost._params              # per layer; a GPU holds 1 / tp of them (param_prefix)
+    tp = np.array([c.tp for c in candidates], dtype=np.float64)
     end_params = np.zeros((n, pp))
     if not core[0]:
-        end_params[:, 0] += per_layer[:, 0]
+        end_params[:, 0] += layer_params[0] / tp
     if len(core) > 1 and not core[-1]:
-        end_params[:, -1] += per_layer[:, -1]
-    core_params = np.cumsum(np.sort(per_layer[:, core], axis=1), axis=1)                           # (n, C)
+        end_params[:, -1] += layer_params[-1] / tp
+    core_params = np.cumsum(np.sort(layer_params[core]))
     fixed = np.array([c.last_bucket_latency + c.iteration_overhead for c in candidates])           # (n, pp)
-    out = np.full(n, -np.inf)
-    ways = ((np.array([c.e_coef for c in candidates]), steps - hidden, steps - hidden >= 0, bases[0]),
-            (np.array([c.opt_coef for c in candidates]), steps, hidden > 0, bases[1]))
-    for coef, moves, valid, base in ways:
-        if not valid.any():
-            continue
-        const = fixed + coef * end_params
-        values = const[:, :, None] + coef[:, :, None] * core_params[:, None, :]                     # (n, pp, C)
-        least = np.partition(np.where(allowed, values[:, None], np.inf).reshape(n, ranges, -1), count - 1,
-                             axis=2)[:, :, count - 1]
-        tails = np.maximum(least, const.max(axis=1)[:, None])
-        pipelines = pipeline_floor(np.repeat(np.maximum(moves, 0.0), ranges),
-                                   np.where(exists, starts, lowest[:, None]).ravel(),
-                                   np.repeat(np.arange(n), ranges)).reshape(n, ranges)
-        pipelines = np.where(exists, pipelines, np.inf)      # (no such range: fewer thresholds above)
-        out = np.where(valid, np.maximum(out, (np.maximum(pipelines, base[:, None]) + tails).min(axis=1)), out)
-    return out
+    coef = np.array([c.e_coef for c in candidates])
+    tails = _held_tails(held, fixed + coef * end_params, coef / tp[:, None], core_params)            # (n, R)
+    pipelines = pipeline_floor(np.repeat(np.maximum(steps, 0.0), ranges), np.where(exists, starts, lowest[:, None]).ravel(),
+                               np.repeat(np.arange(n), ranges)).reshape(n, ranges)
+    pipelines = np.where(exists, np.maximum(pipelines, base[:, None]), np.inf)   # (no range: fewer thresholds)
+    return np.where(steps >= 0, (pipelines + tails).min(axis=1), -np.inf)
+
+
+def _held_tails(held: np.ndarray, const: np.ndarray, coef: np.ndarray, params: np.ndarray) -> np.ndarray:
+    """Per row and column, a floor on max_s (const_s + coef_s x P_s) when the stages hold the C
+    core layers between them, stage s at most held[., ., s] of them, and P_s >= params[n - 1]
+    with n of them (`params`: (C,), ascending): the least E at which
+    sum_s min(held_s, #{k: const_s + coef_s params[k - 1] <= E}) reaches C (each stage's count
+    rises with E), by bisection (the lower end of the last interval, a hair lower against
+    rounding), and at least max_s const_s; inf where the stages cannot hold C. Arrays: held
+    (n, R, pp); const, coef (n, pp)."""
+    n, ranges, pp = held.shape
+    count = len(params)
+    low = np.broadcast_to(const.max(axis=1)[:, None], (n, ranges)).copy()
+    top = const[:, None, :] + coef[:, None, :] * params[np.clip(held - 1, 0, count - 1)]
+    high = np.maximum(np.where(held > 0, top, -np.inf).max(axis=2), low)
+    enough = held.sum(axis=2) >= count
+
+    def holding(value: np.ndarray) -> np.ndarray:
+        """(n, R): sum_s min(held_s, #{k: const_s + coef_s params[k - 1] <= value})."""
+        with np.errstate(divide="ignore", invalid="ignore"):
+            room = np.where(coef[:, None, :] > 0, (value[:, :, None] - const[:, None, :]) / coef[:, None, :],
+                            np.where(value[:, :, None] >= const[:, None, :], np.inf, -np.inf))
+        return np.minimum(np.searchsorted(params, room, side="right"), held).sum(axis=2)
+
+    done = holding(low) >= count
+    for _ in range(BISECTIONS):
+        middle = (low + high) / 2
+        reach = holding(middle) >= count
+        low, high = np.where(reach | done, low, middle), np.where(reach & ~done, middle, high)
+    return np.where(enough, low * (1.0 - 1e-12), np.inf)
 
 
 def _capped_floors(rho: np.ndarray, sends: np.ndarray, work: np.ndarray, caps: np.ndarray,
