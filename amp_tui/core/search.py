@@ -225,12 +225,15 @@ def _time_floors(candidates: list[Candidate], cancel: Callable[[], bool], refine
         first, each up to C_s = M - f_s, until all of sum b is placed (a fractional relaxation),
         and M >= ceil(k / pp) x (k-th largest b) since k layers that slow must share pp stages,
         M >= _one_layer_each (every stage holds a layer) and, refined, M >= _whole_layers_floor
-        (no stage holds part of a layer, on its own GPUs' times);
+        (no stage holds part of a layer, on its own GPUs' times) and M >= the cheapest layer each
+        stage must hold (_lone_layers);
       fill adds the cheapest cut at every boundary; tail >= all parameters / sum_s (1 / e_coef_s).
     Candidates with the same pp are solved together, up to FLOOR_BATCH at a time (8 FLOOR_BATCH
     stages: their arrays grow with pp, e.g. (pp, L) layer times per candidate); `cancel` is
     polled between batches. Without `refine`, only this bound (cheaper); with it, the strongest
-    of the variants in pipeline_floor below and the exposed all-reduce.
+    of the variants in pipeline_floor below, the exposed all-reduce, and, without interleaving,
+    the bound that couples the bottleneck with the tail (_coupled_floors: whole layers, so a low
+    bottleneck leaves the slow stages many layers to all-reduce).
     """
     floors = [0.0] * len(candidates)
     by_pp: dict[int, list[int]] = {}

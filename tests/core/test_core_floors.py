@@ -1,5 +1,6 @@
 """search.py's lower bounds: every candidate's floor is at most its best partition (brute force),
-with the memory caps and the core-layer slow-down in play (mixed layer kinds, binding memory), and
+with the memory caps, the core-layer slow-down and the bottleneck coupled with the all-reduce tail
+in play (mixed layer kinds, binding memory, slow networks), and
 the search over every node order and every part of small heterogeneous clusters (3 to 5 groups,
 idle nodes) equals brute force."""
 
