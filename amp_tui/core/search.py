@@ -103,7 +103,7 @@ FLOOR_BATCH = 64   # candidates bounded in one vectorised pass, between cancella
 REFINE_BATCH = 16  # candidates at the head of the queue given the refined bound together
 REFINE_MIN_LAYERS = 64   # ... on models this deep (on shallower ones the partition solve is cheaper)
 COUPLED_RANGES = 6       # ranges of the bottleneck over which the coupled floor bounds the tail (_coupled_floors)
-BISECTIONS = 30          # halvings of the interval holding that tail (_held_tails)
+BISECTIONS = 20          # halvings of the interval holding that tail (_held_tails)
 
 
 @functools.lru_cache(maxsize=256)
@@ -215,7 +215,8 @@ def _memory_totals(candidate: Candidate) -> tuple[float, float, float, float, fl
     return cache[state_key] + cache[room_key]
 
 
-def _time_floors(candidates: list[Candidate], cancel: Callable[[], bool], refine: bool = True) -> list[float]:
+def _time_floors(candidates: list[Candidate], cancel: Callable[[], bool], refine: bool = True,
+                 limit: float = INF) -> list[float]:
     """A lower bound on each candidate's iteration time over every partition (terms as in cost.py).
 
     With b_l a layer's time on the fastest GPU serving the pipeline, rho_s the least slow-down of
@@ -233,7 +234,8 @@ def _time_floors(candidates: list[Candidate], cancel: Callable[[], bool], refine
     polled between batches. Without `refine`, only this bound (cheaper); with it, the strongest
     of the variants in pipeline_floor below, the exposed all-reduce, and, without interleaving,
     the bound that couples the bottleneck with the tail (_coupled_floors: whole layers, so a low
-    bottleneck leaves the slow stages many layers to all-reduce).
+    bottleneck leaves the slow stages many layers to all-reduce), but where the others already
+    reach `limit` (the search's: only whether a floor reaches it matters there).
     """
     floors = [0.0] * len(candidates)
     by_pp: dict[int, list[int]] = {}
@@ -320,8 +322,8 @@ def _time_floors(candidates: list[Candidate], cancel: Callable[[], bool], refine
             full_tail = np.array([t[1] for t in exposed])
             hidden_base = pipeline_floor(np.maximum(steps, 0.0))
             pipeline = np.where((hidden > 0) & (steps >= 0), np.maximum(pipeline, hidden_base + full_tail), pipeline)
-        if refine and plain.any():
-            rows = np.flatnonzero(plain)
+        if refine and (reach := plain & (pipeline + cheapest_cut.sum(axis=1) / v < limit)).any():
+            rows = np.flatnonzero(reach)
             coupled = _coupled_floors(
                 lambda moves, lowest, at: pipeline_floor(moves, lowest, rows[at], memory=False),
                 hidden_base[rows], [group[i] for i in rows], thresholds[rows], core, m_floor[rows], steps[rows])
@@ -672,10 +674,10 @@ def _family_entries(costs: list[CostModel], keys: list[tuple], cancel: Callable[
 
 
 def _expand_family(cost: CostModel, key: tuple, orders: tuple[tuple[int, ...], ...], floor: float,
-                   cancel: Callable[[], bool]) -> list[tuple]:
+                   cancel: Callable[[], bool], limit: float = INF) -> list[tuple]:
     """Queue entries for a family's candidates over `orders` (`key`: the family's, `floor`: its
     bound over every order): those that might fit in memory, each at the larger of its own bound
-    and the family's."""
+    and the family's (`limit`: the search's, as _time_floors takes it)."""
     tp, pp, dp, mbs, _, k = key
     # Below the family's bound their cheap bounds say little (the family's is the same relaxation
     # over every order): on deep models, straight to the refined bound. A few at a time, between
@@ -691,7 +693,7 @@ def _expand_family(cost: CostModel, key: tuple, orders: tuple[tuple[int, ...], .
             candidate = cost.candidate(tp, pp, dp, mbs, order)
             if not _memory_shortfall(candidate):
                 fitting.append(candidate)
-        floors = _time_floors(fitting, cancel, refine=refine)
+        floors = _time_floors(fitting, cancel, refine=refine, limit=limit)
         out += [(max(own, floor), (tp, pp, dp, mbs, candidate.layout.order, k), refine, None)
                 for own, candidate in zip(floors, fitting)]
     return out
@@ -980,7 +982,7 @@ def search(scenario: Scenario, *, top: int | None = None,
                 (finer,) = _order_free_floors(costs[key[5]], [key[:4]], cancel, ends=True)
                 heapq.heappush(queue, (max(floor, finer), key, True, None))
                 continue
-            more = _expand_family(costs[key[5]], key, orders.rest, floor, cancel) if floor < limit else []
+            more = _expand_family(costs[key[5]], key, orders.rest, floor, cancel, limit) if floor < limit else []
             pruned_unlisted += len(orders.rest) - len(more)      # (by the bound, or short of memory)
             settled += len(orders.rest) - len(more)
             for item in more:
@@ -998,7 +1000,7 @@ def search(scenario: Scenario, *, top: int | None = None,
                     batch.append((item[0], item[1], item[3]))
                 else:
                     aside.append(item)
-            finer = _time_floors([c for _, _, c in batch], cancel)
+            finer = _time_floors([c for _, _, c in batch], cancel, limit=limit)
             for (old, k, c), new in zip(batch, finer):
                 heapq.heappush(queue, (max(old, new), k, True, c))
             for item in aside:
