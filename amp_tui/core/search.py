@@ -279,15 +279,11 @@ def _time_floors(candidates: list[Candidate], cancel: Callable[[], bool], refine
         plain = v == 1
         caps = np.array([_stage_caps(c, t[3]) for c, t in zip(group, times)]) if refine and plain.any() else None
 
-        def pipeline_floor(steps: np.ndarray, lowest: np.ndarray = m_floor, rows: slice | np.ndarray = slice(None),
-                           memory: bool = True) -> np.ndarray:
-            """min over M >= `lowest` of steps x M + S(M) / v, the strongest of the variants below,
-            per row of the batch or of `rows` (an index array; `steps` and `lowest` per row of it);
-            without `memory`, the memory caps' variant (which ignores `lowest`) left out."""
+        def pipeline_floor(steps: np.ndarray) -> np.ndarray:
+            """min over M of steps x M + S(M) / v, the strongest of the variants below."""
             # With v interleaved chunks the fill and drain count 1/v: steps M + S / v is
             # ((v steps + 1 - 1) M + S) / v, the same problem with more micro-batches.
-            at_v, at_sends, at_work, at_core_work = v[rows], sends[rows], work[rows], core_work[rows]
-            out = _pipeline_floors(rho[rows], at_sends, at_work, lowest, at_v * steps + 1) / at_v
+            out = _pipeline_floors(rho, sends, work, m_floor, v * steps + 1) / v
             if not refine:
                 return out
             # The same with the least slow-down over the core layers only (the most common kind,
@@ -295,16 +291,14 @@ def _time_floors(candidates: list[Candidate], cancel: Callable[[], bool], refine
             # stage's C_s is at least rho'_s x (its share of sum b less the other layers' b, E),
             # so the stages must absorb work - E at the pace rho'; the other layers' time (at least
             # E) adds to the stages' sum wherever they lie.
-            out = np.maximum(out, (_pipeline_floors(core_rho[rows], at_sends, at_core_work, lowest, at_v * steps + 1)
-                                   + other[rows]) / at_v)
+            out = np.maximum(out, (_pipeline_floors(core_rho, sends, core_work, m_floor, v * steps + 1) + other) / v)
             # Memory caps the layers a stage can hold (a slow GPU with little memory often holds
             # fewer layers than its speed would give it, and the others must take the rest): with
             # interleaving a stage's layers are spread over its chunks, so only without it.
-            if memory and caps is not None and (caps < work[:, None] * (1 - 1e-9)).any():     # else no cap binds
-                at_caps, at_core_rho = caps[rows], core_rho[rows]
-                capped = np.maximum(_capped_floors(rho[rows], at_sends, at_work, at_caps, steps + 1),
-                                    _capped_floors(at_core_rho, at_sends, at_core_work, at_caps, steps + 1) + other[rows])
-                out = np.where(plain[rows], np.maximum(out, capped), out)
+            if caps is not None and (caps < work[:, None] * (1 - 1e-9)).any():     # else no cap binds
+                capped = np.maximum(_capped_floors(rho, sends, work, caps, steps + 1),
+                                    _capped_floors(core_rho, sends, core_work, caps, steps + 1) + other)
+                out = np.where(plain, np.maximum(out, capped), out)
             return out
 
         base = pipeline_floor(B - 1)
@@ -324,8 +318,10 @@ def _time_floors(candidates: list[Candidate], cancel: Callable[[], bool], refine
             pipeline = np.where((hidden > 0) & (steps >= 0), np.maximum(pipeline, hidden_base + full_tail), pipeline)
         if refine and (reach := plain & (pipeline + cheapest_cut.sum(axis=1) / v < limit)).any():
             rows = np.flatnonzero(reach)
+            # (the core layers' variant of the pipeline floor, from a given bottleneck up, for it)
             coupled = _coupled_floors(
-                lambda moves, lowest, at: pipeline_floor(moves, lowest, rows[at], memory=False),
+                lambda moves, lowest, at: _pipeline_floors(core_rho[rows[at]], sends[rows[at]], core_work[rows[at]],
+                                                           lowest, moves + 1) + other[rows[at]],
                 hidden_base[rows], [group[i] for i in rows], thresholds[rows], core, m_floor[rows], steps[rows])
             pipeline[rows] = np.maximum(pipeline[rows], coupled)
         for index, value in zip(members, pipeline + cheapest_cut.sum(axis=1) / v):
@@ -748,9 +744,9 @@ def _coupled_floors(pipeline_floor: Callable, base: np.ndarray, candidates: list
     bottleneck's floor) and the rest, M >= t, with the memory counts alone. Where backward hides
     up to h x C_s <= h M of the all-reduce, `steps` is B - 1 - h as in _time_floors (no floor, -inf,
     where it is negative) and e the all-reduce's and the optimizer's coefficients together.
-    `pipeline_floor(steps, lowest, rows)` bounds the pipeline over M >= lowest without the memory
-    caps' variant, which `base` (the pipeline floor from the bottleneck's floor) holds. Arrays:
-    `thresholds` (n, pp, C), the others (n,)."""
+    `pipeline_floor(steps, lowest, rows)` bounds steps x M + S(M) over M >= lowest for those
+    rows, and `base` over M >= `lowest` (a variant for any M, as the memory caps', may be in it,
+    so each range takes the larger). Arrays: `thresholds` (n, pp, C), the others (n,)."""
     n, pp, count = thresholds.shape
     if not count:
         return np.full(n, -np.inf)
@@ -798,11 +794,15 @@ def _held_tails(held: np.ndarray, const: np.ndarray, coef: np.ndarray, params: n
     high = np.maximum(np.where(held > 0, top, -np.inf).max(axis=2), low)
     enough = held.sum(axis=2) >= count
 
+    # The values tried are at least max_s const_s, so a stage with coef 0 holds any count there.
+    positive = coef > 0
+    inverse = (np.where(positive, 1.0 / np.where(positive, coef, 1.0), 0.0))[:, None, :]
+    free = np.where(positive, 0.0, np.inf)[:, None, :]
+    shift = const[:, None, :]
+
     def holding(value: np.ndarray) -> np.ndarray:
         """(n, R): sum_s min(held_s, #{k: const_s + coef_s params[k - 1] <= value})."""
-        with np.errstate(divide="ignore", invalid="ignore"):
-            room = np.where(coef[:, None, :] > 0, (value[:, :, None] - const[:, None, :]) / coef[:, None, :],
-                            np.where(value[:, :, None] >= const[:, None, :], np.inf, -np.inf))
+        room = (value[:, :, None] - shift) * inverse + free
         return np.minimum(np.searchsorted(params, room, side="right"), held).sum(axis=2)
 
     done = holding(low) >= count
