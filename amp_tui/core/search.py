@@ -216,7 +216,7 @@ def _memory_totals(candidate: Candidate) -> tuple[float, float, float, float, fl
 
 
 def _time_floors(candidates: list[Candidate], cancel: Callable[[], bool], refine: bool = True,
-                 limit: float = INF) -> list[float]:
+                 limit: float | None = None) -> list[float]:
     """A lower bound on each candidate's iteration time over every partition (terms as in cost.py).
 
     With b_l a layer's time on the fastest GPU serving the pipeline, rho_s the least slow-down of
@@ -232,10 +232,12 @@ def _time_floors(candidates: list[Candidate], cancel: Callable[[], bool], refine
     Candidates with the same pp are solved together, up to FLOOR_BATCH at a time (8 FLOOR_BATCH
     stages: their arrays grow with pp, e.g. (pp, L) layer times per candidate); `cancel` is
     polled between batches. Without `refine`, only this bound (cheaper); with it, the strongest
-    of the variants in pipeline_floor below, the exposed all-reduce, and, without interleaving,
-    the bound that couples the bottleneck with the tail (_coupled_floors: whole layers, so a low
-    bottleneck leaves the slow stages many layers to all-reduce), but where the others already
-    reach `limit` (the search's: only whether a floor reaches it matters there).
+    of the variants in pipeline_floor below and the exposed all-reduce; with a `limit` too (the
+    search's), and without interleaving, the bound that couples the bottleneck with the tail
+    (_coupled_floors: whole layers, so a low bottleneck leaves the slow stages many layers to
+    all-reduce) where the others are still below it. That one costs about a millisecond per
+    batch: it pays where a family's orders are bounded (_expand_family, hundreds of candidates
+    whose solves it saves), not in the search queue's few at a time.
     """
     floors = [0.0] * len(candidates)
     by_pp: dict[int, list[int]] = {}
@@ -316,7 +318,7 @@ def _time_floors(candidates: list[Candidate], cancel: Callable[[], bool], refine
             full_tail = np.array([t[1] for t in exposed])
             hidden_base = pipeline_floor(np.maximum(steps, 0.0))
             pipeline = np.where((hidden > 0) & (steps >= 0), np.maximum(pipeline, hidden_base + full_tail), pipeline)
-        if refine and (reach := plain & (pipeline + cheapest_cut.sum(axis=1) / v < limit)).any():
+        if refine and limit is not None and (reach := plain & (pipeline + cheapest_cut.sum(axis=1) / v < limit)).any():
             rows = np.flatnonzero(reach)
             # (the core layers' variant of the pipeline floor, from a given bottleneck up, for it)
             coupled = _coupled_floors(
@@ -670,7 +672,7 @@ def _family_entries(costs: list[CostModel], keys: list[tuple], cancel: Callable[
 
 
 def _expand_family(cost: CostModel, key: tuple, orders: tuple[tuple[int, ...], ...], floor: float,
-                   cancel: Callable[[], bool], limit: float = INF) -> list[tuple]:
+                   cancel: Callable[[], bool], limit: float) -> list[tuple]:
     """Queue entries for a family's candidates over `orders` (`key`: the family's, `floor`: its
     bound over every order): those that might fit in memory, each at the larger of its own bound
     and the family's (`limit`: the search's, as _time_floors takes it)."""
@@ -1000,7 +1002,7 @@ def search(scenario: Scenario, *, top: int | None = None,
                     batch.append((item[0], item[1], item[3]))
                 else:
                     aside.append(item)
-            finer = _time_floors([c for _, _, c in batch], cancel, limit=limit)
+            finer = _time_floors([c for _, _, c in batch], cancel)
             for (old, k, c), new in zip(batch, finer):
                 heapq.heappush(queue, (max(old, new), k, True, c))
             for item in aside:
