@@ -320,7 +320,8 @@ def _time_floors(candidates: list[Candidate], cancel: Callable[[], bool], refine
             pipeline = np.where((hidden > 0) & (steps >= 0), np.maximum(pipeline, hidden_base + full_tail), pipeline)
         if refine and limit is not None and (reach := plain & (pipeline + cheapest_cut.sum(axis=1) / v < limit)).any():
             rows = np.flatnonzero(reach)
-            # (the core layers' variant of the pipeline floor, from a given bottleneck up, for it)
+            # Its ranges' pipeline floors: the core layers' variant from each range's bottleneck up
+            # (on the benchmarks the one that binds there; the others are in hidden_base).
             coupled = _coupled_floors(
                 lambda moves, lowest, at: _pipeline_floors(core_rho[rows[at]], sends[rows[at]], core_work[rows[at]],
                                                            lowest, moves + 1) + other[rows[at]],
