@@ -102,6 +102,8 @@ PREPARATION = 0.2  # share of the progress bar for enumerating and bounding cand
 FLOOR_BATCH = 64   # candidates bounded in one vectorised pass, between cancellation polls (fewer when deeper)
 REFINE_BATCH = 16  # candidates at the head of the queue given the refined bound together
 REFINE_MIN_LAYERS = 64   # ... on models this deep (on shallower ones the partition solve is cheaper)
+COUPLED_RANGES = 6       # ranges of the bottleneck over which the coupled floor bounds the tail (_coupled_floors)
+BISECTIONS = 20          # halvings of the interval holding that tail (_held_tails)
 
 
 @functools.lru_cache(maxsize=256)
@@ -213,7 +215,8 @@ def _memory_totals(candidate: Candidate) -> tuple[float, float, float, float, fl
     return cache[state_key] + cache[room_key]
 
 
-def _time_floors(candidates: list[Candidate], cancel: Callable[[], bool], refine: bool = True) -> list[float]:
+def _time_floors(candidates: list[Candidate], cancel: Callable[[], bool], refine: bool = True,
+                 limit: float | None = None) -> list[float]:
     """A lower bound on each candidate's iteration time over every partition (terms as in cost.py).
 
     With b_l a layer's time on the fastest GPU serving the pipeline, rho_s the least slow-down of
@@ -223,12 +226,18 @@ def _time_floors(candidates: list[Candidate], cancel: Callable[[], bool], refine
         first, each up to C_s = M - f_s, until all of sum b is placed (a fractional relaxation),
         and M >= ceil(k / pp) x (k-th largest b) since k layers that slow must share pp stages,
         M >= _one_layer_each (every stage holds a layer) and, refined, M >= _whole_layers_floor
-        (no stage holds part of a layer, on its own GPUs' times);
+        (no stage holds part of a layer, on its own GPUs' times) and M >= the cheapest layer each
+        stage must hold (_lone_layers);
       fill adds the cheapest cut at every boundary; tail >= all parameters / sum_s (1 / e_coef_s).
     Candidates with the same pp are solved together, up to FLOOR_BATCH at a time (8 FLOOR_BATCH
     stages: their arrays grow with pp, e.g. (pp, L) layer times per candidate); `cancel` is
     polled between batches. Without `refine`, only this bound (cheaper); with it, the strongest
-    of the variants in pipeline_floor below and the exposed all-reduce.
+    of the variants in pipeline_floor below and the exposed all-reduce; with a `limit` too (the
+    search's), and without interleaving, the bound that couples the bottleneck with the tail
+    (_coupled_floors: whole layers, so a low bottleneck leaves the slow stages many layers to
+    all-reduce) where the others are still below it. That one costs about a millisecond per
+    batch: it pays where a family's orders are bounded (_expand_family, hundreds of candidates
+    whose solves it saves), not in the search queue's few at a time.
     """
     floors = [0.0] * len(candidates)
     by_pp: dict[int, list[int]] = {}
@@ -261,8 +270,9 @@ def _time_floors(candidates: list[Candidate], cancel: Callable[[], bool], refine
         if refine:      # on the stage's own GPUs (the slowest serving type's, its tp link included)
             core = group[0].cost.floor_cache["core layers"]
             stage_times = np.array([c.stage_layer_times[0] for c in group])               # (n, pp, L)
-            m_floor = np.maximum(m_floor, _whole_layers_floor(stage_times[:, :, core],
-                                                              sends + _end_layers(stage_times, core)))
+            thresholds = _layer_thresholds(stage_times[:, :, core], sends + _end_layers(stage_times, core))
+            m_floor = np.maximum.reduce([m_floor, _whole_layers_floor(thresholds),
+                                         (sends + _lone_layers(stage_times)).max(axis=1)])
         B = np.array([c.num_micro_batches for c in group], dtype=np.float64)
         v = np.array([c.knobs.virtual_stages for c in group], dtype=np.float64)
         core_rho = np.where(serves, np.array([t[4] for t in times])[:, None, :], 0.0).max(axis=2)
@@ -293,19 +303,30 @@ def _time_floors(candidates: list[Candidate], cancel: Callable[[], bool], refine
                 out = np.where(plain, np.maximum(out, capped), out)
             return out
 
-        pipeline = pipeline_floor(B - 1) + tail
+        base = pipeline_floor(B - 1)
+        pipeline = base + tail
         # Where backward hides part of the all-reduce, E_s >= e_s P_s + latency - h C_s with
         # C_s <= max tau = M: the tail is at least all parameters / sum_s (1 / e_s) less h M, so
         # the steady state counts B - 1 - h bottlenecks and the full tail is added (while B - 1 >= h).
         exposed = [_exposed_tail_terms(c) for c in group] if refine else [(0.0, 0.0)] * len(group)
         hidden = np.array([t[0] for t in exposed])
         steps = B - 1 - hidden
+        hidden_base = base
         if refine and (hidden > 0).any() and (steps >= 0).any():
             if cancel():
                 raise Cancelled
             full_tail = np.array([t[1] for t in exposed])
-            with_tail = pipeline_floor(np.maximum(steps, 0.0)) + full_tail
-            pipeline = np.where((hidden > 0) & (steps >= 0), np.maximum(pipeline, with_tail), pipeline)
+            hidden_base = pipeline_floor(np.maximum(steps, 0.0))
+            pipeline = np.where((hidden > 0) & (steps >= 0), np.maximum(pipeline, hidden_base + full_tail), pipeline)
+        if refine and limit is not None and (reach := plain & (pipeline + cheapest_cut.sum(axis=1) / v < limit)).any():
+            rows = np.flatnonzero(reach)
+            # Its ranges' pipeline floors: the core layers' variant from each range's bottleneck up
+            # (on the benchmarks the one that binds there; the others are in hidden_base).
+            coupled = _coupled_floors(
+                lambda moves, lowest, at: _pipeline_floors(core_rho[rows[at]], sends[rows[at]], core_work[rows[at]],
+                                                           lowest, moves + 1) + other[rows[at]],
+                hidden_base[rows], [group[i] for i in rows], thresholds[rows], core, m_floor[rows], steps[rows])
+            pipeline[rows] = np.maximum(pipeline[rows], coupled)
         for index, value in zip(members, pipeline + cheapest_cut.sum(axis=1) / v):
             floors[index] = float(value)
     return floors
@@ -344,21 +365,26 @@ def _pipeline_floors(rho: np.ndarray, sends: np.ndarray, work: np.ndarray, m_flo
     return np.where(m >= lowest[:, None], total, np.inf).min(axis=1)
 
 
-def _whole_layers_floor(core_times: np.ndarray, sends: np.ndarray) -> np.ndarray:
-    """Per row, a floor on the bottleneck's busy time that counts whole layers of the most common
-    kind (the core layers, e.g. transformer blocks; `core_times`: (n, pp, C), each stage's time
-    for each of them, or a lower bound on it): with every stage busy at most M, stage s holds at
-    most K_s(M) of them, the most whose times sum to at most M - f_s (`sends`: its cheapest sends,
-    (n, pp)), the cheapest first, wherever they lie. The stages hold all C core layers between
-    them, so sum_s K_s(M) >= C: M is at least the C-th smallest of the thresholds
-    f_s + (sum of stage s's k cheapest core layers) over every s and k. Contiguity, memory and
-    the other layers are relaxed; what it keeps that the fractional floors lose is that a stage
-    cannot hold part of a layer."""
-    count = core_times.shape[2]
+def _layer_thresholds(core_times: np.ndarray, sends: np.ndarray) -> np.ndarray:
+    """(n, pp, C): per row and stage, the least busy time at which it holds k + 1 of the C layers
+    of the most common kind (the core layers, e.g. transformer blocks; `core_times`: (n, pp, C),
+    each stage's time for each of them, or a lower bound on it), `sends` (n, pp): what the stage
+    is busy with whatever it holds (its cheapest sends) plus its k + 1 cheapest core layers,
+    wherever they lie. Ascending along the last axis."""
+    return np.cumsum(np.sort(core_times, axis=2), axis=2) + sends[:, :, None]
+
+
+def _whole_layers_floor(thresholds: np.ndarray) -> np.ndarray:
+    """Per row, a floor on the bottleneck's busy time that counts whole core layers
+    (`thresholds`: _layer_thresholds's): with every stage busy at most M, stage s holds at most
+    K_s(M) of them, the count of its thresholds at or below M. The stages hold all C core layers
+    between them, so sum_s K_s(M) >= C: M is at least the C-th smallest of the thresholds over
+    every stage. Contiguity, memory and the other layers are relaxed; what it keeps that the
+    fractional floors lose is that a stage cannot hold part of a layer."""
+    count = thresholds.shape[2]
     if not count:
-        return np.zeros(len(core_times))
-    thresholds = np.cumsum(np.sort(core_times, axis=2), axis=2) + sends[:, :, None]
-    return np.partition(thresholds.reshape(len(core_times), -1), count - 1, axis=1)[:, count - 1]
+        return np.zeros(len(thresholds))
+    return np.partition(thresholds.reshape(len(thresholds), -1), count - 1, axis=1)[:, count - 1]
 
 
 def _end_layers(stage_times: np.ndarray, core: np.ndarray) -> np.ndarray:
@@ -372,6 +398,26 @@ def _end_layers(stage_times: np.ndarray, core: np.ndarray) -> np.ndarray:
         out[:, 0] += stage_times[:, 0, 0]
     if last > 0 and not core[last]:
         out[:, -1] += stage_times[:, -1, last]
+    return out
+
+
+def _lone_layers(stage_times: np.ndarray) -> np.ndarray:
+    """Per row and stage, the least time of a layer it holds in every partition (`stage_times`:
+    (n, pp, L), each stage's time for each layer): the first stage holds the first layer, the last
+    stage the last, and stage s, with s stages before it and pp - 1 - s after it, each holding a
+    layer, holds one of layers s ... L - pp + s. A slow GPU in the middle of the pipeline bounds
+    the bottleneck by its cheapest core layer, where _one_layer_each may give it the embedding."""
+    n, pp, layers = stage_times.shape
+    stages = np.arange(pp)[:, None]
+    if 2 * (pp - 1) < layers:   # every window holds layers pp - 1 ... L - pp, and s ... pp - 2, L - pp + 1 ... L - pp + s
+        edges = np.arange(pp - 1)[None, :]
+        out = np.minimum.reduce([stage_times[:, :, pp - 1:layers - pp + 1].min(axis=2),
+                                 np.where(edges >= stages, stage_times[:, :, :pp - 1], np.inf).min(axis=2, initial=np.inf),
+                                 np.where(edges < stages, stage_times[:, :, layers - pp + 1:], np.inf).min(axis=2, initial=np.inf)])
+    else:
+        out = stage_times[:, stages, stages + np.arange(layers - pp + 1)[None, :]].min(axis=2)
+    out[:, 0] = np.maximum(out[:, 0], stage_times[:, 0, 0])
+    out[:, -1] = np.maximum(out[:, -1], stage_times[:, -1, -1])
     return out
 
 
@@ -495,8 +541,8 @@ def _order_free_floors(cost: CostModel, families: list[tuple[int, int, int, int]
         whole = None
         if core.any():      # whole core layers, each at least its slow-down x its fastest time
             stage_times = variants[-1][0][:, None] * np.sort(fastest[core])[None, :]
-            whole = _whole_layers_floor(np.broadcast_to(stage_times, (len(choices[-1]), *stage_times.shape)),
-                                        np.array(choices[-1]))                          # per choice of ends
+            whole = _whole_layers_floor(_layer_thresholds(
+                np.broadcast_to(stage_times, (len(choices[-1]), *stage_times.shape)), np.array(choices[-1])))
             m_floor = max(m_floor, float(whole.min()))
         tail, full_tail, hidden = _order_free_tails(any_order, gpus, inter, inside, int(per_node.max()),
                                                     hop_latency)
@@ -627,10 +673,10 @@ def _family_entries(costs: list[CostModel], keys: list[tuple], cancel: Callable[
 
 
 def _expand_family(cost: CostModel, key: tuple, orders: tuple[tuple[int, ...], ...], floor: float,
-                   cancel: Callable[[], bool]) -> list[tuple]:
+                   cancel: Callable[[], bool], limit: float) -> list[tuple]:
     """Queue entries for a family's candidates over `orders` (`key`: the family's, `floor`: its
     bound over every order): those that might fit in memory, each at the larger of its own bound
-    and the family's."""
+    and the family's (`limit`: the search's, as _time_floors takes it)."""
     tp, pp, dp, mbs, _, k = key
     # Below the family's bound their cheap bounds say little (the family's is the same relaxation
     # over every order): on deep models, straight to the refined bound. A few at a time, between
@@ -646,7 +692,7 @@ def _expand_family(cost: CostModel, key: tuple, orders: tuple[tuple[int, ...], .
             candidate = cost.candidate(tp, pp, dp, mbs, order)
             if not _memory_shortfall(candidate):
                 fitting.append(candidate)
-        floors = _time_floors(fitting, cancel, refine=refine)
+        floors = _time_floors(fitting, cancel, refine=refine, limit=limit)
         out += [(max(own, floor), (tp, pp, dp, mbs, candidate.layout.order, k), refine, None)
                 for own, candidate in zip(floors, fitting)]
     return out
@@ -654,11 +700,16 @@ def _expand_family(cost: CostModel, key: tuple, orders: tuple[tuple[int, ...], .
 
 def _stage_caps(candidate: Candidate, descending: np.ndarray) -> np.ndarray:
     """Per stage, the most work (in the fastest serving GPU's layer times) any partition can give
-    it without overfilling its memory: a stage holding k layers holds at least the k with the
-    least memory there (weights, gradients, optimizer state and activations in flight; the
-    transient peak is at least the smallest layer's), so k is at most the count of those that
-    fit, and its work at most the k largest layer times (`descending`: the fastest serving GPU's
-    layer times, largest first)."""
+    it without overfilling its memory: at most the k largest layer times (`descending`: the
+    fastest serving GPU's layer times, largest first), k its _stage_layer_caps."""
+    return np.concatenate([[0.0], np.cumsum(descending)])[_stage_layer_caps(candidate)]
+
+
+def _stage_layer_caps(candidate: Candidate) -> np.ndarray:
+    """Per stage, the most layers any partition can give it without overfilling its memory: a
+    stage holding k layers holds at least the k with the least memory there (weights, gradients,
+    optimizer state and activations in flight; the transient peak is at least the smallest
+    layer's), so k is at most the count of those that fit."""
     layout = candidate.layout
     key = ("caps", candidate.tp, candidate.pp, candidate.dp, candidate.mbs, candidate.num_micro_batches,
            layout.stage_capacity.tobytes())
@@ -674,7 +725,95 @@ def _stage_caps(candidate: Candidate, descending: np.ndarray) -> np.ndarray:
             acts = np.diff(act_prefix)
             need = np.sort(params[None, :] + in_flight[:, None] * acts[None, :], axis=1)     # (pp, L)
             cache[key] = (np.cumsum(need, axis=1) <= room[:, None]).sum(axis=1)
-    return np.concatenate([[0.0], np.cumsum(descending)])[cache[key]]
+    return cache[key]
+
+
+def _coupled_floors(pipeline_floor: Callable, base: np.ndarray, candidates: list[Candidate], thresholds: np.ndarray,
+                    core: np.ndarray, lowest: np.ndarray, steps: np.ndarray) -> np.ndarray:
+    """Per candidate (without interleaving), a floor on steps x M + fill + the tail that couples
+    the bottleneck M with the tail: a low M caps the core layers the fast stages can hold, so the
+    slow ones must take the rest, and their parameters' all-reduce and optimizer step.
+
+    With every stage busy at most M, stage s holds at most K_s(M) core layers, the count of its
+    `thresholds` (_layer_thresholds's, the end layers it always holds, _end_layers, among its
+    sends) at or below M, and at most its memory's count (_stage_layer_caps). Holding n of them,
+    its tail is at least c_s + e_s x (its end layers' parameters and the n fewest of a core
+    layer's), c_s its constant (the last bucket's latency and the iteration's fixed cost). The
+    stages hold all C core layers, so the largest tail is at least the least E at which
+    sum_s min(K_s(M), #{n: c_s + e_s P(n) <= E}) reaches C (_held_tails; inf if the stages
+    cannot hold C), and at least max c_s. K only changes at the thresholds: over M in
+    [t_i, t_i+1) the tail is at least E(K(t_i)) and the pipeline at least pipeline_floor(steps,
+    t_i); the floor is the least over the first COUPLED_RANGES - 1 ranges from `lowest` (the
+    bottleneck's floor) and the rest, M >= t, with the memory counts alone. Where backward hides
+    up to h x C_s <= h M of the all-reduce, `steps` is B - 1 - h as in _time_floors (no floor, -inf,
+    where it is negative) and e the all-reduce's and the optimizer's coefficients together.
+    `pipeline_floor(steps, lowest, rows)` bounds steps x M + S(M) over M >= lowest for those
+    rows, and `base` over M >= `lowest` (a variant for any M, as the memory caps', may be in it,
+    so each range takes the larger). Arrays: `thresholds` (n, pp, C), the others (n,)."""
+    n, pp, count = thresholds.shape
+    if not count:
+        return np.full(n, -np.inf)
+    # The R - 1 least thresholds above `lowest` are among each stage's next R - 1 ones.
+    below = (thresholds <= lowest[:, None, None]).sum(axis=2)                                     # (n, pp)
+    padded = np.concatenate([thresholds, np.full((n, pp, COUPLED_RANGES - 1), np.inf)], axis=2)
+    after = np.take_along_axis(padded, below[:, :, None] + np.arange(COUPLED_RANGES - 1), axis=2)  # (n, pp, R - 1)
+    flat = after.reshape(n, -1)
+    if flat.shape[1] > COUPLED_RANGES - 1:
+        flat = np.partition(flat, COUPLED_RANGES - 2, axis=1)[:, :COUPLED_RANGES - 1]
+    starts = np.concatenate([lowest[:, None], np.sort(flat, axis=1)], axis=1)                      # (n, R)
+    ranges, exists = starts.shape[1], np.isfinite(starts)
+    memory = np.array([_stage_layer_caps(c) for c in candidates])                                  # (n, pp)
+    held = below[:, None, :] + (after[:, None, :, :] <= starts[:, :-1, None, None]).sum(axis=3)   # (n, R - 1, pp)
+    held = np.minimum(np.concatenate([held, memory[:, None, :]], axis=1), memory[:, None, :])      # (n, R, pp)
+    layer_params = candidates[0].cost._params              # per layer; a GPU holds 1 / tp of them (param_prefix)
+    tp = np.array([c.tp for c in candidates], dtype=np.float64)
+    end_params = np.zeros((n, pp))
+    if not core[0]:
+        end_params[:, 0] += layer_params[0] / tp
+    if len(core) > 1 and not core[-1]:
+        end_params[:, -1] += layer_params[-1] / tp
+    core_params = np.cumsum(np.sort(layer_params[core]))
+    fixed = np.array([c.last_bucket_latency + c.iteration_overhead for c in candidates])           # (n, pp)
+    coef = np.array([c.e_coef for c in candidates])
+    tails = _held_tails(held, fixed + coef * end_params, coef / tp[:, None], core_params)            # (n, R)
+    pipelines = pipeline_floor(np.repeat(np.maximum(steps, 0.0), ranges), np.where(exists, starts, lowest[:, None]).ravel(),
+                               np.repeat(np.arange(n), ranges)).reshape(n, ranges)
+    pipelines = np.where(exists, np.maximum(pipelines, base[:, None]), np.inf)   # (no range: fewer thresholds)
+    return np.where(steps >= 0, (pipelines + tails).min(axis=1), -np.inf)
+
+
+def _held_tails(held: np.ndarray, const: np.ndarray, coef: np.ndarray, params: np.ndarray) -> np.ndarray:
+    """Per row and column, a floor on max_s (const_s + coef_s x P_s) when the stages hold the C
+    core layers between them, stage s at most held[., ., s] of them, and P_s >= params[n - 1]
+    with n of them (`params`: (C,), ascending): the least E at which
+    sum_s min(held_s, #{k: const_s + coef_s params[k - 1] <= E}) reaches C (each stage's count
+    rises with E), by bisection (the lower end of the last interval, a hair lower against
+    rounding), and at least max_s const_s; inf where the stages cannot hold C. Arrays: held
+    (n, R, pp); const, coef (n, pp)."""
+    n, ranges, pp = held.shape
+    count = len(params)
+    low = np.broadcast_to(const.max(axis=1)[:, None], (n, ranges)).copy()
+    top = const[:, None, :] + coef[:, None, :] * params[np.clip(held - 1, 0, count - 1)]
+    high = np.maximum(np.where(held > 0, top, -np.inf).max(axis=2), low)
+    enough = held.sum(axis=2) >= count
+
+    # The values tried are at least max_s const_s, so a stage with coef 0 holds any count there.
+    positive = coef > 0
+    inverse = (np.where(positive, 1.0 / np.where(positive, coef, 1.0), 0.0))[:, None, :]
+    free = np.where(positive, 0.0, np.inf)[:, None, :]
+    shift = const[:, None, :]
+
+    def holding(value: np.ndarray) -> np.ndarray:
+        """(n, R): sum_s min(held_s, #{k: const_s + coef_s params[k - 1] <= value})."""
+        room = (value[:, :, None] - shift) * inverse + free
+        return np.minimum(np.searchsorted(params, room, side="right"), held).sum(axis=2)
+
+    done = holding(low) >= count
+    for _ in range(BISECTIONS):
+        middle = (low + high) / 2
+        reach = holding(middle) >= count
+        low, high = np.where(reach | done, low, middle), np.where(reach & ~done, middle, high)
+    return np.where(enough, low * (1.0 - 1e-12), np.inf)
 
 
 def _capped_floors(rho: np.ndarray, sends: np.ndarray, work: np.ndarray, caps: np.ndarray,
@@ -846,7 +985,7 @@ def search(scenario: Scenario, *, top: int | None = None,
                 (finer,) = _order_free_floors(costs[key[5]], [key[:4]], cancel, ends=True)
                 heapq.heappush(queue, (max(floor, finer), key, True, None))
                 continue
-            more = _expand_family(costs[key[5]], key, orders.rest, floor, cancel) if floor < limit else []
+            more = _expand_family(costs[key[5]], key, orders.rest, floor, cancel, limit) if floor < limit else []
             pruned_unlisted += len(orders.rest) - len(more)      # (by the bound, or short of memory)
             settled += len(orders.rest) - len(more)
             for item in more:

@@ -1,11 +1,16 @@
 """search.py's lower bounds: every candidate's floor is at most its best partition (brute force),
-with the memory caps and the core-layer slow-down in play (mixed layer kinds, binding memory), and
+with the memory caps, the core-layer slow-down and the bottleneck coupled with the all-reduce tail
+in play (mixed layer kinds, binding memory, slow networks), and
 the search over every node order and every part of small heterogeneous clusters (3 to 5 groups,
 idle nodes) equals brute force."""
 
+import math
+
+import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from amp_tui.core import search as search_module
 from amp_tui.core.cost import CostModel
 from amp_tui.core.knobs import knob_choices
 from amp_tui.core.orders import MAX_LISTED
@@ -37,7 +42,8 @@ def _assert_floors_below_brute_force(scn) -> None:
     for knobs in knob_choices(scn.training):
         cost = CostModel(scn, knobs)
         candidates = [cost.candidate(*key) for key in enumerate_candidates(scn, knobs=knobs)]
-        for candidate, floor in zip(candidates, _time_floors(candidates, lambda: False)):
+        # (with a limit: the coupled floor too, as the search bounds a family's orders)
+        for candidate, floor in zip(candidates, _time_floors(candidates, lambda: False, limit=math.inf)):
             best, _ = brute_force(candidate)
             if best is not None:
                 assert floor <= best * (1 + 1e-9), (candidate.tp, candidate.pp, candidate.dp, candidate.mbs, floor, best)
@@ -254,3 +260,72 @@ def test_the_family_floor_with_the_ends_placed_reaches_a_send_bound_pipeline():
     (plain,) = _order_free_floors(cost, [(1, 4, 1, 1)], lambda: False)
     assert best * (1 - 1e-6) <= placed <= best * (1 + 1e-9), (placed, best)
     assert plain < 0.7 * best
+
+
+@st.composite
+def tail_bound(draw):
+    """Two or three GPU types on nodes of one or two GPUs, a few heavy layers (an embedding and a
+    head at the ends at times) whose gradients all-reduce over slow networks, with or without
+    backward hiding part of it, and the latencies and fixed costs of the default model: the
+    coupled floor (whole layers on the stages a bottleneck allows, their all-reduce after) is
+    what sets many candidates' floors here."""
+    per_node = draw(st.sampled_from([1, 2]))
+    names = draw(st.permutations(["V100", "A10G", "T4", "A100-40GB"]))[:draw(st.integers(2, 3))]
+    nodes = [node(count=draw(st.integers(1, 2)), gpu=name, gpus_per_node=per_node, intra=100.0,
+                  inter=draw(st.sampled_from([1.0, 10.0, 100.0]))) for name in names]
+    blocks = draw(st.integers(2, 6))
+    kinds = ["block"] * blocks
+    if draw(st.booleans()):
+        kinds = ["embedding"] + kinds + ["head"]
+    layers = [layer(params=draw(st.sampled_from([1e7, 1e8, 3e8])), flops=draw(st.sampled_from([1e11, 1e12, 4e12])),
+                    activation_bytes=1e6, output_bytes=1e6, name=f"l{i}", kind=kind)
+              for i, kind in enumerate(kinds)]
+    overlap = draw(st.sampled_from([0.0, 0.5, 1.0]))
+    return scenario_dict(nodes, layers, draw(st.sampled_from([2, 4, 8])), precision="fp16",
+                         search={"reorder_nodes": True, "max_micro_batch_size": 2},
+                         calibration={"parameters": {"dp_overlap.megatron": overlap}})
+
+
+@settings(max_examples=examples(40), deadline=None)
+@given(spec=tail_bound())
+def test_the_coupled_floor_is_below_the_candidates_best_partition_where_all_reduces_dominate(spec):
+    _assert_floors_below_brute_force(parse_scenario(spec))
+
+
+def test_the_coupled_floor_makes_the_slow_network_stage_all_reduce_what_the_slow_gpus_cannot_hold():
+    """Two stages of two data-parallel replicas: A100s whose all-reduce crosses a 1 Gbps network,
+    then V100s six times slower (three layers fit in their memory) on a fast one; six heavy
+    blocks, four micro-batches. The V100 stage takes a second block only at twice a block's time
+    there, so below that bottleneck the A100s hold five blocks and all-reduce them: the best
+    partition, (5, 1), pays that. The coupled floor reaches 90% of it and stays below; without it
+    (the tail's parameters spread over the stages fractionally) the floor is under 40%."""
+    layers = [layer(params=3e8, flops=1e12, output_bytes=1e3, name=f"b{i}", kind="block") for i in range(6)]
+    scn = build([node(count=2, gpu="A100-40GB", inter=1.0), node(count=2, gpu="V100", inter=100.0)], layers, 8,
+                calibration=IDEAL, precision="fp16")
+    candidate = CostModel(scn).candidate(1, 2, 2, 1, (0, 1))
+    best, partition = brute_force(candidate)
+    (floor,) = _time_floors([candidate], lambda: False, limit=math.inf)
+    (uncoupled,) = _time_floors([candidate], lambda: False)
+    assert partition == (5, 1)
+    assert 0.9 * best <= floor <= best * (1 + 1e-9), (floor, best)
+    assert uncoupled < 0.4 * best, (uncoupled, best)
+
+
+def test_a_slow_gpu_in_the_middle_of_the_pipeline_holds_a_block_in_the_floor(monkeypatch):
+    """V100, a GPU thirteen times slower, V100, on three stages; a light embedding and head
+    around eight blocks: the middle stage holds a block whatever the partition (the embedding and
+    the head are the ends'), so the bottleneck is at least a block's time there. The floor reaches
+    85% of the best partition and stays below it; with the middle stage given the cheapest layer
+    it falls under 40%."""
+    layers = ([layer(flops=1e9, name="embedding", kind="embedding")]
+              + [layer(flops=1e13, name=f"block{i}", kind="block") for i in range(8)]
+              + [layer(flops=1e9, name="head", kind="head")])
+    scn = build([node(gpu="V100"), node(gpu={"base": "T4", "fp16_tflops": 10.0}), node(gpu="V100")], layers, 8,
+                calibration=IDEAL, precision="fp16")
+    candidate = CostModel(scn).candidate(1, 3, 1, 1, (0, 1, 2))
+    best, _ = brute_force(candidate)
+    (floor,) = _time_floors([candidate], lambda: False)
+    monkeypatch.setattr(search_module, "_lone_layers", lambda times: np.zeros(times.shape[:2]))
+    (anywhere,) = _time_floors([candidate], lambda: False)
+    assert 0.85 * best <= floor <= best * (1 + 1e-9), (floor, best)
+    assert anywhere < 0.4 * best, (anywhere, best)
