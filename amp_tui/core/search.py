@@ -268,9 +268,13 @@ def _time_floors(candidates: list[Candidate], cancel: Callable[[], bool], refine
         m_floor = np.maximum((np.ceil(k / pp)[None, :] * descending).max(axis=1),
                              _one_layer_each(rho, descending[:, ::-1]))
         if refine:      # on the stage's own GPUs (the slowest serving type's, its tp link included)
+            if cancel():        # (the refined terms take tens of ms on 1,000 layers)
+                raise Cancelled
             core = group[0].cost.floor_cache["core layers"]
             stage_times = np.array([c.stage_layer_times[0] for c in group])               # (n, pp, L)
             thresholds = _layer_thresholds(stage_times[:, :, core], sends + _end_layers(stage_times, core))
+            if cancel():
+                raise Cancelled
             m_floor = np.maximum.reduce([m_floor, _whole_layers_floor(thresholds),
                                          (sends + _lone_layers(stage_times)).max(axis=1)])
         B = np.array([c.num_micro_batches for c in group], dtype=np.float64)
@@ -280,6 +284,8 @@ def _time_floors(candidates: list[Candidate], cancel: Callable[[], bool], refine
         core_work = work - other
         plain = v == 1
         caps = np.array([_stage_caps(c, t[3]) for c, t in zip(group, times)]) if refine and plain.any() else None
+        if refine and cancel():
+            raise Cancelled
 
         def pipeline_floor(steps: np.ndarray) -> np.ndarray:
             """min over M of steps x M + S(M) / v, the strongest of the variants below."""
@@ -1073,7 +1079,7 @@ def _infeasible(no_fit: list[tuple[Candidate, str | None]], cancel: Callable[[],
     and its even split's most overfull stage, by how much."""
     if not no_fit:
         return []
-    need, capacity = even_split_memory([candidate for candidate, _ in no_fit])
+    need, capacity = even_split_memory([candidate for candidate, _ in no_fit], cancel)
     out = []
     for index, ((candidate, why), need_row, capacity_row) in enumerate(zip(no_fit, need, capacity)):
         if index % 64 == 63 and cancel():

@@ -295,3 +295,21 @@ def test_a_stage_with_no_rows_in_small_whole_tables_is_skipped():
     for bound in (2.269213888888889, math.inf):
         result = partition.solve(SegmentTables(candidate), bound)
         assert (result.partition is None and best >= bound) or close(result.iteration_time_s, best)
+
+
+def test_even_split_memory_in_chunks_equals_all_at_once():
+    """Chunks of candidates of different depths, padded to the deepest (no need, infinite room),
+    give what one pass gives, and the cancellation check is polled between chunks."""
+    scn = load_scenario("paper-het-cluster")
+    cost = CostModel(scn)
+    candidates = [cost.candidate(*key[:5]) for key in enumerate_candidates(scn)]
+    candidates = (candidates * (600 // len(candidates) + 1))[:600]
+    with mock.patch.object(partition, "EVEN_SPLIT_CHUNK", 10**6):
+        need, capacity = partition.even_split_memory(candidates)
+    polls = []
+    chunked_need, chunked_capacity = partition.even_split_memory(candidates, lambda: polls.append(1) or False)
+    assert len(polls) == 3
+    assert np.array_equal(np.all(chunked_need <= chunked_capacity, axis=1), np.all(need <= capacity, axis=1))
+    for row, c in enumerate(candidates):
+        assert np.array_equal(chunked_need[row, :c.pp], need[row, :c.pp])
+        assert np.array_equal(chunked_capacity[row], capacity[row])
