@@ -1060,6 +1060,10 @@ def search(scenario: Scenario, *, top: int | None = None,
         if cancel():
             raise Cancelled
         strategies.append(priced(scenario, candidate.predict(partition)))
+    # The partition solve's time and the prediction's sum the same terms in another order, so
+    # near-ties may differ in the last bits: list in the order of the times reported (stable:
+    # exact ties keep the search's order).
+    strategies.sort(key=lambda prediction: prediction.iteration_time_s)
     baseline_prediction = None
     if baseline is not None:
         candidate = baseline[2]
