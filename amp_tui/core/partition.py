@@ -866,7 +866,9 @@ def even_split_memory(candidates: list[Candidate], cancel: Callable[[], bool] | 
     bounds = np.full((n, stages + 1), memory.L)
     for depth in np.unique(memory.pp):
         bounds[memory.pp == depth, :depth + 1] = np.cumsum([0, *even_partition(memory.L, int(depth))])
-    return memory.need(n, None, bounds[:, :-1], bounds[:, 1:]), memory.capacity
+    need = memory.need(n, None, bounds[:, :-1], bounds[:, 1:])
+    need[np.arange(stages)[None, :] >= memory.pp[:, None]] = 0.0     # (empty segments, beyond pp)
+    return need, memory.capacity
 
 
 def _segment_need(c: Candidate, start: np.ndarray, end: np.ndarray, in_flight) -> np.ndarray:

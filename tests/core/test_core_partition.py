@@ -309,7 +309,7 @@ def test_even_split_memory_in_chunks_equals_all_at_once():
     polls = []
     chunked_need, chunked_capacity = partition.even_split_memory(candidates, lambda: polls.append(1) or False)
     assert len(polls) == 3
-    assert np.array_equal(np.all(chunked_need <= chunked_capacity, axis=1), np.all(need <= capacity, axis=1))
-    for row, c in enumerate(candidates):
-        assert np.array_equal(chunked_need[row, :c.pp], need[row, :c.pp])
-        assert np.array_equal(chunked_capacity[row], capacity[row])
+    assert np.array_equal(chunked_need, need) and np.array_equal(chunked_capacity, capacity)
+    depth = np.array([c.pp for c in candidates])
+    beyond = np.arange(need.shape[1])[None, :] >= depth[:, None]
+    assert beyond.any() and not need[beyond].any() and np.isinf(capacity[beyond]).all()
