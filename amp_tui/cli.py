@@ -143,6 +143,9 @@ def build_parser() -> argparse.ArgumentParser:
     va = sub.add_parser("validate", help="replay published measured runs through the cost model and score it")
     va.add_argument("--json", action="store_true", help="print JSON instead of a table")
     va.add_argument("--source", metavar="NAME", help="only this source's runs (e.g. llmfoundry, nemo, torchtitan)")
+    va.add_argument("--runs", metavar="FILE",
+                    help="replay these measured runs instead of the published ones (same schema as "
+                         "amp_tui/data/measured_runs.yaml: e.g. your own cluster's)")
     va.add_argument("--verbose", action="store_true", help="list every run not replayed, with its reasons")
     va.add_argument("--approximate", action="store_true",
                     help="also replay runs using techniques the cost model ignores (to find errors, not to score)")
@@ -452,11 +455,21 @@ def _fit_defaults() -> int:
 def cmd_validate(args) -> int:
     from amp_tui.core.validation.replay import render, report, run_validation
 
-    if args.write_bands and (args.source or args.approximate):
-        raise SpecError("--write-bands", "--source/--approximate", "bands come from the strict replay of every run")
+    if args.write_bands and (args.source or args.approximate or args.runs):
+        raise SpecError("--write-bands", "--source/--approximate/--runs",
+                        "bands come from the strict replay of every published run")
+    if args.fit and args.runs:
+        raise SpecError("--fit", "--runs", "the defaults are fitted to the published runs; "
+                                           "`amp-tui calibrate` fits your own")
     if args.fit:
         return _fit_defaults()
-    validation = run_validation(args.source, approximate=args.approximate)
+    cases = None
+    if args.runs:
+        from pathlib import Path
+
+        from amp_tui.core.validation.runs import load_cases
+        cases = load_cases(Path(args.runs))
+    validation = run_validation(args.source, approximate=args.approximate, cases=cases)
     rep = report(validation)
     print(json.dumps(rep, indent=2, allow_nan=False) if args.json else render(rep, verbose=args.verbose))
     if args.write_bands:

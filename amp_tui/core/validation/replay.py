@@ -56,17 +56,23 @@ class Validation:
     approximate: bool = False
 
 
-def check_source(source: str | None) -> None:
-    if source is not None and source not in SOURCE_KEYS:
-        raise SpecError("--source", source, f"unknown source; known: {', '.join(SOURCE_KEYS)}")
+def check_source(source: str | None, cases: list[ReplayCase] | None = None) -> None:
+    known = _source_order(case.source for case in cases or ())
+    if source is not None and source not in known:
+        raise SpecError("--source", source, f"unknown source; known: {', '.join(known)}")
+
+
+def _source_order(sources) -> list[str]:
+    """The published sources in their order, then any other a runs file names, as first met."""
+    return list(dict.fromkeys([*SOURCE_KEYS, *sources]))
 
 
 def run_validation(source: str | None = None, approximate: bool = False,
                    cases: list[ReplayCase] | None = None) -> Validation:
     """Replay every case (of one source) the cost model can express; list the others with why."""
-    check_source(source)
     start = time.perf_counter()
     cases = load_cases() if cases is None else cases
+    check_source(source, cases)
     honoured = EVERYTHING if approximate else None
     costs: dict[int, CostModel] = {}   # scenarios are shared between the runs that describe them
     replayed, skipped = [], []
@@ -155,7 +161,7 @@ def report(validation: Validation) -> dict:
     for r in validation.replayed:
         by_source[r.case.source].append(r)
     totals = Counter(r.case.source for r in validation.replayed) + Counter(s.case.source for s in validation.skipped)
-    sources = {key: {"runs": totals[key], **score(by_source[key])} for key in SOURCE_KEYS if totals[key]}
+    sources = {key: {"runs": totals[key], **score(by_source[key])} for key in _source_order(totals) if totals[key]}
     scored = [s for s in sources.values() if s["timed"]]
     reasons: dict[str, dict] = {}
     for s in validation.skipped:

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import yaml
 
-from amp_tui.core.errors import SpecError
+from amp_tui.core.errors import SpecError, one_line
 from amp_tui.core.hardware import gpu_catalog, instance_catalog
 from amp_tui.core.scenario import AUTO, Scenario, load_scenario, parse_scenario
 from amp_tui.core.strategy import Strategy, even_partition
@@ -37,14 +37,21 @@ HONOURED: dict[str, set] = {
 
 RUNS_FILE = Path(__file__).resolve().parent.parent.parent / "data" / "measured_runs.yaml"
 
-# Run-id prefix -> source key; the one place a run's source is named.
+# Run-id prefix -> source key; the one place a run's source is named. AMP's other trials (its
+# heterogeneous cluster and model) are "amp-heterogeneous" whatever their ids (_is_amp).
 SOURCES = (("amp-homogeneous", "amp-homogeneous"), ("megatron-sc21", "megatron-sc21"),
            ("korthikanti", "korthikanti"), ("llmfoundry", "llmfoundry"), ("nemo", "nemo"),
            ("mbridge", "nemo"), ("torchtitan", "torchtitan"), ("llama3", "llama3"))
-SOURCE_KEYS = tuple(dict.fromkeys(key for _, key in SOURCES))
+AMP_OTHER = "amp-heterogeneous"
+SOURCE_KEYS = tuple(dict.fromkeys([key for _, key in SOURCES] + [AMP_OTHER]))
 
-# The AMP runs replay the paper preset, whose layer list is AMP's 30 pipeline entries.
+# AMP's trials replay the paper's presets, whose layer lists are AMP's pipeline entries with the
+# times AMP measured: GPT-2 medium's 30 (paper-homogeneous) and the TransGAN generator's 56
+# (paper-het-model), with DeepSpeed's training as AMP ran it, on the instances AMP ran (with the
+# link figures of AMP's code).
 AMP_SCENARIO = "paper-homogeneous"
+AMP_MODEL_SCENARIOS = (("transgan", "paper-het-model"), ("", AMP_SCENARIO))
+AMP_INSTANCES = {"T4": "g4dn.12xlarge", "V100": "p3.8xlarge"}
 
 _GIB = 2**30
 # Interleaving depth in the scenario of a run that does not state it; such runs are never replayed.
@@ -87,6 +94,8 @@ def source_key(run: dict) -> str:
     for prefix, key in SOURCES:
         if run_id.startswith(prefix):
             return key
+    if _is_amp(run):
+        return AMP_OTHER
     title = str((run.get("source") or {}).get("title") or "other")
     return re.sub(r"[^a-z0-9]+", "-", title.lower().split(",")[0]).strip("-")[:24]
 
@@ -113,6 +122,15 @@ def unsupported(case: ReplayCase, honoured: dict[str, set] | None = None) -> lis
     return reasons + list(case.data_gaps)
 
 
+def _is_amp(run: dict) -> bool:
+    """A trial from AMP's experiment logs: its id says so, or its stages are given over AMP's
+    pipeline entries, or its source is the AMP paper."""
+    title = str((run.get("source") or {}).get("title") or "")
+    return (str(run.get("id", "")).lower().startswith("amp")
+            or "stage_bounds_over_amp_entries" in (run.get("training") or {})
+            or bool(re.search(r"\bAMP\b.*NeurIPS 2022", title)))
+
+
 def is_model_gap(reason: str) -> bool:
     """A reason the cost model can remove (a technique to honour), not a gap in the run's data."""
     return reason.startswith(("needs ", "cannot be evaluated"))
@@ -128,11 +146,11 @@ def load_runs(path: Path = RUNS_FILE) -> tuple[dict, ...]:
         with open(path, encoding="utf-8") as handle:
             data = yaml.load(handle, Loader=loader)  # noqa: S506 - a safe loader
     except OSError as exc:
-        raise SpecError("measured runs", str(path), f"cannot be read ({exc.strerror})") from None
+        raise SpecError("measured runs", Path(path), f"cannot be read ({exc.strerror})") from None
     except yaml.YAMLError as exc:
-        raise SpecError("measured runs", str(path), f"malformed YAML: {str(exc).splitlines()[0]}") from None
+        raise SpecError("measured runs", Path(path), f"malformed YAML: {str(exc).splitlines()[0]}") from None
     if not isinstance(data, dict) or not isinstance(data.get("runs"), list):
-        raise SpecError("measured runs", str(path), "expected a mapping with a `runs` list")
+        raise SpecError("measured runs", Path(path), "expected a mapping with a `runs` list")
     return tuple(data["runs"])
 
 
@@ -140,7 +158,26 @@ def load_cases(path: Path = RUNS_FILE) -> list[ReplayCase]:
     """Every run of the file as a replay case (scenarios shared between runs that describe the same
     cluster, model and training)."""
     scenarios: dict[str, Scenario] = {}
-    return [parse_run(run, scenarios) for run in load_runs(path)]
+    cases = []
+    for index, run in enumerate(load_runs(path)):
+        if not isinstance(run, dict):
+            raise SpecError(f"runs[{index}]", run, "expected a mapping (id, model, cluster, training, measured)")
+        try:
+            cases.append(parse_run(run, scenarios))
+        except (TypeError, ValueError, AttributeError, KeyError) as exc:     # a field of a kind not read
+            cases.append(_unreadable(run, index, exc))
+    return cases
+
+
+def _unreadable(run: dict, index: int, exc: Exception) -> ReplayCase:
+    """A run with a field this harness cannot read (e.g. a list where it reads a number): kept
+    out of the replay, with why, so that the others are still scored."""
+    reason = one_line(f"cannot be read: {type(exc).__name__}: {exc}", 120)
+    return ReplayCase(id=str(run.get("id", f"runs[{index}]")), source=source_key(run),
+                      group=str(run.get("group") or "unreadable"), gpu="", heterogeneous=False, precision="fp16",
+                      recompute="none", zero_stage=0, sequence_parallel=False, cp=1, virtual_stages=1, ep=1,
+                      scenario=None, strategy=None, measured=Measured(None, None, None, False),
+                      amp_predicted_s=None, data_gaps=(reason,))
 
 
 # -- one run ----------------------------------------------------------------------------------
@@ -207,7 +244,7 @@ def parse_run(run: dict, scenarios: dict[str, Scenario] | None = None) -> Replay
     scenario = strategy = None
     if gbs is not None:
         try:
-            if source == "amp-homogeneous":
+            if source in ("amp-homogeneous", AMP_OTHER):
                 scenario, partition = _amp_scenario(run, gbs, pp, scenarios)
             else:
                 spec = {"name": f"{model.get('name')} on {cluster.get('name')}",
@@ -235,7 +272,9 @@ def parse_run(run: dict, scenarios: dict[str, Scenario] | None = None) -> Replay
     return ReplayCase(
         id=str(run.get("id")), source=source, gpu=gpu_label,
         group=str(run.get("group") or f"{source}: {model.get('name')} on {cluster.get('name')}"),
-        heterogeneous=bool(cluster.get("heterogeneous")), precision=precision, recompute=recompute,
+        heterogeneous=bool(cluster.get("heterogeneous")) or (
+            scenario is not None and len({g.gpu.name for g in scenario.cluster.nodes}) > 1),
+        precision=precision, recompute=recompute,
         zero_stage=zero_stage, sequence_parallel=bool(sequence_parallel), cp=cp, virtual_stages=virtual_stages,
         ep=ep, scenario=scenario, strategy=strategy, measured=case_measured,
         amp_predicted_s=run.get("amp_predicted_iteration_time_s"), assumptions=tuple(notes), data_gaps=tuple(gaps))
@@ -272,17 +311,56 @@ def _shared_scenario(spec: dict, scenarios: dict[str, Scenario]) -> Scenario:
 
 
 def _amp_scenario(run: dict, gbs, pp: int, scenarios: dict) -> tuple[Scenario, tuple[int, ...]]:
-    if AMP_SCENARIO not in scenarios:
-        scenarios[AMP_SCENARIO] = load_scenario(AMP_SCENARIO)
-    scenario = scenarios[AMP_SCENARIO]
-    if gbs is not None and int(gbs) != scenario.training.global_batch_size:
-        scenario = scenario.with_training(global_batch_size=int(gbs))
+    """An AMP trial's scenario (AMP_MODEL_SCENARIOS: the paper preset of its model, on the nodes
+    the run names, _amp_nodes) and its partition (its stage bounds over AMP's entries)."""
+    name = str((run.get("model") or {}).get("name") or "").lower()
+    preset = next(preset for word, preset in AMP_MODEL_SCENARIOS if word in name)
+    nodes = _amp_nodes(run.get("cluster") or {})
+    key = ("amp", preset, nodes, None if gbs is None else int(gbs))
+    if key not in scenarios:
+        if preset not in scenarios:
+            scenarios[preset] = load_scenario(preset)
+        base = scenarios[preset]
+        if nodes != tuple((g.instance, g.count) for g in base.cluster.nodes):
+            label = " + ".join(f"{count} x {instance}" for instance, count in nodes)
+            base = parse_scenario({**base.to_dict(), "name": f"{base.model.name} on {label}",
+                                   "cluster": {"name": label, "nodes": [{"instance": instance, "count": count}
+                                                                         for instance, count in nodes]}})
+        if gbs is not None and int(gbs) != base.training.global_batch_size:
+            base = base.with_training(global_batch_size=int(gbs))
+        scenarios[key] = base
+    scenario = scenarios[key]
     bounds = (run.get("training") or {}).get("stage_bounds_over_amp_entries")
     if not isinstance(bounds, list) or len(bounds) != pp + 1 or bounds[0] != 0 \
             or bounds[-1] != scenario.model.num_layers or sorted(bounds) != bounds:
         raise SpecError("training.stage_bounds_over_amp_entries", bounds,
                         f"expected {pp + 1} rising bounds from 0 to {scenario.model.num_layers}")
     return scenario, tuple(b - a for a, b in zip(bounds, bounds[1:]))
+
+
+def _amp_nodes(cluster: dict) -> tuple[tuple[str, int], ...]:
+    """The (instance, count) node groups of an AMP trial, in the order ranks fill them: from its
+    `gpu_mix` (each GPU type on AMP's instance of it, AMP_INSTANCES), else the instances its name
+    lists ('3 x AWS p3.8xlarge + 1 x AWS g4dn.12xlarge'), else its one GPU type."""
+    num_gpus = int(cluster.get("num_gpus") or 0)
+    catalog = instance_catalog()
+    named = [(instance, int(count)) for count, instance in
+             re.findall(r"(\d+)\s*(?:x|\u00d7)\s*(?:AWS\s+)?([\w.-]+)", str(cluster.get("name") or ""))
+             if instance in catalog]
+    mix = _gpu_mix(cluster.get("gpu_mix"))
+    if not mix and named and sum(catalog[i]["gpus_per_node"] * n for i, n in named) == num_gpus:
+        return tuple(named)
+    nodes = []
+    for entry in mix or [{"gpu": cluster.get("gpu"), "num_gpus": num_gpus}]:
+        gpu = _catalog_gpu(str(entry.get("gpu") or ""))
+        if gpu not in AMP_INSTANCES:
+            raise SpecError("cluster.gpu", entry.get("gpu"), f"AMP's trials ran on {' and '.join(AMP_INSTANCES)} only")
+        instance = AMP_INSTANCES[gpu]
+        per_node = catalog[instance]["gpus_per_node"]
+        if entry["num_gpus"] % per_node:
+            raise SpecError("cluster.num_gpus", entry["num_gpus"], f"not whole {instance} nodes of {per_node} GPUs")
+        nodes.append((instance, entry["num_gpus"] // per_node))
+    return tuple(nodes)
 
 
 # -- techniques as the sources name them ------------------------------------------------------

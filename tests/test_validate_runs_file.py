@@ -1,0 +1,138 @@
+"""`amp-tui validate --runs FILE`: a measured-runs file of one's own, in the published schema, is
+replayed and scored per source; AMP's other trials (its heterogeneous cluster and model, whatever
+their ids) replay the paper's presets on the nodes they name, with their stage bounds; bad files
+get one line and exit 2."""
+
+from __future__ import annotations
+
+import copy
+import json
+
+import pytest
+import yaml
+
+from amp_tui.cli import main
+from amp_tui.core.evaluate import evaluate
+from amp_tui.core.scenario import load_scenario
+from amp_tui.core.strategy import Strategy
+from amp_tui.core.validation.replay import report, run_validation
+from amp_tui.core.validation.runs import (
+    AMP_OTHER,
+    load_cases,
+    load_runs,
+    parse_run,
+    source_key,
+)
+
+
+def _amp_run(run_id: str, cluster: dict, model: str = "GPT-2 medium (AMP)", bounds=(0, 8, 16, 23, 30),
+             dp: int = 4, mbs: int = 1, gbs: int = 32, seconds: float = 1.5) -> dict:
+    """An AMP trial in the schema of the published homogeneous ones."""
+    return {"id": run_id, "group": "amp-other", "source": {"title": "Li, Wang, Xing, Zhang: AMP (NeurIPS 2022)"},
+            "model": {"name": model}, "cluster": cluster,
+            "training": {"framework": "DeepSpeed pipeline engine", "precision": "fp16", "tp": 1,
+                         "pp": len(bounds) - 1, "dp": dp, "micro_batch": mbs, "global_batch": gbs,
+                         "recompute": "none", "zero": "none", "stage_bounds_over_amp_entries": list(bounds)},
+            "measured": {"iteration_time_s": seconds, "failed": False}}
+
+
+HET_CLUSTER = {"name": "3 x AWS p3.8xlarge + 1 x AWS g4dn.12xlarge", "num_gpus": 16, "gpus_per_node": 4,
+               "heterogeneous": True}
+
+
+@pytest.mark.parametrize("cluster", [
+    HET_CLUSTER,
+    {**HET_CLUSTER, "name": "AMP's heterogeneous cluster", "gpu_mix": "12x V100 + 4x T4"},
+    {**HET_CLUSTER, "name": "mixed", "gpu_mix": [{"gpu": "V100", "num_gpus": 12}, {"gpu": "T4", "num_gpus": 4}]},
+])
+def test_an_amp_heterogeneous_cluster_trial_replays_the_paper_preset_on_its_nodes(cluster):
+    case = parse_run(_amp_run("amp-het-cluster-07", cluster))
+    assert case.source == AMP_OTHER and case.heterogeneous and not case.data_gaps
+    preset = load_scenario("paper-het-cluster")
+    assert [(g.instance, g.count) for g in case.scenario.cluster.nodes] == [("p3.8xlarge", 3), ("g4dn.12xlarge", 1)]
+    assert case.scenario.model.num_layers == 30 and case.strategy.partition == (8, 8, 7, 7)
+    # the same prediction as the preset evaluated by hand: AMP's measured layers, DeepSpeed's training
+    by_hand = evaluate(preset, Strategy(tp=1, pp=4, dp=4, micro_batch_size=1, partition=(8, 8, 7, 7)))
+    assert evaluate(case.scenario, case.strategy).iteration_time_s == pytest.approx(by_hand.iteration_time_s, rel=1e-12)
+
+
+def test_the_order_a_trial_lists_its_gpus_in_is_the_order_ranks_fill_them():
+    t4_first = parse_run(_amp_run("amp-x", {**HET_CLUSTER, "gpu_mix": "4x T4 + 12x V100"}))
+    assert [g.gpu.name for g in t4_first.scenario.cluster.nodes] == ["T4", "V100"]
+
+
+def test_an_amp_heterogeneous_model_trial_replays_transgan_with_its_56_entries():
+    cluster = {"name": "4 x AWS p3.8xlarge", "gpu": "V100", "num_gpus": 16, "gpus_per_node": 4}
+    run = _amp_run("amp-heterogeneous-model-12", cluster, model="TransGAN generator", bounds=(0, 20, 56), dp=8,
+                   gbs=64)
+    case = parse_run(run)
+    preset = load_scenario("paper-het-model")
+    assert case.source == AMP_OTHER and not case.heterogeneous and not case.data_gaps
+    assert case.scenario.model.name == preset.model.name and case.scenario.model.num_layers == 56
+    assert case.scenario.training.global_batch_size == 64 and case.strategy.partition == (20, 36)
+    wrong = parse_run({**run, "training": {**run["training"], "stage_bounds_over_amp_entries": [0, 20, 30]}})
+    assert case.scenario is not None and wrong.scenario is None
+    assert any("stage_bounds_over_amp_entries" in gap for gap in wrong.data_gaps)
+
+
+def test_the_published_amp_runs_are_still_their_own_source():
+    runs = [run for run in load_runs() if str(run["id"]).startswith("amp-")]
+    assert runs and {source_key(run) for run in runs} == {"amp-homogeneous"}
+
+
+def _write(tmp_path, runs) -> str:
+    path = tmp_path / "runs.yaml"
+    path.write_text(yaml.safe_dump({"runs": runs}))
+    return str(path)
+
+
+def test_validate_runs_scores_a_file_of_ones_own_with_new_sources(tmp_path, capsys):
+    public = {run["id"]: run for run in load_runs()}
+    mine = copy.deepcopy(public["llmfoundry-001"]) if "llmfoundry-001" in public else copy.deepcopy(
+        next(run for run in public.values() if source_key(run) == "llmfoundry"))
+    mine["id"] = "my-lab-01"
+    mine["source"] = {"title": "My lab, our own cluster"}
+    runs = [mine, _amp_run("amp-het-cluster-01", HET_CLUSTER), _amp_run("amp-het-cluster-02", HET_CLUSTER, dp=2,
+                                                                        bounds=(0, 4, 8, 12, 16, 20, 24, 27, 30))]
+    path = _write(tmp_path, runs)
+    assert main(["validate", "--runs", path, "--json"]) == 0
+    rep = json.loads(capsys.readouterr().out)
+    assert rep["runs"] == 3 and rep["replayed"] == 3
+    assert list(rep["sources"]) == [AMP_OTHER, "my-lab"]
+    assert rep["sources"][AMP_OTHER]["replayed"] == 2 and rep["macro"]["sources"] == 2
+    # the same figures as replaying the cases directly, and --source picks a new source
+    direct = report(run_validation(cases=load_cases(tmp_path / "runs.yaml")))
+    assert direct["sources"] == rep["sources"]
+    assert main(["validate", "--runs", path, "--source", "my-lab"]) == 0
+    out = capsys.readouterr().out
+    assert "my-lab" in out and AMP_OTHER not in out
+
+
+def test_a_run_with_a_field_of_another_kind_is_not_replayed_and_the_others_are(tmp_path, capsys):
+    odd = _amp_run("metis-like-01", HET_CLUSTER)
+    odd["training"]["tp"] = [1, 2]      # per-stage degrees, in a schema this harness does not read
+    path = _write(tmp_path, [odd, _amp_run("amp-het-cluster-01", HET_CLUSTER)])
+    assert main(["validate", "--runs", path, "--verbose"]) == 0
+    out = capsys.readouterr().out
+    assert "1 of 2 runs replayed" in out and "metis-like-01" in out and "cannot be read: TypeError" in out
+
+
+@pytest.mark.parametrize("content, field", [
+    ("runs: [1, 2]", "runs[0]"),
+    ("just text", "measured runs"),
+    ("runs: [{id: x", "measured runs"),
+])
+def test_a_bad_runs_file_gets_one_line_and_exit_2(tmp_path, capsys, content, field):
+    path = tmp_path / "bad.yaml"
+    path.write_text(content)
+    assert main(["validate", "--runs", str(path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and field in err
+
+
+def test_validate_runs_refuses_to_write_bands_or_fit(tmp_path, capsys):
+    path = _write(tmp_path, [_amp_run("amp-het-cluster-01", HET_CLUSTER)])
+    assert main(["validate", "--runs", path, "--write-bands"]) == 2
+    assert main(["validate", "--runs", path, "--fit"]) == 2
+    assert main(["validate", "--runs", str(tmp_path / "missing.yaml")]) == 2
+    assert "missing.yaml" in capsys.readouterr().err
