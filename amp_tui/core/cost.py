@@ -147,7 +147,7 @@ class CostModel:
             return
         mbs = np.array(todo, dtype=np.float64)[:, None]
         gpu = self.gpus[group]
-        passes = 4.0 if self.knobs.recompute == "full" else 3.0
+        passes = self.knobs.forward_passes + 2.0     # and the backward's two
         measured = self._measured(gpu.name, tp)
         have = ~np.isnan(measured)
         analytic = self._analytic_forward(gpu, tp, mbs)
@@ -236,7 +236,7 @@ class CostModel:
         cols = self.model.columns
         kinds = np.array([layer.kind == "block" for layer in self.model.layers])
         per_pass = np.where(cols["tp_comm_bytes"] > 0, np.where(kinds, 2.0, 1.0), 0.0)
-        return per_pass * (3.0 if self.knobs.recompute == "full" else 2.0)
+        return per_pass * (self.knobs.forward_passes + 1.0)
 
     def activation_arrays(self, tp: int) -> tuple[np.ndarray, np.ndarray]:
         """Per sample of a micro-batch, per GPU at this tp: (prefix sums of the activation bytes each
@@ -285,7 +285,7 @@ class CostModel:
                 if self.knobs.cp > 1:
                     comm = comm + context_terms.exposed_ring_time(
                         *self.ring_steps(g, tp, mbs), self.knobs.cp, *cp_link,
-                        forward_passes=2.0 if self.knobs.recompute == "full" else 1.0)
+                        forward_passes=self.knobs.forward_passes)
                 total = compute + comm
                 exposed = 0.0
                 if sharded is not None:    # prefetched: the layer waits only for what compute does not hide
@@ -814,5 +814,6 @@ def backward_overlap(cost: CostModel) -> float:
     """Share of a stage's compute per micro-batch behind which a gradient all-reduce can run: the
     framework's overlap (params `dp_overlap`) of the last micro-batch's backward pass (2 of 3
     passes, 3 of 4 under full recomputation)."""
-    backward = 0.75 if cost.knobs.recompute == "full" else 2.0 / 3.0
+    passes = cost.knobs.forward_passes + 2.0
+    backward = (passes - 1.0) / passes      # the recomputed forward runs in the backward pass
     return cost.params("dp_overlap", cost.training.framework) * backward

@@ -31,6 +31,12 @@ class Knobs:
         return {key: getattr(self, key) for key in KNOB_FIELDS}
 
     @property
+    def forward_passes(self) -> float:
+        """Forward passes per micro-batch: 2 under full recomputation (the forward runs again just
+        before the backward), else 1. Every pass that communicates counts them."""
+        return 2.0 if self.recompute == "full" else 1.0
+
+    @property
     def short_label(self) -> str:
         """'full-recompute ZeRO-3 SP cp2 v2'; '-' for none of them."""
         parts = []

@@ -154,7 +154,7 @@ class StageWise:
         groups = tuple(sorted(set(nodes.rank_group[ranks].ravel().tolist())))
         (tp_spb, tp_lat), (cp_spb, cp_lat) = nodes.block_links(ranks, self.cp)
         dp_spb, dp_lat = nodes.ring_links(ranks.T)
-        allreduce = float(nodes.allreduce_seconds_per_byte(ranks.T).max()) if ranks.shape[0] > 1 else 0.0
+        allreduce = float(nodes.allreduce_seconds_per_byte(ranks.T, dp_spb).max()) if ranks.shape[0] > 1 else 0.0
         return StageLinks(groups, float(min(nodes.usable[g] for g in groups)),
                           float(min(nodes.memory_bandwidth[g] for g in groups)),
                           float(tp_spb.max()), float(tp_lat.max()), (float(cp_spb.max()), float(cp_lat.max())),

@@ -27,7 +27,7 @@ plus the tail: the optimizer step and the gradient all-reduce (over the fewest n
 span, at each group's share of its network link), the parameters spread over the stages as their
 classes allow (_tail_floors), counted whole where nothing hides the all-reduce (DeepSpeed) and
 with B - 1 - h steady steps where backward hides up to h x a stage's compute; and coupled with the
-bottleneck (_coupled_floors: below the next whole-layer thresholds the slow stages must hold the
+bottleneck (_coupled_part_floors: below the next whole-layer thresholds the slow stages must hold the
 layers the fast ones cannot, with their all-reduce). All minimised over every (tp, dp,
 micro-batch size) the part's GPU count admits (tests: each part's bound against brute force). Counting the GPUs
 fractionally instead gives a quick bound, B M >= global batch / micro-batch x tp x A / sum_g (GPUs
@@ -345,7 +345,7 @@ def part_bounds(scenario: Scenario, rows: np.ndarray, cost: CostModel | None = N
                         bound[live] = np.maximum(bound[live], pipeline(live, B - 1 - hidden, m[live]) + full[live])
                     if counted and hidden <= B - 1 and len(core_values) and ring.any():
                         live = live[bound[live] < cap[live]]
-                        bound[live] = np.maximum(bound[live], _coupled_floors(
+                        bound[live] = np.maximum(bound[live], _coupled_part_floors(
                             partial(pipeline, live), B - 1 - hidden, m[live], core_values, core_held,
                             np.diff(core_cumulative[rows_ok[live]] // (tp * dp), axis=1, prepend=0),
                             per_param * ring + optimizer, gpus[rows_ok[live]], tp * dp, pp[live],
@@ -408,7 +408,7 @@ def _tail_floors(coef: np.ndarray, gpus: np.ndarray, per_stage: int, pp: np.ndar
     return params / (np.diff(stages, axis=1, prepend=0) / coef[lowest_first]).sum(axis=1) * (1.0 - 1e-9)
 
 
-def _coupled_floors(pipeline: Callable, steps: float, m: np.ndarray, values: np.ndarray, held: np.ndarray,
+def _coupled_part_floors(pipeline: Callable, steps: float, m: np.ndarray, values: np.ndarray, held: np.ndarray,
                     new: np.ndarray, coef: np.ndarray, gpus: np.ndarray, per_stage: int, pp: np.ndarray,
                     layer_params: float, spread: np.ndarray) -> np.ndarray:
     """Per row, a floor on steps (M + busy) + S(M) + fixed + max_s e_s P_s that couples the
