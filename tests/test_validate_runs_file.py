@@ -136,3 +136,44 @@ def test_validate_runs_refuses_to_write_bands_or_fit(tmp_path, capsys):
     assert main(["validate", "--runs", path, "--fit"]) == 2
     assert main(["validate", "--runs", str(tmp_path / "missing.yaml")]) == 2
     assert "missing.yaml" in capsys.readouterr().err
+
+
+def _mixed_run(framework: str, **training) -> dict:
+    """A run on 8 A100 + 8 V100 in the published schema, its parts each with their own links."""
+    return {"id": "mixed-01", "source": {"title": "A heterogeneous-training paper"},
+            "model": {"name": "GPT 1.3B", "layers": 24, "hidden": 2048, "heads": 16, "vocab": 50257, "seq_len": 2048},
+            "cluster": {"name": "8 A100 + 8 V100", "num_gpus": 16, "heterogeneous": True, "gpu_mix": [
+                {"gpu": "A100-SXM4-40GB", "num_gpus": 8, "gpus_per_node": 8, "intra_node": "600 GB/s",
+                 "inter_node": "100 Gbps"},
+                {"gpu": "V100-SXM2-32GB", "num_gpus": 8, "gpus_per_node": 8, "intra_node": "300 GB/s",
+                 "inter_node": "100 Gbps"}]},
+            "training": {"framework": framework, "precision": "fp16", "tp": 1, "pp": 2, "dp": 8, "micro_batch": 4,
+                         "global_batch": 128, "recompute": "none", **training},
+            "measured": {"iteration_time_s": 1.0}}
+
+
+def test_a_planner_for_mixed_gpus_is_replayed_with_the_best_partition_a_stock_engine_with_the_even_one():
+    planner, stock = parse_run(_mixed_run("Metis on Alpa")), parse_run(_mixed_run("Megatron-LM"))
+    assert planner.heterogeneous and not planner.data_gaps and not stock.data_gaps
+    assert [g.gpu.name for g in planner.scenario.cluster.nodes] == ["A100-40GB", "V100-32GB"]
+    assert planner.strategy.partition is None and any("best for its degrees" in a for a in planner.assumptions)
+    assert stock.strategy.partition == (13, 13)        # 12 blocks each, the embedding first, the head last
+    balanced = evaluate(planner.scenario, planner.strategy)
+    even = evaluate(stock.scenario, stock.strategy)
+    # the A100 stage takes more layers, and the iteration is faster than the even split's
+    assert balanced.strategy.partition[0] > balanced.strategy.partition[1]
+    assert balanced.iteration_time_s < even.iteration_time_s
+
+
+def test_stated_blocks_per_stage_are_the_partition():
+    case = parse_run(_mixed_run("Megatron-LM", layers_per_stage=[15, 9]))
+    assert case.strategy.partition == (16, 10)
+    bad = parse_run(_mixed_run("Megatron-LM", layers_per_stage=[15, 8]))
+    assert bad.scenario is None and any("layers_per_stage" in gap for gap in bad.data_gaps)
+
+
+@pytest.mark.parametrize("framework, balanced", [
+    ("Megatron-LM on Ampere GPUs", False), ("DeepSpeed", False), ("HetPipe on PyTorch", True),
+    ("a heterogeneity-aware scheduler over Megatron-LM", True), ("our system", True)])
+def test_which_engines_split_evenly_on_mixed_gpus(framework, balanced):
+    assert (parse_run(_mixed_run(framework)).strategy.partition is None) == balanced

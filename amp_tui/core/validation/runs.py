@@ -259,7 +259,7 @@ def parse_run(run: dict, scenarios: dict[str, Scenario] | None = None) -> Replay
                                      "attention_kernel": _attention_kernel(source, notes),
                                      "tp_comm_overlap": _tp_comm_overlap(run, tp)}}
                 scenario = _shared_scenario(spec, scenarios)
-                partition = megatron_partition(scenario, pp)
+                partition = _partition(scenario, pp, training, notes)
             strategy = Strategy(tp=tp, pp=pp, dp=dp, micro_batch_size=int(mbs), partition=partition,
                                 recompute=None if recompute == AUTO else recompute, zero_stage=zero_stage,
                                 sequence_parallel=bool(sequence_parallel), cp=cp,
@@ -288,18 +288,49 @@ def _cannot_hold_weights(scenario: Scenario, model_split: int) -> bool:
     return scenario.model.total_params * 2 * e / model_split > smallest
 
 
-def megatron_partition(scenario: Scenario, pp: int) -> tuple[int, ...]:
-    """Megatron's default split: the blocks evenly over the stages, the embedding on the first and
-    the head on the last (models without blocks: every layer evenly)."""
+# Engines that split the layers evenly whatever the GPUs: a run by one of these (and by no system
+# named for heterogeneous clusters) keeps Megatron's default split on a mixed cluster too.
+_EVEN_SPLIT = ("megatron", "nemo", "deepspeed", "torchtitan", "fsdp", "composer", "llm-foundry", "pytorch")
+_HETEROGENEITY_AWARE = re.compile(r"\b(amp|metis|hetpipe|whale|sailor|flashflex|cephalo|hexiscale|poplar|sdpipe|"
+                                  r"holmes|accpar|hetero\w*)\b")
+
+
+def _partition(scenario: Scenario, pp: int, training: dict, notes: list[str]) -> tuple[int, ...] | None:
+    """The layers per stage a run used: the transformer blocks per stage it states
+    (`layers_per_stage`, the embedding going with the first and the head with the last), else on a
+    cluster of one GPU type Megatron's default split; on mixed GPUs, unless an even-splitting
+    engine ran it, None: the best partition for its degrees (evaluate), as a planner for
+    heterogeneous clusters balances its stages (an even split there is what a baseline runs)."""
+    stated = training.get("layers_per_stage")
+    if stated is not None:
+        return megatron_partition(scenario, pp, blocks_per_stage=stated)
+    framework = str(training.get("framework") or "").lower()
+    aware = _HETEROGENEITY_AWARE.search(framework) is not None
+    if len({group.gpu.name for group in scenario.cluster.nodes}) > 1 and (
+            aware or not any(word in framework for word in _EVEN_SPLIT)):
+        notes.append("partition not stated, on mixed GPUs: the best for its degrees (a planner for "
+                     "heterogeneous clusters balances its stages)")
+        return None
+    return megatron_partition(scenario, pp)
+
+
+def megatron_partition(scenario: Scenario, pp: int, blocks_per_stage=None) -> tuple[int, ...]:
+    """Megatron's default split: the blocks evenly over the stages (or `blocks_per_stage`, as a
+    run states them), the embedding on the first and the head on the last (models without
+    blocks: every layer evenly)."""
     kinds = [layer.kind for layer in scenario.model.layers]
     blocks = kinds.count("block")
-    if blocks < pp:
+    if blocks_per_stage is None and blocks < pp:
         return even_partition(len(kinds), pp)
-    before = kinds.index("block")
-    after = len(kinds) - before - blocks
-    split = list(even_partition(blocks, pp))
+    before = kinds.index("block") if blocks else 0
+    split = list(even_partition(blocks, pp) if blocks_per_stage is None else blocks_per_stage)
+    if not (len(split) == pp and all(isinstance(n, int) and n >= 0 for n in split) and sum(split) == blocks):
+        raise SpecError("training.layers_per_stage", blocks_per_stage,
+                        f"expected {pp} counts of transformer blocks adding up to {blocks}")
     split[0] += before
-    split[-1] += after
+    split[-1] += len(kinds) - before - blocks
+    if min(split) < 1:
+        raise SpecError("training.layers_per_stage", blocks_per_stage, "leaves a stage without layers")
     return tuple(split)
 
 
