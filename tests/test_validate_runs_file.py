@@ -177,3 +177,13 @@ def test_stated_blocks_per_stage_are_the_partition():
     ("a heterogeneity-aware scheduler over Megatron-LM", True), ("our system", True)])
 def test_which_engines_split_evenly_on_mixed_gpus(framework, balanced):
     assert (parse_run(_mixed_run(framework)).strategy.partition is None) == balanced
+
+
+def test_a_gpu_mix_may_name_instances_and_count_their_nodes():
+    case = parse_run({**_mixed_run("Megatron-LM"), "cluster": {
+        "name": "AWS", "num_gpus": 32, "heterogeneous": True, "gpu_mix": "2 x p4d.24xlarge + 4 x AWS g5.12xlarge"}})
+    groups = case.scenario.cluster.nodes
+    assert [(g.gpu.name, g.count, g.gpus_per_node) for g in groups] == [("A100-40GB", 2, 8), ("A10G", 4, 4)]
+    preset = load_scenario("mixed-a100-a10g-llama2-13b").cluster.nodes      # the same instances, from the catalog
+    assert [(g.intra_node_bandwidth, g.inter_node_bandwidth) for g in groups] == \
+        [(g.intra_node_bandwidth, g.inter_node_bandwidth) for g in preset[:2]]

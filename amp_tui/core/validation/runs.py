@@ -620,23 +620,38 @@ def _cluster_spec(cluster: dict, notes: list[str]) -> dict:
 
 def _gpu_mix(mix) -> list[dict]:
     """A heterogeneous cluster's parts as [{gpu, num_gpus, ...}]: from a list of mappings (gpu with
-    count / num_gpus and optional gpus_per_node, intra_node, inter_node, gpu_mem_gb), a mapping of
-    GPU to count, or text such as '16x A100-40GB + 16x RTX 3090'."""
+    count / num_gpus and optional gpus_per_node, intra_node, inter_node, gpu_mem_gb; or an
+    instance with its count of nodes), a mapping of GPU (or instance) to count, or text such as
+    '16x A100-40GB + 16x RTX 3090' or '2 x p4d.24xlarge + 4 x g5.12xlarge'. A part named by its
+    instance takes the catalog's GPU, GPUs per node and links, and counts nodes."""
     if not mix:
         return []
     if isinstance(mix, dict):
-        mix = [{"gpu": gpu, "num_gpus": count} for gpu, count in mix.items()]
+        mix = [{"gpu": gpu, "count": count} for gpu, count in mix.items()]
     elif isinstance(mix, str):
         parts = re.findall(r"(\d+)\s*(?:x|\u00d7)?\s*([^+,;]+)", mix)
         if not parts:
             raise SpecError("cluster.gpu_mix", mix, "expected e.g. '16x A100 + 16x RTX 3090'")
-        mix = [{"gpu": label.strip(), "num_gpus": int(count)} for count, label in parts]
+        mix = [{"gpu": label.strip(), "count": int(count)} for count, label in parts]
     if not isinstance(mix, list):
         raise SpecError("cluster.gpu_mix", mix, "expected a list, a mapping or text")
+    catalog = instance_catalog()
     out = []
     for entry in mix:
-        if not isinstance(entry, dict) or "gpu" not in entry:
-            raise SpecError("cluster.gpu_mix", entry, "each part needs a gpu")
+        if not isinstance(entry, dict) or not ("gpu" in entry or "instance" in entry):
+            raise SpecError("cluster.gpu_mix", entry, "each part needs a gpu or an instance")
+        instance = entry.get("instance") or (entry["gpu"] if str(entry["gpu"]).removeprefix("AWS ") in catalog else None)
+        if instance is not None:
+            name = str(instance).removeprefix("AWS ")
+            if name not in catalog:
+                raise SpecError("cluster.gpu_mix", instance, "instance not in catalog")
+            node = catalog[name]
+            nodes = entry.get("nodes", entry.get("count"))
+            if not isinstance(nodes, int) or nodes < 1:
+                raise SpecError("cluster.gpu_mix", entry, "each instance needs a whole number of nodes (count)")
+            entry = {"intra_node": str(node["intra_node_bandwidth"]), "inter_node": str(node["inter_node_bandwidth"]),
+                     **entry, "gpu": node["gpu"], "gpus_per_node": node["gpus_per_node"],
+                     "num_gpus": nodes * node["gpus_per_node"]}
         count = entry.get("num_gpus", entry.get("count"))
         if not isinstance(count, int) or count < 1:
             raise SpecError("cluster.gpu_mix", entry, "each part needs a whole number of GPUs (num_gpus)")
