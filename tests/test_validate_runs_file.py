@@ -187,3 +187,13 @@ def test_a_gpu_mix_may_name_instances_and_count_their_nodes():
     preset = load_scenario("mixed-a100-a10g-llama2-13b").cluster.nodes      # the same instances, from the catalog
     assert [(g.intra_node_bandwidth, g.inter_node_bandwidth) for g in groups] == \
         [(g.intra_node_bandwidth, g.inter_node_bandwidth) for g in preset[:2]]
+
+
+def test_an_amp_trial_without_stage_bounds_gets_the_best_partition_and_an_id_like_ampere_is_not_amp():
+    run = _amp_run("amp-het-cluster-09", HET_CLUSTER)
+    del run["training"]["stage_bounds_over_amp_entries"]
+    case = parse_run(run)
+    assert case.source == AMP_OTHER and case.strategy.partition is None and not case.data_gaps
+    assert any("stage bounds not stated" in note for note in case.assumptions)
+    other = {**run, "id": "ampere-bench-01", "source": {"title": "a benchmark on Ampere"}}
+    assert source_key(other) != AMP_OTHER

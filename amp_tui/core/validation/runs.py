@@ -126,7 +126,7 @@ def _is_amp(run: dict) -> bool:
     """A trial from AMP's experiment logs: its id says so, or its stages are given over AMP's
     pipeline entries, or its source is the AMP paper."""
     title = str((run.get("source") or {}).get("title") or "")
-    return (str(run.get("id", "")).lower().startswith("amp")
+    return (re.match(r"amp[-_]", str(run.get("id", "")), re.IGNORECASE) is not None
             or "stage_bounds_over_amp_entries" in (run.get("training") or {})
             or bool(re.search(r"\bAMP\b.*NeurIPS 2022", title)))
 
@@ -245,7 +245,7 @@ def parse_run(run: dict, scenarios: dict[str, Scenario] | None = None) -> Replay
     if gbs is not None:
         try:
             if source in ("amp-homogeneous", AMP_OTHER):
-                scenario, partition = _amp_scenario(run, gbs, pp, scenarios)
+                scenario, partition = _amp_scenario(run, gbs, pp, scenarios, notes)
             else:
                 spec = {"name": f"{model.get('name')} on {cluster.get('name')}",
                         "cluster": _cluster_spec(cluster, notes),
@@ -341,9 +341,11 @@ def _shared_scenario(spec: dict, scenarios: dict[str, Scenario]) -> Scenario:
     return scenarios[key]
 
 
-def _amp_scenario(run: dict, gbs, pp: int, scenarios: dict) -> tuple[Scenario, tuple[int, ...]]:
+def _amp_scenario(run: dict, gbs, pp: int, scenarios: dict, notes: list[str]
+                  ) -> tuple[Scenario, tuple[int, ...] | None]:
     """An AMP trial's scenario (AMP_MODEL_SCENARIOS: the paper preset of its model, on the nodes
-    the run names, _amp_nodes) and its partition (its stage bounds over AMP's entries)."""
+    the run names, _amp_nodes) and its partition (its stage bounds over AMP's entries; None, the
+    best for its degrees, where it states none)."""
     name = str((run.get("model") or {}).get("name") or "").lower()
     preset = next(preset for word, preset in AMP_MODEL_SCENARIOS if word in name)
     nodes = _amp_nodes(run.get("cluster") or {})
@@ -362,6 +364,9 @@ def _amp_scenario(run: dict, gbs, pp: int, scenarios: dict) -> tuple[Scenario, t
         scenarios[key] = base
     scenario = scenarios[key]
     bounds = (run.get("training") or {}).get("stage_bounds_over_amp_entries")
+    if bounds is None:          # AMP chose its partitions with its own search: the best for the degrees
+        notes.append("stage bounds not stated: the best partition for its degrees (AMP searches them)")
+        return scenario, None
     if not isinstance(bounds, list) or len(bounds) != pp + 1 or bounds[0] != 0 \
             or bounds[-1] != scenario.model.num_layers or sorted(bounds) != bounds:
         raise SpecError("training.stage_bounds_over_amp_entries", bounds,
