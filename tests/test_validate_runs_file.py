@@ -197,3 +197,15 @@ def test_an_amp_trial_without_stage_bounds_gets_the_best_partition_and_an_id_lik
     assert any("stage bounds not stated" in note for note in case.assumptions)
     other = {**run, "id": "ampere-bench-01", "source": {"title": "a benchmark on Ampere"}}
     assert source_key(other) != AMP_OTHER
+
+
+def test_a_runs_file_must_be_a_regular_file_within_its_limit(tmp_path, capsys, monkeypatch):
+    import amp_tui.core.validation.runs as runs_module
+
+    assert main(["validate", "--runs", str(tmp_path)]) == 2
+    assert "is a directory" in capsys.readouterr().err
+    path = _write(tmp_path, [_amp_run("amp-het-cluster-01", HET_CLUSTER)])
+    monkeypatch.setattr(runs_module, "MAX_RUNS_FILE_BYTES", 100)
+    load_runs.cache_clear()
+    assert main(["validate", "--runs", path]) == 2
+    assert "larger than the limit of 100 bytes" in capsys.readouterr().err

@@ -17,6 +17,8 @@ from amp_tui.core.errors import SpecError
 MAX_FILE_BYTES = 2 * 2**20
 MAX_YAML_DEPTH = 32             # a scenario nests about 8 levels deep
 MAX_YAML_NODES = 500_000        # after expanding aliases; a 2 MiB file holds at most about 200,000
+# A measured-runs file (`validate --runs`): the published one holds 470 runs in 0.85 MiB.
+MAX_RUNS_FILE_BYTES = 64 * 2**20
 
 # Cluster and model. Llama 3 405B trained on 16,384 GPUs with 126 layers; the largest preset has 3,072
 # GPUs. Every pipeline depth is searched in bounded memory (segment tables beyond

@@ -129,8 +129,8 @@ def load_yaml_file(path: str | Path) -> object:
     return load_yaml_text(read_text_file(path), str(path))
 
 
-def read_text_file(path: Path, field: str = "file") -> str:
-    """A regular file's UTF-8 text, at most MAX_FILE_BYTES. Opened without blocking and checked
+def read_text_file(path: Path, field: str = "file", limit: int = MAX_FILE_BYTES) -> str:
+    """A regular file's UTF-8 text, at most `limit` bytes. Opened without blocking and checked
     before reading, so that a FIFO, a device or a folder is refused at once."""
     try:
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
@@ -147,16 +147,16 @@ def read_text_file(path: Path, field: str = "file") -> str:
             raise SpecError(field, path, "is a directory, not a file")
         if not stat.S_ISREG(info.st_mode):
             raise SpecError(field, path, "is not a regular file (a device, pipe or socket)")
-        if info.st_size > MAX_FILE_BYTES:
-            raise SpecError(field, path, f"larger than the limit of {MAX_FILE_BYTES:,} bytes")
+        if info.st_size > limit:
+            raise SpecError(field, path, f"larger than the limit of {limit:,} bytes")
         with os.fdopen(fd, "rb", closefd=False) as handle:
-            data = handle.read(MAX_FILE_BYTES + 1)
+            data = handle.read(limit + 1)
     except OSError as exc:
         raise SpecError(field, path, f"cannot be read ({exc.strerror or type(exc).__name__})") from None
     finally:
         os.close(fd)
-    if len(data) > MAX_FILE_BYTES:       # it grew while we read it
-        raise SpecError(field, path, f"larger than the limit of {MAX_FILE_BYTES:,} bytes")
+    if len(data) > limit:       # it grew while we read it
+        raise SpecError(field, path, f"larger than the limit of {limit:,} bytes")
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError:

@@ -18,9 +18,11 @@ import yaml
 
 from amp_tui.core.errors import SpecError, one_line
 from amp_tui.core.hardware import gpu_catalog, instance_catalog
+from amp_tui.core.limits import MAX_RUNS_FILE_BYTES
 from amp_tui.core.scenario import AUTO, Scenario, load_scenario, parse_scenario
 from amp_tui.core.strategy import Strategy, even_partition
 from amp_tui.core.units import parse_bandwidth
+from amp_tui.core.yamlio import read_text_file
 
 # What the cost model honours today, per technique. The harness maps every run's techniques in
 # full; widening one of these sets (e.g. adding "fp8" or 3) is all it takes to replay the runs
@@ -142,13 +144,14 @@ def is_model_gap(reason: str) -> bool:
 def load_runs(path: Path = RUNS_FILE) -> tuple[dict, ...]:
     """The runs of a measured-runs file (parsed with libyaml where present: the file is large)."""
     loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    text = read_text_file(Path(path), "measured runs", MAX_RUNS_FILE_BYTES)    # (a regular file, bounded)
     try:
-        with open(path, encoding="utf-8") as handle:
-            data = yaml.load(handle, Loader=loader)  # noqa: S506 - a safe loader
-    except OSError as exc:
-        raise SpecError("measured runs", Path(path), f"cannot be read ({exc.strerror})") from None
-    except yaml.YAMLError as exc:
-        raise SpecError("measured runs", Path(path), f"malformed YAML: {str(exc).splitlines()[0]}") from None
+        # An alias is one shared object here, never copied: only the fields a run is read by are visited.
+        data = yaml.load(text, Loader=loader)  # noqa: S506 - a safe loader
+    except RecursionError:
+        raise SpecError("measured runs", Path(path), "malformed YAML: nested too deeply") from None
+    except (yaml.YAMLError, ValueError, OverflowError) as exc:
+        raise SpecError("measured runs", Path(path), f"malformed YAML: {str(exc).splitlines()[0][:100]}") from None
     if not isinstance(data, dict) or not isinstance(data.get("runs"), list):
         raise SpecError("measured runs", Path(path), "expected a mapping with a `runs` list")
     return tuple(data["runs"])
