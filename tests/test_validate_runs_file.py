@@ -7,9 +7,12 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 
 import pytest
 import yaml
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from amp_tui.cli import main
 from amp_tui.core.evaluate import evaluate
@@ -18,6 +21,7 @@ from amp_tui.core.strategy import Strategy
 from amp_tui.core.validation.replay import report, run_validation
 from amp_tui.core.validation.runs import (
     AMP_OTHER,
+    cases_of,
     load_cases,
     load_runs,
     parse_run,
@@ -114,7 +118,7 @@ def test_a_run_with_a_field_of_another_kind_is_not_replayed_and_the_others_are(t
     path = _write(tmp_path, [odd, _amp_run("amp-het-cluster-01", HET_CLUSTER)])
     assert main(["validate", "--runs", path, "--verbose"]) == 0
     out = capsys.readouterr().out
-    assert "1 of 2 runs replayed" in out and "metis-like-01" in out and "cannot be read: TypeError" in out
+    assert "1 of 2 runs replayed" in out and "metis-like-01" in out and "cannot be read" in out and "training.tp" in out
 
 
 @pytest.mark.parametrize("content, field", [
@@ -209,3 +213,53 @@ def test_a_runs_file_must_be_a_regular_file_within_its_limit(tmp_path, capsys, m
     load_runs.cache_clear()
     assert main(["validate", "--runs", path]) == 2
     assert "larger than the limit of 100 bytes" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("section, key, value, reason", [
+    ("training", "micro_batch", 0, "training.micro_batch"),
+    ("training", "pp", 10**30, "training.pp"),
+    ("cluster", "num_gpus", 0, "cluster.num_gpus"),
+    ("model", "heads", 0, None),
+    ("measured", "iteration_time_s", -1.0, "not a positive number"),
+    ("measured", "iteration_time_s", float("nan"), "not a positive number"),
+])
+def test_a_run_with_a_value_out_of_range_is_kept_out_with_why(tmp_path, capsys, section, key, value, reason):
+    """Found by fuzzing: these divided by zero, enumerated 10^30 stages or scored a negative time."""
+    run = _mixed_run("Megatron-LM")
+    run[section][key] = value
+    path = _write(tmp_path, [run, _amp_run("amp-het-cluster-01", HET_CLUSTER)])
+    assert main(["validate", "--runs", path, "--verbose"]) == 0
+    out = capsys.readouterr().out
+    if reason is not None:
+        assert "1 of 2 runs replayed" in out and reason in out
+
+
+_ODD_VALUES = st.one_of(st.none(), st.booleans(), st.integers(-2, 2), st.sampled_from([10**30, 2**70, 1.5, -0.5]),
+                        st.floats(allow_nan=True, allow_infinity=True), st.text(max_size=12),
+                        st.sampled_from(["16x A100 + 8x T4", "2 x p4d.24xlarge", "NVLink", "0 Gbps", "fp8", "full"]),
+                        st.lists(st.integers(-1, 40), max_size=4), st.dictionaries(st.text(max_size=5), st.integers(),
+                                                                                      max_size=2))
+
+
+@settings(max_examples=60 * int(os.environ.get("AMP_HYPOTHESIS_SCALE", "1")), deadline=None)
+@given(index=st.integers(0, 10**6), edits=st.lists(
+    st.tuples(st.sampled_from(["model", "cluster", "training", "measured", "derived", "source"]),
+              st.sampled_from(["name", "layers", "hidden", "heads", "vocab", "seq_len", "gpu", "num_gpus",
+                               "gpus_per_node", "intra_node", "inter_node", "gpu_mix", "framework", "precision",
+                               "tp", "pp", "dp", "cp", "ep", "vpp", "micro_batch", "global_batch", "recompute",
+                               "zero", "layers_per_stage", "stage_bounds_over_amp_entries", "iteration_time_s",
+                               "tokens_per_s_per_gpu", "tflops_per_gpu", "peak_mem_gb", "oom", "title"]),
+              _ODD_VALUES), min_size=1, max_size=3))
+def test_no_run_a_file_can_hold_crashes_the_replay(index, edits):
+    """Any published run with up to three fields set to odd values (wrong kinds, zero, negative,
+    huge, NaN): it is read, or kept out with why; the replay scores the rest, never raises."""
+    runs = load_runs()
+    run = copy.deepcopy(runs[index % len(runs)])
+    for section, key, value in edits:
+        if not isinstance(run.get(section), dict):
+            run[section] = {}
+        run[section][key] = value
+    run["id"] = "fuzzed"
+    validation = run_validation(cases=cases_of([run]))
+    assert len(validation.replayed) + len(validation.skipped) == 1
+    report(validation)          # (and the scores of whatever replayed)

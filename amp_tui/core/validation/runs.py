@@ -9,6 +9,7 @@ model does not honour yet (see HONOURED) or a gap in the run's own data.
 from __future__ import annotations
 
 import json
+import math
 import re
 from dataclasses import dataclass
 from functools import cache
@@ -18,10 +19,10 @@ import yaml
 
 from amp_tui.core.errors import SpecError, one_line
 from amp_tui.core.hardware import gpu_catalog, instance_catalog
-from amp_tui.core.limits import MAX_RUNS_FILE_BYTES
+from amp_tui.core.limits import MAX_GPUS, MAX_RUNS_FILE_BYTES
 from amp_tui.core.scenario import AUTO, Scenario, load_scenario, parse_scenario
 from amp_tui.core.strategy import Strategy, even_partition
-from amp_tui.core.units import parse_bandwidth
+from amp_tui.core.units import parse_bandwidth, parse_int
 from amp_tui.core.yamlio import read_text_file
 
 # What the cost model honours today, per technique. The harness maps every run's techniques in
@@ -160,14 +161,19 @@ def load_runs(path: Path = RUNS_FILE) -> tuple[dict, ...]:
 def load_cases(path: Path = RUNS_FILE) -> list[ReplayCase]:
     """Every run of the file as a replay case (scenarios shared between runs that describe the same
     cluster, model and training)."""
+    return cases_of(load_runs(path))
+
+
+def cases_of(runs) -> list[ReplayCase]:
+    """Runs as replay cases; a run with a field this harness cannot read is kept out with why."""
     scenarios: dict[str, Scenario] = {}
     cases = []
-    for index, run in enumerate(load_runs(path)):
+    for index, run in enumerate(runs):
         if not isinstance(run, dict):
             raise SpecError(f"runs[{index}]", run, "expected a mapping (id, model, cluster, training, measured)")
         try:
             cases.append(parse_run(run, scenarios))
-        except (TypeError, ValueError, AttributeError, KeyError) as exc:     # a field of a kind not read
+        except (TypeError, ValueError, AttributeError, KeyError, ArithmeticError) as exc:   # a field not read
             cases.append(_unreadable(run, index, exc))
     return cases
 
@@ -197,9 +203,10 @@ def parse_run(run: dict, scenarios: dict[str, Scenario] | None = None) -> Replay
     precision = _precision(training.get("precision"))
     recompute = _recompute(training.get("recompute"), notes)
     zero_stage = _zero_stage(training.get("zero"))
-    tp, pp, dp = (int(training.get(k) or 1) for k in ("tp", "pp", "dp"))
-    cp = int(training.get("cp") or 1)
-    ep = int(training.get("ep") or 1)
+    # Degrees and batches as whole numbers within the limits (a run that states 0 or 10^30 is
+    # kept out with why, _unreadable, rather than divided by or enumerated).
+    tp, pp, dp, cp, ep = (parse_int(training.get(k) or 1, f"training.{k}", maximum=MAX_GPUS)
+                          for k in ("tp", "pp", "dp", "cp", "ep"))
     sequence_parallel = training.get("sp")
     if sequence_parallel is None:
         # torchtitan's tensor-parallel plan shards the norms along the sequence, which is SP.
@@ -226,18 +233,26 @@ def parse_run(run: dict, scenarios: dict[str, Scenario] | None = None) -> Replay
     if mbs is None:
         mbs = 1
         notes.append("micro-batch size not stated: 1 assumed")
-    num_gpus = int(cluster.get("num_gpus") or 0)
+    mbs = parse_int(mbs, "training.micro_batch")
+    gbs = None if gbs is None else parse_int(gbs, "training.global_batch")
+    num_gpus = parse_int(cluster.get("num_gpus") or 0, "cluster.num_gpus", minimum=0, maximum=MAX_GPUS)
     if tp * pp * dp * cp != num_gpus:
         gaps.append("parallel degrees do not multiply to the stated GPU count")
     if gbs is None:
         gaps.append("global batch not stated")
 
     time_s, basis = _iteration_time(run, gbs, num_gpus)
+    if time_s is not None and not (math.isfinite(time_s) and time_s > 0):
+        gaps.append(f"iteration time {time_s:g} s is not a positive number")
+        time_s = basis = None
     oom = bool(measured.get("oom") or measured.get("failed"))
     if time_s is None and not oom:
         what = (model.get("notes") or "").split(",")[0]
         gaps.append("no iteration time" + (f" ({what})" if what else ""))
     peak = measured.get("peak_mem_gb")
+    if peak is not None and not (isinstance(peak, (int, float)) and math.isfinite(peak) and peak > 0):
+        gaps.append(f"peak memory {peak!r} GB is not a positive number")
+        peak = None
     case_measured = Measured(
         iteration_time_s=time_s, time_basis=basis, out_of_memory=oom,
         # torchtitan's memory figures are GiB (footnote 1 of its tables).
@@ -525,6 +540,8 @@ def _model_flops_per_token(model: dict) -> float:
         kv, f, v = int(model.get("kv_heads") or a), int(model["ffn"]), int(model["vocab"])
     except (KeyError, TypeError, ValueError):
         return 0.0
+    if min(h, l, a, s, kv, f, v) <= 0:
+        return 0.0
     gated = "llama" in str(model.get("name", "")).lower()
     per_layer = 2 * h * h + 2 * h * (h * kv // a) + (3 if gated else 2) * h * f
     return 6.0 * (l * per_layer + v * h) + 12.0 * l * h * s
@@ -596,7 +613,7 @@ def _catalog_gpu(label: str) -> str:
 def _cluster_spec(cluster: dict, notes: list[str]) -> dict:
     """One node group, or one per entry of a heterogeneous run's `gpu_mix`, in the order given
     (ranks fill them in that order)."""
-    num_gpus = int(cluster["num_gpus"])
+    num_gpus = parse_int(cluster.get("num_gpus"), "cluster.num_gpus", maximum=MAX_GPUS)
     mix = _gpu_mix(cluster.get("gpu_mix"))
     if not mix:
         mix = [{"gpu": cluster.get("gpu"), "num_gpus": num_gpus}]
@@ -614,7 +631,8 @@ def _cluster_spec(cluster: dict, notes: list[str]) -> dict:
             gpu = {"base": name, "name": f"{name} {memory_gb} GB", "memory": f"{memory_gb} GB"}
             notes.append(f"GPU {label!r}: {name}'s figures with {memory_gb} GB")
         count = entry["num_gpus"]
-        per_node = min(int(entry.get("gpus_per_node") or cluster.get("gpus_per_node") or count), count)
+        per_node = min(parse_int(entry.get("gpus_per_node") or cluster.get("gpus_per_node") or count,
+                                 "cluster.gpus_per_node"), count)
         if count % per_node:
             raise SpecError("cluster.gpus_per_node", per_node, f"does not divide the {count} {label} GPUs")
         intra = _intra_bandwidth(str(entry.get("intra_node") or cluster.get("intra_node") or ""), name)
