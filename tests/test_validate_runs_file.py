@@ -1,7 +1,8 @@
 """`amp-tui validate --runs FILE`: a measured-runs file of one's own, in the published schema, is
 replayed and scored per source; AMP's other trials (its heterogeneous cluster and model, whatever
-their ids) replay the paper's presets on the nodes they name, with their stage bounds; bad files
-get one line and exit 2."""
+their ids) replay the paper's presets on the nodes they name, with their stage bounds; runs on
+mixed GPUs get the partition their engine would run; a bad file gets one line and exit 2, and a
+bad run is kept out with why while the others are scored."""
 
 from __future__ import annotations
 
@@ -91,9 +92,7 @@ def _write(tmp_path, runs) -> str:
 
 
 def test_validate_runs_scores_a_file_of_ones_own_with_new_sources(tmp_path, capsys):
-    public = {run["id"]: run for run in load_runs()}
-    mine = copy.deepcopy(public["llmfoundry-001"]) if "llmfoundry-001" in public else copy.deepcopy(
-        next(run for run in public.values() if source_key(run) == "llmfoundry"))
+    mine = copy.deepcopy(next(run for run in load_runs() if source_key(run) == "llmfoundry"))
     mine["id"] = "my-lab-01"
     mine["source"] = {"title": "My lab, our own cluster"}
     runs = [mine, _amp_run("amp-het-cluster-01", HET_CLUSTER), _amp_run("amp-het-cluster-02", HET_CLUSTER, dp=2,
