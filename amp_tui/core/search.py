@@ -773,11 +773,8 @@ def _coupled_floors(pipeline_floor: Callable, base: np.ndarray, candidates: list
     held = np.minimum(np.concatenate([held, memory[:, None, :]], axis=1), memory[:, None, :])      # (n, R, pp)
     layer_params = candidates[0].cost._params              # per layer; a GPU holds 1 / tp of them (param_prefix)
     tp = np.array([c.tp for c in candidates], dtype=np.float64)
-    end_params = np.zeros((n, pp))
-    if not core[0]:
-        end_params[:, 0] += layer_params[0] / tp
-    if len(core) > 1 and not core[-1]:
-        end_params[:, -1] += layer_params[-1] / tp
+    per_gpu = layer_params[None, None, :] / tp[:, None, None]
+    end_params = _end_layers(np.broadcast_to(per_gpu, (n, pp, len(layer_params))), core)      # (n, pp)
     core_params = np.cumsum(np.sort(layer_params[core]))
     fixed = np.array([c.last_bucket_latency + c.iteration_overhead for c in candidates])           # (n, pp)
     coef = np.array([c.e_coef for c in candidates])

@@ -27,8 +27,8 @@ plus the tail: the optimizer step and the gradient all-reduce (over the fewest n
 span, at each group's share of its network link), the parameters spread over the stages as their
 classes allow (_tail_floors), counted whole where nothing hides the all-reduce (DeepSpeed) and
 with B - 1 - h steady steps where backward hides up to h x a stage's compute; and coupled with the
-bottleneck (_coupled_part_floors: below the next whole-layer thresholds the slow stages must hold the
-layers the fast ones cannot, with their all-reduce). All minimised over every (tp, dp,
+bottleneck (_coupled_part_floors: below the next whole-layer thresholds the slow stages must hold
+the layers the fast ones cannot, with their all-reduce). All minimised over every (tp, dp,
 micro-batch size) the part's GPU count admits (tests: each part's bound against brute force). Counting the GPUs
 fractionally instead gives a quick bound, B M >= global batch / micro-batch x tp x A / sum_g (GPUs
 of type g / V_g), whatever dp: it rules most parts out before the full bound is computed. A part
@@ -409,8 +409,8 @@ def _tail_floors(coef: np.ndarray, gpus: np.ndarray, per_stage: int, pp: np.ndar
 
 
 def _coupled_part_floors(pipeline: Callable, steps: float, m: np.ndarray, values: np.ndarray, held: np.ndarray,
-                    new: np.ndarray, coef: np.ndarray, gpus: np.ndarray, per_stage: int, pp: np.ndarray,
-                    layer_params: float, spread: np.ndarray) -> np.ndarray:
+                         new: np.ndarray, coef: np.ndarray, gpus: np.ndarray, per_stage: int, pp: np.ndarray,
+                         layer_params: float, spread: np.ndarray) -> np.ndarray:
     """Per row, a floor on steps (M + busy) + S(M) + fixed + max_s e_s P_s that couples the
     bottleneck compute M with the tail: a low M leaves the slow stages many layers (and their
     parameters, whose all-reduce is often the slowest too). `pipeline(steps, lowest)` is that
