@@ -471,7 +471,8 @@ def cmd_validate(args) -> int:
         cases = load_cases(Path(args.runs))
     validation = run_validation(args.source, approximate=args.approximate, cases=cases)
     rep = report(validation)
-    print(json.dumps(rep, indent=2, allow_nan=False) if args.json else render(rep, verbose=args.verbose))
+    what = f"the measured runs of {args.runs}" if args.runs else "published measured runs"
+    print(json.dumps(rep, indent=2, allow_nan=False) if args.json else render(rep, verbose=args.verbose, runs=what))
     if args.write_bands:
         from amp_tui.core.validation.bands import compute_bands, write_bands
 

@@ -98,6 +98,8 @@ def test_validate_runs_scores_a_file_of_ones_own_with_new_sources(tmp_path, caps
     runs = [mine, _amp_run("amp-het-cluster-01", HET_CLUSTER), _amp_run("amp-het-cluster-02", HET_CLUSTER, dp=2,
                                                                         bounds=(0, 4, 8, 12, 16, 20, 24, 27, 30))]
     path = _write(tmp_path, runs)
+    assert main(["validate", "--runs", path]) == 0
+    assert capsys.readouterr().out.startswith(f"cost model against the measured runs of {path}: 3 of 3 runs replayed")
     assert main(["validate", "--runs", path, "--json"]) == 0
     rep = json.loads(capsys.readouterr().out)
     assert rep["runs"] == 3 and rep["replayed"] == 3
@@ -216,6 +218,7 @@ def test_a_runs_file_must_be_a_regular_file_within_its_limit(tmp_path, capsys, m
 
 @pytest.mark.parametrize("section, key, value, reason", [
     ("training", "micro_batch", 0, "training.micro_batch"),
+    ("training", "tp", 0, "training.tp"),
     ("training", "pp", 10**30, "training.pp"),
     ("cluster", "num_gpus", 0, "cluster.num_gpus"),
     ("model", "heads", 0, None),

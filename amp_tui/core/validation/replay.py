@@ -237,7 +237,8 @@ def _row(name: str, s: dict) -> list[str]:
             _ratio(s["top_pick"]), memory, oom, ran]
 
 
-def render(rep: dict, verbose: bool = False) -> str:
+def render(rep: dict, verbose: bool = False, runs: str = "published measured runs") -> str:
+    """The report as text; `runs` names what was replayed (a --runs file's path)."""
     headers = ["source", "runs", "replayed", "MAPE", "median", "bias", "<=10%", "<=25%", "Spearman (groups)",
                "top pick", "memory (runs)", "OOM->fits", "ran->OOM"]
     rows = [_row(name, s) for name, s in rep["sources"].items()]
@@ -246,7 +247,7 @@ def render(rep: dict, verbose: bool = False) -> str:
                      {**macro, "spearman_groups": sum(s["spearman_groups"] for s in rep["sources"].values()),
                       "memory_runs": sum(s["memory_runs"] for s in rep["sources"].values())}))
     title = ("approximate replay: runs whose techniques the cost model ignores are replayed anyway; "
-             "not a score" if rep["approximate"] else "cost model against published measured runs")
+             "not a score" if rep["approximate"] else f"cost model against {runs}")
     out = [f"{title}: {rep['replayed']} of {rep['runs']} runs replayed in {rep['elapsed_s']:.1f} s", "",
            table(headers, rows, right=set(range(1, len(headers))))]
     for name, s in rep["sources"].items():

@@ -205,8 +205,8 @@ def parse_run(run: dict, scenarios: dict[str, Scenario] | None = None) -> Replay
     zero_stage = _zero_stage(training.get("zero"))
     # Degrees and batches as whole numbers within the limits (a run that states 0 or 10^30 is
     # kept out with why, _unreadable, rather than divided by or enumerated).
-    tp, pp, dp, cp, ep = (parse_int(training.get(k) or 1, f"training.{k}", maximum=MAX_GPUS)
-                          for k in ("tp", "pp", "dp", "cp", "ep"))
+    tp, pp, dp, cp, ep = (parse_int(1 if training.get(k) is None else training.get(k), f"training.{k}",
+                                    maximum=MAX_GPUS) for k in ("tp", "pp", "dp", "cp", "ep"))
     sequence_parallel = training.get("sp")
     if sequence_parallel is None:
         # torchtitan's tensor-parallel plan shards the norms along the sequence, which is SP.
