@@ -279,6 +279,7 @@ def test_bench_json(capsys):
     assert 0 < row["evaluated"] <= row["candidates"]
     assert row["candidates_per_s"] == row["candidates"] / row["median_s"]
     assert row["peak_memory_bytes"] > 0 and row["worst_poll_gap_s"] > 0
+    assert row["machine_factor"] > 0
 
 
 def test_bench_text(capsys):
@@ -287,6 +288,7 @@ def test_bench_text(capsys):
     rows = [line for line in out.splitlines() if line.startswith("paper-homogeneous")]
     assert len(rows) == 1
     assert "cancel" in out
+    assert re.search(r" yes +\d+\.\d\dx  1x4x4 ", rows[0]) and "machine: a fixed workload" in out
 
 
 def test_presets(capsys):

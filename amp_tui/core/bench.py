@@ -9,6 +9,8 @@ import tracemalloc
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import numpy as np
+
 from amp_tui.core.cost import clear_shared_caches
 from amp_tui.core.scenario import load_scenario
 from amp_tui.core.search import search
@@ -16,6 +18,9 @@ from amp_tui.core.subclusters import search_parts
 
 
 CANCEL_TARGET_S = 0.050   # a cancelled search returns within this long of the check turning true
+# reference_work's median on the 2-core development VM in its fastest phase, where the README's
+# figures were taken (2026-11-27; the same VM ran it in 9.2 to 15.9 ms within ten minutes).
+REFERENCE_WORK_S = 0.0092
 
 
 @dataclass(frozen=True)
@@ -56,6 +61,20 @@ BENCHMARKS = (
 )
 
 
+def reference_work() -> float:
+    """Seconds a fixed workload takes: small numpy reductions in a Python loop with dict stores,
+    the mix the search spends its time on. It measures the machine of the moment, not the code:
+    on the development VM its time and paper-het-cluster+idle's moved together, at 6.1 to 7.0
+    times it, over 39 paired samples while the VM's speed drifted 1.7x."""
+    started = time.perf_counter()
+    table = np.arange(512, dtype=np.float64).reshape(32, 16) % 7.0
+    total, seen = 0.0, {}
+    for i in range(1500):
+        total += float(np.minimum.reduce(table + table[i % 32], axis=1).max())
+        seen[(i % 97, i % 13)] = total
+    return time.perf_counter() - started
+
+
 def run_bench(names: list[str], runs: int = 5, progress: Callable[[str], None] | None = None) -> list[dict]:
     """Per scenario: median wall time of `runs` searches after one warm-up (scenario loading and
     imports excluded), candidates per second, the search's peak traced memory (one extra run
@@ -68,8 +87,9 @@ def run_bench(names: list[str], runs: int = 5, progress: Callable[[str], None] |
             continue
         scenario = load_scenario(bench.scenario)
         result, parts = bench.run(scenario)  # warm-up
-        times = []
+        times, machine = [], []
         for _ in range(runs):
+            machine.append(reference_work())     # beside each timed run: the machine's speed then
             clear_shared_caches()      # each timed search starts cold: no layer times from the last run
             started = time.perf_counter()
             result, parts = bench.run(scenario)
@@ -88,6 +108,9 @@ def run_bench(names: list[str], runs: int = 5, progress: Callable[[str], None] |
             "layers": scenario.model.num_layers,
             "median_s": median,
             "min_s": min(times),
+            # the reference workload's median over the same minutes, against the development VM's
+            # fastest (above 1: the machine ran slower, and every figure of the row with it)
+            "machine_factor": statistics.median(machine) / REFERENCE_WORK_S,
             "target_s": bench.target_s,
             "meets_target": (median <= bench.target_s and poll_gap <= CANCEL_TARGET_S
                              and (bench.target_memory_bytes is None or peak <= bench.target_memory_bytes)),
@@ -134,7 +157,7 @@ def render_bench(rows: list[dict]) -> str:
     from amp_tui.core.units import format_bytes
 
     header = (f"{'scenario':<29} {'GPUs':>5} {'layers':>6} {'median':>10} {'target':>8} {'ok':>3} "
-              f"{'candidates':>10} {'evaluated':>9} {'cand/s':>9} {'peak mem':>10} {'cancel':>7} {'exact':>11}"
+              f"{'candidates':>10} {'evaluated':>9} {'cand/s':>9} {'peak mem':>10} {'cancel':>7} {'exact':>11} {'machine':>7}"
               f"  top strategy")
     lines = [header, "-" * len(header)]
     for r in rows:
@@ -142,11 +165,13 @@ def render_bench(rows: list[dict]) -> str:
             f"{r['scenario']:<29} {r['gpus']:>5} {r['layers']:>6} {r['median_s'] * 1000:>8.1f}ms "
             f"{r['target_s'] * 1000:>6.0f}ms {'yes' if r['meets_target'] else 'NO':>3} {r['candidates']:>10} "
             f"{r['evaluated']:>9} {r['candidates_per_s']:>9.0f} {format_bytes(r['peak_memory_bytes']):>10} "
-            f"{r['worst_poll_gap_s'] * 1000:>5.1f}ms {_exactness(r):>11}  {r['top']}")
+            f"{r['worst_poll_gap_s'] * 1000:>5.1f}ms {_exactness(r):>11} {r['machine_factor']:>6.2f}x  {r['top']}")
     if rows:
         lines.append(f"cancel: the longest stretch without a cancellation poll (target {CANCEL_TARGET_S * 1000:.0f} ms)")
         lines.append("+idle: idle nodes allowed (what `plan` searches); exact: every node order, and every part of "
                      "the cluster that could win, searched; else the most the best found can be above the optimum")
+        lines.append(f"machine: a fixed workload's time beside the timed runs against the development VM's fastest "
+                     f"({REFERENCE_WORK_S * 1000:.1f} ms): above 1.00x this machine ran that much slower, and the row with it")
         lines.append(f"process peak RSS (all of the above, incl. Python and numpy): "
                      f"{format_bytes(rows[0]['process_max_rss_bytes'])}")
     return "\n".join(lines)
