@@ -16,6 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from amp_tui.cli import main
+from amp_tui.core.errors import SpecError
 from amp_tui.core.evaluate import evaluate
 from amp_tui.core.scenario import load_scenario
 from amp_tui.core.strategy import Strategy
@@ -115,7 +116,7 @@ def test_validate_runs_scores_a_file_of_ones_own_with_new_sources(tmp_path, caps
 
 def test_a_run_with_a_field_of_another_kind_is_not_replayed_and_the_others_are(tmp_path, capsys):
     odd = _amp_run("metis-like-01", HET_CLUSTER)
-    odd["training"]["tp"] = [1, 2]      # per-stage degrees, in a schema this harness does not read
+    odd["training"]["tp"] = [1, 2]      # per-stage degrees: two for its four stages
     path = _write(tmp_path, [odd, _amp_run("amp-het-cluster-01", HET_CLUSTER)])
     assert main(["validate", "--runs", path, "--verbose"]) == 0
     out = capsys.readouterr().out
@@ -175,6 +176,40 @@ def test_stated_blocks_per_stage_are_the_partition():
     assert case.strategy.partition == (16, 10)
     bad = parse_run(_mixed_run("Megatron-LM", layers_per_stage=[15, 8]))
     assert bad.scenario is None and any("layers_per_stage" in gap for gap in bad.data_gaps)
+
+
+def test_per_stage_degrees_are_replayed_as_a_strategy_file_states_them():
+    """A planner that gives each GPU type's stages their own degrees (Metis): tp and dp as lists
+    of one per stage, pp their length where not stated; the GPU count is the stages' sum."""
+    run = _mixed_run("Metis on Alpa", tp=[2, 1], dp=[4, 8])
+    del run["training"]["pp"]
+    case = parse_run(run)
+    assert not case.data_gaps and case.strategy.pp == 2
+    assert (case.strategy.stage_tp, case.strategy.stage_dp) == ((2, 1), (4, 8))
+    assert any("per-stage degrees" in note for note in case.assumptions)
+    by_hand = evaluate(case.scenario, Strategy(tp=2, pp=2, dp=8, micro_batch_size=4, stage_tp=(2, 1), stage_dp=(4, 8)))
+    (replayed,) = run_validation(cases=[case]).replayed
+    assert replayed.predicted_s == pytest.approx(by_hand.iteration_time_s, rel=1e-12)
+    # 2 x 4 + 2 x 8 GPUs are not the 16 the run states; three stages need three entries
+    assert "parallel degrees do not multiply to the stated GPU count" in parse_run(
+        _mixed_run("Metis", tp=[2, 2], dp=[4, 8])).data_gaps
+    with pytest.raises(SpecError, match="training.tp.*needs 3 entries"):
+        parse_run(_mixed_run("Metis", tp=[2, 1], dp=[4, 8], pp=3))
+
+
+def test_batch_shares_are_replayed_and_a_share_that_does_not_add_up_is_kept_out():
+    """HetPipe-style uneven shares: the A100 replicas take 10 samples each, the V100 ones 6."""
+    shares = [10] * 8 + [6] * 8
+    case = parse_run(_mixed_run("HetPipe on PyTorch", pp=1, dp=16, micro_batch=2, batch_shares=shares))
+    assert not case.data_gaps and case.strategy.batch_shares == tuple(shares)
+    by_hand = evaluate(case.scenario, Strategy(tp=1, pp=1, dp=16, micro_batch_size=2, batch_shares=tuple(shares)))
+    even = evaluate(case.scenario, Strategy(tp=1, pp=1, dp=16, micro_batch_size=2))
+    (replayed,) = run_validation(cases=[case]).replayed
+    assert replayed.predicted_s == pytest.approx(by_hand.iteration_time_s, rel=1e-12)
+    assert by_hand.iteration_time_s < even.iteration_time_s     # the V100s no longer set the pace alone
+    short = parse_run(_mixed_run("HetPipe on PyTorch", pp=1, dp=16, micro_batch=2, batch_shares=[10] * 16))
+    (skipped,) = run_validation(cases=[short]).skipped
+    assert any("batch_shares" in reason for reason in skipped.reasons)
 
 
 @pytest.mark.parametrize("framework, balanced", [
@@ -248,7 +283,8 @@ _ODD_VALUES = st.one_of(st.none(), st.booleans(), st.integers(-2, 2), st.sampled
     st.tuples(st.sampled_from(["model", "cluster", "training", "measured", "derived", "source"]),
               st.sampled_from(["name", "layers", "hidden", "heads", "vocab", "seq_len", "gpu", "num_gpus",
                                "gpus_per_node", "intra_node", "inter_node", "gpu_mix", "framework", "precision",
-                               "tp", "pp", "dp", "cp", "ep", "vpp", "micro_batch", "global_batch", "recompute",
+                               "tp", "pp", "dp", "cp", "ep", "vpp", "micro_batch", "global_batch", "batch_shares",
+                               "recompute",
                                "zero", "layers_per_stage", "stage_bounds_over_amp_entries", "iteration_time_s",
                                "tokens_per_s_per_gpu", "tflops_per_gpu", "peak_mem_gb", "oom", "title"]),
               _ODD_VALUES), min_size=1, max_size=3))

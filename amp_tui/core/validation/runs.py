@@ -21,7 +21,7 @@ from amp_tui.core.errors import SpecError, one_line
 from amp_tui.core.hardware import gpu_catalog, instance_catalog
 from amp_tui.core.limits import MAX_GPUS, MAX_RUNS_FILE_BYTES
 from amp_tui.core.scenario import AUTO, Scenario, load_scenario, parse_scenario
-from amp_tui.core.strategy import Strategy, even_partition
+from amp_tui.core.strategy import Strategy, even_partition, varying_degrees
 from amp_tui.core.units import parse_bandwidth, parse_int
 from amp_tui.core.yamlio import read_text_file
 
@@ -205,8 +205,18 @@ def parse_run(run: dict, scenarios: dict[str, Scenario] | None = None) -> Replay
     zero_stage = _zero_stage(training.get("zero"))
     # Degrees and batches as whole numbers within the limits (a run that states 0 or 10^30 is
     # kept out with why, _unreadable, rather than divided by or enumerated).
-    tp, pp, dp, cp, ep = (parse_int(1 if training.get(k) is None else training.get(k), f"training.{k}",
-                                    maximum=MAX_GPUS) for k in ("tp", "pp", "dp", "cp", "ep"))
+    pp, cp, ep = (parse_int(1 if training.get(k) is None else training.get(k), f"training.{k}",
+                            maximum=MAX_GPUS) for k in ("pp", "cp", "ep"))
+    tps, dps, pp = _stage_degrees(training, pp)
+    tp, dp = max(tps), max(dps)
+    shares = training.get("batch_shares")
+    if shares is not None:
+        if not isinstance(shares, list) or not shares or len(shares) > MAX_GPUS:
+            raise SpecError("training.batch_shares", shares, "expected a list of samples per data-parallel replica")
+        shares = tuple(parse_int(n, f"training.batch_shares[{i}]") for i, n in enumerate(shares))
+    if len(set(tps)) > 1 or len(set(dps)) > 1 or shares:
+        notes.append("per-stage degrees or batch shares: micro_batch read as one replica's samples "
+                     "(on the stage with the most replicas), as in a strategy file")
     sequence_parallel = training.get("sp")
     if sequence_parallel is None:
         # torchtitan's tensor-parallel plan shards the norms along the sequence, which is SP.
@@ -236,7 +246,7 @@ def parse_run(run: dict, scenarios: dict[str, Scenario] | None = None) -> Replay
     mbs = parse_int(mbs, "training.micro_batch")
     gbs = None if gbs is None else parse_int(gbs, "training.global_batch")
     num_gpus = parse_int(cluster.get("num_gpus") or 0, "cluster.num_gpus", minimum=0, maximum=MAX_GPUS)
-    if tp * pp * dp * cp != num_gpus:
+    if cp * sum(t * d for t, d in zip(tps, dps)) != num_gpus:
         gaps.append("parallel degrees do not multiply to the stated GPU count")
     if gbs is None:
         gaps.append("global batch not stated")
@@ -281,7 +291,8 @@ def parse_run(run: dict, scenarios: dict[str, Scenario] | None = None) -> Replay
             strategy = Strategy(tp=tp, pp=pp, dp=dp, micro_batch_size=int(mbs), partition=partition,
                                 recompute=None if recompute == AUTO else recompute, zero_stage=zero_stage,
                                 sequence_parallel=bool(sequence_parallel), cp=cp,
-                                virtual_stages=virtual_stages or _UNSTATED_DEPTH)
+                                virtual_stages=virtual_stages or _UNSTATED_DEPTH,
+                                stage_tp=varying_degrees(tps), stage_dp=varying_degrees(dps), batch_shares=shares)
             if zero_stage <= 1 and not oom and _cannot_hold_weights(scenario, tp * pp * ep):
                 gaps.append("stated degrees cannot hold the 16-bit weights and gradients (ZeRO-3 / FSDP not stated?)")
         except SpecError as err:
@@ -296,6 +307,25 @@ def parse_run(run: dict, scenarios: dict[str, Scenario] | None = None) -> Replay
         zero_stage=zero_stage, sequence_parallel=bool(sequence_parallel), cp=cp, virtual_stages=virtual_stages,
         ep=ep, scenario=scenario, strategy=strategy, measured=case_measured,
         amp_predicted_s=run.get("amp_predicted_iteration_time_s"), assumptions=tuple(notes), data_gaps=tuple(gaps))
+
+
+def _stage_degrees(training: dict, pp: int) -> tuple[tuple[int, ...], tuple[int, ...], int]:
+    """(tp per stage, dp per stage, pp): `tp` and `dp` are numbers, or lists of one per stage (a
+    planner that gives the stages on each GPU type their own degrees, as in a strategy file);
+    with a list, pp is its length where the run does not state it."""
+    lists = [training[k] for k in ("tp", "dp") if isinstance(training.get(k), list)]
+    if lists and training.get("pp") is None:
+        pp = parse_int(len(lists[0]), "training.pp", maximum=MAX_GPUS)
+    degrees = []
+    for k in ("tp", "dp"):
+        value = 1 if training.get(k) is None else training[k]
+        if isinstance(value, list):
+            if len(value) != pp:
+                raise SpecError(f"training.{k}", value, f"needs {pp} entries, one per stage (pp = {pp})")
+            degrees.append(tuple(parse_int(n, f"training.{k}[{i}]", maximum=MAX_GPUS) for i, n in enumerate(value)))
+        else:
+            degrees.append((parse_int(value, f"training.{k}", maximum=MAX_GPUS),) * pp)
+    return degrees[0], degrees[1], pp
 
 
 def _cannot_hold_weights(scenario: Scenario, model_split: int) -> bool:
