@@ -623,6 +623,14 @@ def test_torchtitan_of_todays_techniques():
     assert config["model"]["converters"] == ["quantize.linear.float8"]
     assert config["quantize"]["linear"]["float8"]["recipe_name"] == "tensorwise"
     assert config["quantize"]["linear"]["float8"]["enable_fsdp_float8_all_gather"] is True
+    rowwise = knob_plan(Strategy(4, 2, 4, 1, recompute="selective", zero_stage=3, virtual_stages=2),
+                        precision="fp8", fp8_scaling="rowwise")
+    float8 = torchtitan_config(rowwise)["quantize"]["linear"]["float8"]
+    assert float8["recipe_name"] == "rowwise" and "enable_fsdp_float8_all_gather" not in float8   # tensorwise only
+    assert any("rowwise scaling" in note for note in export_plan(rowwise, "torchtitan").notes)
+    for fmt in ("megatron", "deepspeed"):       # Transformer Engine scales per tensor or per block
+        with pytest.raises(SpecError, match="fp8_scaling.*per row"):
+            export_plan(rowwise, fmt)
     ddp = torchtitan_config(knob_plan(Strategy(8, 1, 4, 1, zero_stage=0)))
     assert (ddp["parallelism"]["data_parallel_replicate_degree"], ddp["parallelism"]["data_parallel_shard_degree"]) \
         == (4, 1)

@@ -115,7 +115,7 @@ class CostModel:
     def _analytic_forward(self, gpu: GPU, tp: int, mbs: int | np.ndarray) -> np.ndarray:
         return compute_terms.analytic_forward(self.model, gpu, self.training.precision, self.params,
                                               tp, self.knobs.cp, self.knobs.sequence_parallel, mbs,
-                                              self.training.attention_kernel)
+                                              self.training.attention_kernel, self.training.fp8_scaling)
 
     def _calibration(self, group: int) -> np.ndarray:
         """Per layer, measured / analytic forward time at tp = 1, micro-batch 1 on this GPU (1 where

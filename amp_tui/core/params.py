@@ -74,6 +74,10 @@ FAMILIES: dict[str, Family] = {family.name: family for family in (
            "matrix-multiply rows (or columns) at which a GEMM reaches half its GPU's best efficiency"),
     Family("fp8_efficiency", 0.92, 0.3, 1.0, 0.3, "x",
            "share of the bf16 matrix-multiply efficiency fp8 keeps at its doubled peak (casts, scaling)"),
+    Family("fp8_rowwise_efficiency", 0.5, 0.2, 1.0, 0.3, "x",
+           "share of the fp8 matrix-multiply efficiency left with a scale per row (torchao's rowwise "
+           "recipe: rowwise-scaled GEMM kernels, and casts that reduce along rows and, for backward, "
+           "columns)"),
     Family("fp4_efficiency", 0.6, 0.15, 1.0, 0.3, "x",
            "share of the bf16 matrix-multiply efficiency NVFP4 keeps at its quadrupled peak (casts, "
            "block scaling, Hadamard transforms, the layers a recipe keeps in bf16)"),

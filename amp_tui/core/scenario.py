@@ -116,6 +116,7 @@ class Cluster:
 
 
 ATTENTION_KERNELS = ("fused", "flash2")
+FP8_SCALINGS = ("tensorwise", "rowwise")
 
 
 @dataclass(frozen=True)
@@ -140,6 +141,10 @@ class Training:
     # FlashAttention-3) at the GPU's matrix-multiply efficiency, or "flash2" (the flash-attn 2
     # package, Triton) held to the GPU's flash2_fraction where it has one (Hopper).
     attention_kernel: str = "fused"
+    # fp8's scaling granularity (FP8_SCALINGS): "tensorwise", one scale per tensor (Transformer
+    # Engine's recipes, torchao's tensorwise), or "rowwise", one per row (torchao's rowwise: its
+    # scaled GEMMs and casts are slower, params fp8_rowwise_efficiency).
+    fp8_scaling: str = "tensorwise"
     runtime_reserve_bytes: float = 2**30  # CUDA context, NCCL buffers, allocator slack
     # Weights + gradients + optimizer state per parameter before ZeRO; None: the optimizer's default.
     state_bytes_override: float | None = None
@@ -164,6 +169,7 @@ class Training:
                 "framework": self.framework, "fused_loss": self.fused_loss,
                 "tp_comm_overlap": self.tp_comm_overlap, "runtime_reserve": exact_bytes(self.runtime_reserve_bytes),
                 **({"attention_kernel": self.attention_kernel} if self.attention_kernel != "fused" else {}),
+                **({"fp8_scaling": self.fp8_scaling} if self.fp8_scaling != "tensorwise" else {}),
                 **({"state_bytes_per_param": self.state_bytes_override} if self.state_bytes_override is not None else {})}
 
 
@@ -301,7 +307,8 @@ def parse_training(value: object, field_name: str = "training") -> Training:
         raise SpecError(field_name, value, "expected a mapping with at least global_batch_size")
     allowed = {"global_batch_size", "precision", "optimizer", "schedule", "recompute", "zero_stage", "runtime_reserve",
                "state_bytes_per_param", "sequence_parallel", "context_parallel", "virtual_stages", "framework",
-               "data_parallel_shard", "expert_parallel", "fused_loss", "tp_comm_overlap", "attention_kernel"}
+               "data_parallel_shard", "expert_parallel", "fused_loss", "tp_comm_overlap", "attention_kernel",
+               "fp8_scaling"}
     _check_keys(value, allowed, field_name, "training")
     if "global_batch_size" not in value:
         raise SpecError(f"{field_name}.global_batch_size", None, "required")
@@ -314,6 +321,9 @@ def parse_training(value: object, field_name: str = "training") -> Training:
     if state is not None and state < 2 * PRECISIONS[precision]:
         raise SpecError(f"{field_name}.state_bytes_per_param", state,
                         f"must hold at least the weights and gradients ({2 * PRECISIONS[precision]} bytes at {precision})")
+    fp8_scaling = _choice(value.get("fp8_scaling", "tensorwise"), FP8_SCALINGS, f"{field_name}.fp8_scaling")
+    if fp8_scaling != "tensorwise" and precision != "fp8":
+        raise SpecError(f"{field_name}.fp8_scaling", fp8_scaling, f"scales fp8 matrix multiplies; precision is {precision}")
     shard = value.get("data_parallel_shard", FULL_SHARD)
     if shard not in (FULL_SHARD, AUTO) and value.get("zero_stage", 0) not in (3, AUTO):
         raise SpecError(f"{field_name}.data_parallel_shard", shard,
@@ -337,6 +347,7 @@ def parse_training(value: object, field_name: str = "training") -> Training:
         tp_comm_overlap=_bool(value.get("tp_comm_overlap", False), f"{field_name}.tp_comm_overlap"),
         attention_kernel=_choice(value.get("attention_kernel", "fused"), ATTENTION_KERNELS,
                                  f"{field_name}.attention_kernel"),
+        fp8_scaling=fp8_scaling,
         runtime_reserve_bytes=(parse_bytes(reserve, f"{field_name}.runtime_reserve") if reserve is not None
                                else Training.runtime_reserve_bytes),
         state_bytes_override=state,

@@ -34,6 +34,9 @@ def export_plan(plan: Plan, fmt: str) -> Export:
     if not isinstance(fmt, str) or fmt not in exporters:
         raise SpecError("format", fmt, f"expected one of {', '.join(EXPORT_FORMATS)}")
     refuse_inexpressible(plan.strategy, fmt)
+    if plan.scenario.training.fp8_scaling == "rowwise" and fmt in TRANSFORMER_ENGINE_FORMATS:
+        raise SpecError("training.fp8_scaling", "rowwise", f"cannot export to {fmt}: Transformer Engine's fp8 recipes "
+                        "scale per tensor or per block, not per row (torchao's rowwise: use --format torchtitan)")
     # The saved prediction is a record, not trusted: the files carry today's figures, and the notes
     # say when they differ from the saved ones.
     fresh = evaluate(plan.scenario, plan.strategy)
@@ -54,6 +57,10 @@ def export_plan(plan: Plan, fmt: str) -> Export:
 ENGINES = {"megatron": "stock Megatron-LM", "deepspeed": "DeepSpeed's pipeline engine", "torchtitan": "torchtitan",
            "torchrun": "the torchrun launch (Megatron-LM's rank order)",
            "rankmap": "the rank map (Megatron-LM's rank order, one tp and dp for all stages)"}
+
+
+# Formats whose fp8 runs through Transformer Engine.
+TRANSFORMER_ENGINE_FORMATS = ("megatron", "deepspeed")
 
 
 def refuse_inexpressible(strategy, fmt: str) -> None:

@@ -70,9 +70,10 @@ def job_config(plan: Plan) -> dict:
     if training.precision == "fp8":
         config["model"]["converters"] = ["quantize.linear.float8"]
         fsdp = shard > 1
-        config["quantize.linear.float8"] = {"recipe_name": "tensorwise", "enable_fsdp_float8_all_gather": fsdp,
-                                            "precompute_float8_dynamic_scale_for_fsdp": fsdp,
-                                            "filter_fqns": ["output"]}
+        config["quantize.linear.float8"] = {"recipe_name": training.fp8_scaling, "filter_fqns": ["output"]}
+        if training.fp8_scaling == "tensorwise":     # (torchao's float8 all-gather is tensorwise only)
+            config["quantize.linear.float8"].update({"enable_fsdp_float8_all_gather": fsdp,
+                                                     "precompute_float8_dynamic_scale_for_fsdp": fsdp})
     return config
 
 
@@ -228,7 +229,7 @@ def export(plan: Plan) -> Export:
         notes.append("torchtitan trains in bf16 or fp32, not fp16: mixed_precision_param is bfloat16.")
     if training.precision == "fp8":
         notes.append("fp8: the quantize.linear.float8 converter (torchao) swaps the linear layers for Float8Linear "
-                     "with tensorwise scaling; the output projection stays in bf16.")
+                     f"with {training.fp8_scaling} scaling; the output projection stays in bf16.")
     if knobs.recompute == "selective":
         notes.append("Selective recomputation: torchtitan's op-level policy (selective_ac_option \"op\") keeps matrix "
                      "multiply outputs and recomputes the cheap operations around them.")

@@ -7,8 +7,9 @@ degree t and context-parallel degree c (each GPU sees the tokens of its c-th of 
              compute_efficiency[gpu] x M / (M + D) x N / (N + D): a matrix multiply of M = tokens b / c
              rows and N = width / t columns reaches its GPU's best fraction only when both are
              large (D = params `gemm_half_dim`); at fp8 (fp4) the linear layers run at the fp8
-             (NVFP4) peak, at params `fp8_efficiency` (`fp4_efficiency`) of the bf16 efficiency,
-             and the attention core in bf16;
+             (NVFP4) peak, at params `fp8_efficiency` (`fp4_efficiency`) of the bf16 efficiency
+             (and `fp8_rowwise_efficiency` of that with a scale per row), and the attention
+             core in bf16;
   memory     the weights read once, b / (c t) of the activations written and read again by the
              element-wise kernels (layer norms, activations, dropout, softmax) at memory bandwidth;
   floor      the kernel-launch floor of a layer (params `layer_floor_s`): small layers are
@@ -69,7 +70,8 @@ def attention_efficiency(model: Model, gpu: GPU, kernel: str, efficiency):
 
 
 def analytic_forward(model: Model, gpu: GPU, precision: str, params: ModelParams, tp: int, cp: int,
-                     sequence_parallel: bool, mbs, attention_kernel: str = "fused") -> np.ndarray:
+                     sequence_parallel: bool, mbs, attention_kernel: str = "fused",
+                     fp8_scaling: str = "tensorwise") -> np.ndarray:
     """Forward seconds per layer for a micro-batch of `mbs` (a number, or a column of sizes)."""
     cols = model.columns
     e = 4 if precision == "fp32" else 2
@@ -83,6 +85,8 @@ def analytic_forward(model: Model, gpu: GPU, precision: str, params: ModelParams
     linear_rate = gpu.peak_flops(precision) * efficiency
     if precision in LOW_PRECISIONS:
         linear_rate = linear_rate * params(f"{precision}_efficiency")
+    if precision == "fp8" and fp8_scaling == "rowwise":
+        linear_rate = linear_rate * params("fp8_rowwise_efficiency")
     matmuls = (cols["flops"] - attention) * per_gpu / linear_rate \
         + attention_forward_time(model, gpu, precision, params, tp, cp, mbs, attention_kernel)
     replicated = cols["activation_replicated_bytes"]

@@ -201,6 +201,8 @@ def parse_run(run: dict, scenarios: dict[str, Scenario] | None = None) -> Replay
     source = source_key(run)
 
     precision = _precision(training.get("precision"))
+    fp8_scaling = "rowwise" if precision == "fp8" and "rowwise" in str(training.get("precision")).lower() \
+        else "tensorwise"
     recompute = _recompute(training.get("recompute"), notes)
     zero_stage = _zero_stage(training.get("zero"))
     # Degrees and batches as whole numbers within the limits (a run that states 0 or 10^30 is
@@ -285,6 +287,7 @@ def parse_run(run: dict, scenarios: dict[str, Scenario] | None = None) -> Replay
                                      "framework": _framework(training.get("framework")),
                                      "fused_loss": _fused_loss(source, notes),
                                      "attention_kernel": _attention_kernel(source, notes),
+                                     "fp8_scaling": fp8_scaling,
                                      "tp_comm_overlap": _tp_comm_overlap(run, tp)}}
                 scenario = _shared_scenario(spec, scenarios)
                 partition = _partition(scenario, pp, training, notes)
