@@ -175,3 +175,59 @@ async def test_training_settings(make_app):
         await settle(app, pilot)
         assert len(app.result.strategies) == 5
         assert app.result.scenario is app.scenario
+
+
+async def test_every_training_field_and_search_option_is_a_row(make_app):
+    """Techniques the model honours (framework, SP, CP, interleaving, fp8 scaling...) and whether
+    every GPU must be used are set from the keyboard, not only in YAML."""
+    from dataclasses import fields
+
+    from amp_tui.core.scenario import AUTO, Training
+    keys = [s.key for s in SETTINGS]
+    named = {"runtime_reserve_bytes": "runtime_reserve"}        # (the override of the optimizer's bytes stays YAML's)
+    assert {named.get(f.name, f.name) for f in fields(Training)} - {"state_bytes_override"} <= set(keys)
+    assert {"use_all_gpus", "allow_cross_node_tp", "reorder_nodes", "top", "max_micro_batch_size"} <= set(keys)
+    app = make_app()
+    async with app.run_test(size=(120, 60)) as pilot:
+        await settle(app, pilot)
+        await pilot.press("3")
+        await pilot.pause()
+        pane = app.query_one(TrainingPane)
+        pane.table.focus()
+        pane.table.move_cursor(row=keys.index("use_all_gpus"))
+        await pilot.press("enter")
+        await pilot.pause()
+        assert app.scenario.search.use_all_gpus is True
+
+        async def pick(key: str, value) -> None:
+            """Open the setting's list (its cursor on the current value) and move to `value`."""
+            setting = SETTINGS[keys.index(key)]
+            current = getattr(app.scenario.training, key)
+            pane.table.move_cursor(row=keys.index(key))
+            await pilot.press("enter")
+            await pilot.pause()
+            assert isinstance(app.screen, PickerScreen)
+            steps = setting.choices.index(value) - setting.choices.index(current)
+            await pilot.press(*(["down"] * steps if steps >= 0 else ["up"] * -steps), "enter")
+            await pilot.pause()
+
+        await pick("framework", "fsdp")
+        assert app.scenario.training.framework == "fsdp"
+        await pick("sequence_parallel", AUTO)
+        assert app.scenario.training.sequence_parallel == AUTO
+        pane.table.move_cursor(row=keys.index("virtual_stages"))
+        await pilot.press("enter")
+        await pilot.pause()
+        app.screen.query_one(Input).value = "0"
+        await pilot.press("enter")
+        await pilot.pause()
+        assert "virtual_stages" in app.screen.error_text and "at least 1" in app.screen.error_text
+        app.screen.query_one(Input).value = "auto"
+        await pilot.press("enter")
+        await pilot.pause()
+        assert app.scenario.training.virtual_stages == AUTO
+        # fp8 scaling needs fp8: refused inline, the scenario unchanged
+        await pick("fp8_scaling", "rowwise")
+        assert app.scenario.training.fp8_scaling == "tensorwise"
+        await settle(app, pilot)
+        assert app.result.scenario is app.scenario

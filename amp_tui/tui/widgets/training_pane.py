@@ -9,7 +9,19 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.widgets import DataTable, Static
 
-from amp_tui.core.scenario import OPTIMIZERS, PRECISIONS, RECOMPUTE, SCHEDULES, ZERO_STAGES, Scenario
+from amp_tui.core.params import FRAMEWORKS
+from amp_tui.core.scenario import (
+    ATTENTION_KERNELS,
+    AUTO,
+    FP8_SCALINGS,
+    FULL_SHARD,
+    OPTIMIZERS,
+    PRECISIONS,
+    RECOMPUTE,
+    SCHEDULES,
+    ZERO_STAGES,
+    Scenario,
+)
 from amp_tui.core.units import format_bytes
 from amp_tui.tui import edits
 from amp_tui.tui.format import cell
@@ -23,7 +35,7 @@ class Setting:
     label: str
     section: str          # "training" or "search"
     key: str              # key in that section's dict
-    kind: str             # "int", "bytes", "choice", "bool"
+    kind: str             # "int" (typed: a number, or a word the field allows), "bytes", "choice", "bool"
     allowed: str          # shown in the table and the edit dialog
     choices: tuple = ()
 
@@ -33,11 +45,24 @@ SETTINGS = [
     Setting("precision", "training", "precision", "choice", "/".join(PRECISIONS), tuple(PRECISIONS)),
     Setting("optimizer", "training", "optimizer", "choice", "/".join(OPTIMIZERS), OPTIMIZERS),
     Setting("schedule", "training", "schedule", "choice", "/".join(SCHEDULES), SCHEDULES),
-    Setting("recomputation", "training", "recompute", "choice", "/".join(RECOMPUTE), RECOMPUTE),
-    Setting("ZeRO stage", "training", "zero_stage", "choice", "/".join(map(str, ZERO_STAGES)), ZERO_STAGES),
+    Setting("recomputation", "training", "recompute", "choice", "/".join((*RECOMPUTE, AUTO)), (*RECOMPUTE, AUTO)),
+    Setting("ZeRO stage", "training", "zero_stage", "choice", "/".join(map(str, (*ZERO_STAGES, AUTO))),
+            (*ZERO_STAGES, AUTO)),
+    Setting("HSDP shard group", "training", "data_parallel_shard", "int", f"{FULL_SHARD}, auto or a whole number"),
+    Setting("sequence parallel", "training", "sequence_parallel", "choice", "yes/no/auto", (True, False, AUTO)),
+    Setting("context parallel", "training", "context_parallel", "int", "whole number >= 1, or auto"),
+    Setting("interleaving", "training", "virtual_stages", "int", "chunks per stage >= 1, or auto"),
+    Setting("expert parallel", "training", "expert_parallel", "int", "whole number >= 1, or auto"),
+    Setting("framework", "training", "framework", "choice", "/".join(FRAMEWORKS), FRAMEWORKS),
+    Setting("fused loss", "training", "fused_loss", "bool", "yes/no"),
+    Setting("tp comm overlap", "training", "tp_comm_overlap", "bool", "yes/no"),
+    Setting("attention kernel", "training", "attention_kernel", "choice", "/".join(ATTENTION_KERNELS),
+            ATTENTION_KERNELS),
+    Setting("fp8 scaling", "training", "fp8_scaling", "choice", "/".join(FP8_SCALINGS), FP8_SCALINGS),
     Setting("runtime reserve", "training", "runtime_reserve", "bytes", "size per GPU, e.g. 1 GiB"),
     Setting("tp across nodes", "search", "allow_cross_node_tp", "bool", "yes/no"),
     Setting("reorder node groups", "search", "reorder_nodes", "bool", "yes/no"),
+    Setting("use all GPUs", "search", "use_all_gpus", "bool", "yes/no"),
     Setting("strategies shown", "search", "top", "int", "whole number >= 1"),
     Setting("max micro-batch", "search", "max_micro_batch_size", "int", "whole number >= 1"),
 ]
@@ -48,7 +73,12 @@ _CHOICE_HELP = {
     "1f1b": "one forward, one backward: few micro-batches in flight", "gpipe": "all forwards, then all backwards",
     "none": "keep activations for backward", "full": "recompute each layer's activations in backward",
     0: "no sharding of optimizer state", 1: "optimizer state sharded over data-parallel ranks",
-    2: "optimizer state and gradients sharded",
+    2: "optimizer state and gradients sharded", 3: "parameters too (FSDP)", AUTO: "the search chooses per strategy",
+    "selective": "recompute the attention scores only",
+    "megatron": "Megatron-LM: overlaps the gradient all-reduce with backward",
+    "deepspeed": "DeepSpeed's pipeline engine: reduces after backward", "fsdp": "PyTorch FSDP (torchtitan)",
+    "fused": "Transformer Engine, cuDNN or FlashAttention-3", "flash2": "the flash-attn 2 package or Triton",
+    "tensorwise": "one scale per tensor (Transformer Engine, torchao)", "rowwise": "one scale per row (torchao)",
 }
 
 
@@ -60,7 +90,7 @@ def setting_value(scenario: Scenario, setting: Setting) -> object:
 
 
 def show_value(setting: Setting, value: object) -> str:
-    if setting.kind == "bool":
+    if isinstance(value, bool):
         return "yes" if value else "no"
     if setting.kind == "bytes":
         return format_bytes(float(value))
@@ -114,7 +144,9 @@ class TrainingPane(ScenarioPane):
             self.attempt(lambda: self._set(setting, not value),
                          f"{setting.label}: {show_value(setting, not value)}")
         elif setting.kind == "choice":
-            items = [PickItem(choice, str(choice), _CHOICE_HELP.get(choice, "")) for choice in setting.choices]
+            items = [PickItem(choice, show_value(setting, choice),
+                              "" if isinstance(choice, bool) else _CHOICE_HELP.get(choice, ""))   # (True == 1)
+                     for choice in setting.choices]
             self.pick(setting.label.capitalize(), items, lambda choice: self._set(setting, choice),
                       f"{setting.label} changed", current=value, filterable=False)
         else:
