@@ -506,7 +506,8 @@ def _summary(scenario) -> str:
     calibrated = f"; calibrated ({scenario.calibration.source or 'calibration section'})" \
         if scenario.calibration.values else ""
     return (f"{scenario.name}: {c.num_gpus} GPUs ({groups}); {m.name}: {m.num_layers} layers, "
-            f"{m.total_params / 1e9:.3g} B params; global batch {t.global_batch_size}, {t.precision}, "
+            f"{m.total_params / 1e9:.3g} B params; global batch {t.global_batch_size}, {t.precision}"
+            f"{' (rowwise scaling)' if t.fp8_scaling == 'rowwise' else ''}, "
             f"{t.schedule}{calibrated}\ntechniques {describe(t, m)}")
 
 

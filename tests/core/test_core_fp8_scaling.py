@@ -66,3 +66,19 @@ def test_torchtitans_rowwise_runs_replay_with_rowwise_scaling_and_the_rest_tenso
     scalings = {run["id"]: parse_run(run).scenario.training.fp8_scaling for run in runs}
     assert {i for i, s in scalings.items() if s == "rowwise"} == {i for i in scalings if "rowwise" in i}
     assert len([s for s in scalings.values() if s == "rowwise"]) == 4
+
+
+def test_plan_says_the_scaling_and_a_bad_value_is_one_line_exit_2(tmp_path, capsys):
+    import yaml
+
+    from amp_tui.cli import main
+    spec = scenario(scaling="rowwise").to_dict()
+    path = tmp_path / "rowwise.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    assert main(["plan", str(path), "--top", "1"]) == 0
+    assert "fp8 (rowwise scaling)" in capsys.readouterr().out
+    spec["training"]["fp8_scaling"] = "per-row"
+    path.write_text(yaml.safe_dump(spec))
+    assert main(["plan", str(path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "training.fp8_scaling" in err and "per-row" in err
