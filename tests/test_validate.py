@@ -178,7 +178,8 @@ def test_a_heterogeneous_run_becomes_one_node_group_per_gpu_type(mix):
     ("GeForce RTX 2080 Ti", "RTX-2080Ti"), ("RTX 3060", "RTX-3060"), ("A30", "A30"), ("RTX 6000 Ada", "RTX-6000-Ada"),
     ("RTX A6000", "RTX-A6000"), ("V100 PCIe 16GB", "V100-PCIe"), ("V100-SXM2-32GB", "V100-32GB"), ("MI210", "MI210"),
     ("A40", "A40"), ("A100 40GB", "A100-40GB"), ("NVIDIA A10", "A10"), ("A10G", "A10G"), ("L40", "L40"),
-    ("L40S", "L40S"), ("GeForce RTX 2060", "RTX-2060"), ("Quadro P4000", "Quadro-P4000"),
+    ("L40S", "L40S"), ("GeForce RTX 2060", "RTX-2060"), ("Quadro P4000", "Quadro-P4000"), ("NVIDIA H20", "H20"),
+    ("H200 SXM", "H200"), ("H800", "H100"),
 ])
 def test_gpus_of_mixed_clusters_are_in_the_catalog(label, name):
     """The cards heterogeneous-cluster papers mix: a run naming one is replayed on its figures."""

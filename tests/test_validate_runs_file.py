@@ -212,6 +212,21 @@ def test_batch_shares_are_replayed_and_a_share_that_does_not_add_up_is_kept_out(
     assert any("batch_shares" in reason for reason in skipped.reasons)
 
 
+def test_hopper_export_versions_replay_on_their_parents_figures_with_their_nvlink():
+    """H20 (its own catalog entry on the HGX board's NVSwitch) beside H800 (the H100's compute with
+    NVLink cut to 200 GB/s per direction)."""
+    run = _mixed_run("Megatron-LM")
+    run["cluster"] = {"name": "H20 + H800", "num_gpus": 16, "heterogeneous": True, "gpu_mix": [
+        {"gpu": "NVIDIA H20", "num_gpus": 8, "gpus_per_node": 8, "intra_node": "NVLink", "inter_node": "400 Gbps"},
+        {"gpu": "H800 SXM", "num_gpus": 8, "gpus_per_node": 8, "intra_node": "NVLink", "inter_node": "400 Gbps"}]}
+    case = parse_run(run)
+    assert not case.data_gaps
+    (h20, h800) = case.scenario.cluster.nodes
+    assert (h20.gpu.name, h800.gpu.name) == ("H20", "H100")
+    assert h20.intra_node_bandwidth == pytest.approx(450e9) and h800.intra_node_bandwidth == pytest.approx(200e9)
+    assert h20.gpu.peak_flops_16 < h800.gpu.peak_flops_16 / 6
+
+
 @pytest.mark.parametrize("framework, balanced", [
     ("Megatron-LM on Ampere GPUs", False), ("DeepSpeed", False), ("HetPipe on PyTorch", True),
     ("a heterogeneity-aware scheduler over Megatron-LM", True), ("our system", True)])

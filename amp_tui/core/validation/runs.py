@@ -609,7 +609,7 @@ def _model_spec(model: dict, training: dict, notes: list[str]) -> dict:
 
 # Catalog GPU per run label, first match wins.
 _GPU_LABELS = (("GB300", "GB300"), ("GB200", "GB200"), ("B200", "B200"), ("GH200", "GH200"), ("H200", "H200"),
-               ("H100.*PCIe", "H100-PCIe"), ("H100.*96.*500 ?W", "H100-96GB-500W"), ("H100|H800", "H100"), ("A100.*40GB", "A100-40GB"),
+               (r"\bH20\b", "H20"), ("H100.*PCIe", "H100-PCIe"), ("H100.*96.*500 ?W", "H100-96GB-500W"), ("H100|H800", "H100"), ("A100.*40GB", "A100-40GB"),
                ("A100|A800", "A100-80GB"), ("4090", "RTX-4090"), ("3090", "RTX-3090"), ("3080", "RTX-3080"),
                ("RTX 6000 Ada|6000 Ada", "RTX-6000-Ada"), ("A6000", "RTX-A6000"), ("A5000", "RTX-A5000"),
                (r"\bA40\b", "A40"), (r"\bA30\b", "A30"), ("L40S", "L40S"), (r"\bL40\b", "L40"), ("A10G", "A10G"),
@@ -623,6 +623,7 @@ _GPU_LABELS = (("GB300", "GB300"), ("GB200", "GB200"), ("B200", "B200"), ("GH200
 # Blackwell NVIDIA's DGX B200 / GB200 NVL72 / GB300 NVL72 datasheets counted the same way (NVLink 5:
 # 1.8 TB/s per GPU both ways; one 400 Gb/s NIC per GPU, 800 Gb/s on GB300).
 _DGX_INSTANCE = {"A100-40GB": "dgx-a100", "A100-80GB": "dgx-a100", "H100": "dgx-h100", "H200": "dgx-h100",
+                 "H20": "dgx-h100",     # (HGX H20 boards carry the H100's NVLink 4 and NVSwitch fabric)
                  "GH200": "quad-gh200", "H100-96GB-500W": "grand-teton-h100"}
 _BLACKWELL_NODES = {"B200": ("900 GB/s", "3200 Gbps"), "GB200": ("900 GB/s", "1600 Gbps"),
                     "GB300": ("900 GB/s", "3200 Gbps")}
@@ -669,7 +670,7 @@ def _cluster_spec(cluster: dict, notes: list[str]) -> dict:
                                  "cluster.gpus_per_node"), count)
         if count % per_node:
             raise SpecError("cluster.gpus_per_node", per_node, f"does not divide the {count} {label} GPUs")
-        intra = _intra_bandwidth(str(entry.get("intra_node") or cluster.get("intra_node") or ""), name)
+        intra = _intra_bandwidth(str(entry.get("intra_node") or cluster.get("intra_node") or ""), name, label)
         inter = _inter_bandwidth(entry.get("inter_node", cluster.get("inter_node")), name, per_node, num_gpus, notes)
         if name in _NVL_GPUS and count > per_node:
             per_node, inter = _nvlink_domain(count, per_node, inter, notes)
@@ -722,10 +723,15 @@ def _gpu_mix(mix) -> list[dict]:
 _PCIE_GBPS = {"3": 128, "4": 256, "5": 512}   # x16, one direction
 
 
-def _intra_bandwidth(label: str, gpu: str) -> str:
+# The A800 and H800, the A100's and H100's export versions, keep their compute but cut NVLink to
+# 400 GB/s both ways (200 per direction): the replay reads them as their catalog parents but with this.
+_EXPORT_NVLINK = (re.compile(r"\b[AH]800\b"), "200 GB/s")
+
+
+def _intra_bandwidth(label: str, gpu: str, gpu_label: str = "") -> str:
     figures = _node_figures(gpu)
     if re.search(r"nvlink|nvswitch", label, re.I) and figures:
-        return figures[0]
+        return _EXPORT_NVLINK[1] if _EXPORT_NVLINK[0].search(gpu_label) else figures[0]
     match = re.search(r"(\d+(?:\.\d+)?)\s*Gb(?:ps|/s)", label)
     if match:
         return f"{match.group(1)} Gbps"
