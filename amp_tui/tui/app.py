@@ -120,6 +120,7 @@ class AmpApp(App):
         Binding("question_mark", "help", "Help"),
         Binding("v", "serve_view", "Serve"),
         Binding("o", "toggle_objective", "Objective"),
+        Binding("b", "set_budget", "Budget", show=False),
         Binding("1", "go(1)", "Cluster", show=False),
         Binding("2", "go(2)", "Model", show=False),
         Binding("3", "go(3)", "Training", show=False),
@@ -486,6 +487,31 @@ class AmpApp(App):
         self.objective = wanted
         self.notify(f"ranking by {wanted.describe()}", markup=False)
         self.start_search(0.0)
+
+    def action_set_budget(self) -> None:
+        """b: rank only strategies whose nodes cost at most this many dollars per hour (empty: none)."""
+        from amp_tui.core.units import parse_number
+        from amp_tui.tui.screens.edit_value import EditValueScreen
+
+        budget = self.objective.budget_usd_per_hour
+        kind = self.objective.kind
+
+        def validate(text: str) -> Objective:
+            text = text.strip()
+            wanted = Objective(kind, None if text.lower() in ("", "none") else
+                               float(parse_number(text.removeprefix("$"), "budget", positive=True)))
+            wanted.check(self.scenario)         # a budget needs every node group's price
+            return wanted
+
+        def done(wanted: Objective | None) -> None:
+            if wanted is not None and wanted != self.objective:
+                self.objective = wanted
+                self.notify(f"ranking by {wanted.describe()}", markup=False)
+                self.start_search(0.0)
+
+        self.push_screen(EditValueScreen("Budget, dollars per hour", "" if budget is None else f"{budget:g}", validate,
+                                         hint="Strategies whose nodes cost more per hour are left out; empty or "
+                                              "none: no budget."), done)
 
     def action_serve_view(self) -> None:
         """The Serve view (serving is a sibling of training: it keeps its own scenario)."""

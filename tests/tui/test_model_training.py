@@ -231,3 +231,35 @@ async def test_every_training_field_and_search_option_is_a_row(make_app):
         assert app.scenario.training.fp8_scaling == "tensorwise"
         await settle(app, pilot)
         assert app.result.scenario is app.scenario
+
+
+async def test_objective_and_budget_from_the_keyboard(make_app):
+    """o ranks by cost per token; b keeps only strategies within a budget in dollars per hour (a bad
+    one is refused in the dialog, empty removes it)."""
+    app = make_app()        # 4 x g4dn.12xlarge, $3.912 an hour each
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(app, pilot)
+        assert max(p.strategy.num_gpus for p in app.result.strategies) == 16     # the whole cluster
+        await pilot.press("o")
+        await settle(app, pilot)
+        assert app.objective.kind == "cost"
+        costs = [p.iteration_time_s * p.cost_per_hour_usd for p in app.result.strategies]
+        assert costs == sorted(costs)
+        await pilot.press("b")
+        await pilot.pause()
+        app.screen.query_one(Input).value = "-1"
+        await pilot.press("enter")
+        await pilot.pause()
+        assert "budget" in app.screen.error_text and app.objective.budget_usd_per_hour is None
+        app.screen.query_one(Input).value = "$8"
+        await pilot.press("enter")
+        await settle(app, pilot)
+        assert app.objective.budget_usd_per_hour == 8.0 and app.objective.kind == "cost"
+        assert app.result.strategies and all(p.cost_per_hour_usd <= 8.0 for p in app.result.strategies)
+        await pilot.press("b")
+        await pilot.pause()
+        assert app.screen.query_one(Input).value == "8"
+        app.screen.query_one(Input).value = ""
+        await pilot.press("enter")
+        await settle(app, pilot)
+        assert app.objective.budget_usd_per_hour is None

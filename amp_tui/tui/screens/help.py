@@ -22,6 +22,8 @@ SECTIONS: list[tuple[str, list[tuple[str, str]]]] = [
         ("w", "what-if: rerun the search with links, GPU speeds and the batch scaled; the most robust pick"),
         ("x", "export the selected strategy (megatron, deepspeed, torchrun, rankmap, torchtitan)"),
         ("f", "show or hide infeasible strategies with their reason"),
+        ("o", "rank by iteration time or by cost per token (needs every node group's price)"),
+        ("b", "budget: leave out strategies whose nodes cost more dollars per hour (empty: none)"),
         ("v", "Serve view: place a model for serving by max flow (g picks a group, + / - edits it, c cancels)"),
         ("ctrl+p", "command palette: every action by name"),
         ("?", "this help"),
