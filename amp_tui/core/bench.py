@@ -157,7 +157,8 @@ def render_bench(rows: list[dict]) -> str:
     from amp_tui.core.units import format_bytes
 
     header = (f"{'scenario':<29} {'GPUs':>5} {'layers':>6} {'median':>10} {'target':>8} {'ok':>3} "
-              f"{'candidates':>10} {'evaluated':>9} {'cand/s':>9} {'peak mem':>10} {'cancel':>7} {'exact':>11} {'machine':>7}"
+              f"{'candidates':>10} {'evaluated':>9} {'cand/s':>9} {'peak mem':>10} {'cancel':>7} {'exact':>11} "
+              f"{'machine':>7}"
               f"  top strategy")
     lines = [header, "-" * len(header)]
     for r in rows:
@@ -170,8 +171,9 @@ def render_bench(rows: list[dict]) -> str:
         lines.append(f"cancel: the longest stretch without a cancellation poll (target {CANCEL_TARGET_S * 1000:.0f} ms)")
         lines.append("+idle: idle nodes allowed (what `plan` searches); exact: every node order, and every part of "
                      "the cluster that could win, searched; else the most the best found can be above the optimum")
-        lines.append(f"machine: a fixed workload's time beside the timed runs against the development VM's fastest "
-                     f"({REFERENCE_WORK_S * 1000:.1f} ms): above 1.00x this machine ran that much slower, and the row with it")
+        lines.append(f"machine: a fixed workload's time beside the timed runs against the development VM's "
+                     f"fastest ({REFERENCE_WORK_S * 1000:.1f} ms): above 1.00x this machine ran that much slower, "
+                     f"and the row with it")
         lines.append(f"process peak RSS (all of the above, incl. Python and numpy): "
                      f"{format_bytes(rows[0]['process_max_rss_bytes'])}")
     return "\n".join(lines)

@@ -323,7 +323,8 @@ def parse_training(value: object, field_name: str = "training") -> Training:
                         f"must hold at least the weights and gradients ({2 * PRECISIONS[precision]} bytes at {precision})")
     fp8_scaling = _choice(value.get("fp8_scaling", "tensorwise"), FP8_SCALINGS, f"{field_name}.fp8_scaling")
     if fp8_scaling != "tensorwise" and precision != "fp8":
-        raise SpecError(f"{field_name}.fp8_scaling", fp8_scaling, f"scales fp8 matrix multiplies; precision is {precision}")
+        raise SpecError(f"{field_name}.fp8_scaling", fp8_scaling,
+                        f"scales fp8 matrix multiplies; precision is {precision}")
     shard = value.get("data_parallel_shard", FULL_SHARD)
     if shard not in (FULL_SHARD, AUTO) and value.get("zero_stage", 0) not in (3, AUTO):
         raise SpecError(f"{field_name}.data_parallel_shard", shard,

@@ -609,14 +609,16 @@ def _model_spec(model: dict, training: dict, notes: list[str]) -> dict:
 
 # Catalog GPU per run label, first match wins.
 _GPU_LABELS = (("GB300", "GB300"), ("GB200", "GB200"), ("B200", "B200"), ("GH200", "GH200"), ("H200", "H200"),
-               (r"\bH20\b", "H20"), ("H100.*PCIe", "H100-PCIe"), ("H100.*96.*500 ?W", "H100-96GB-500W"), ("H100|H800", "H100"), ("A100.*40GB", "A100-40GB"),
+               (r"\bH20\b", "H20"), ("H100.*PCIe", "H100-PCIe"), ("H100.*96.*500 ?W", "H100-96GB-500W"),
+               ("H100|H800", "H100"), ("A100.*40GB", "A100-40GB"),
                ("A100|A800", "A100-80GB"), ("4090", "RTX-4090"), ("3090", "RTX-3090"), ("3080", "RTX-3080"),
                ("RTX 6000 Ada|6000 Ada", "RTX-6000-Ada"), ("A6000", "RTX-A6000"), ("A5000", "RTX-A5000"),
                (r"\bA40\b", "A40"), (r"\bA30\b", "A30"), ("L40S", "L40S"), (r"\bL40\b", "L40"), ("A10G", "A10G"),
                (r"\bA10\b", "A10"), (r"\bL4\b", "L4"),
                ("T4", "T4"), ("V100.*32", "V100-32GB"), ("(?i)V100.*PCIe", "V100-PCIe"), ("V100", "V100"),
                ("(?i)P100.*PCIe", "P100-PCIe"), ("P100", "P100"), (r"(?i)titan ?v\b", "TITAN-V"),
-               ("(?i)titan ?rtx", "TITAN-RTX"), ("2080 ?Ti", "RTX-2080Ti"), ("2060", "RTX-2060"), ("P4000", "Quadro-P4000"), ("3060", "RTX-3060"),
+               ("(?i)titan ?rtx", "TITAN-RTX"), ("2080 ?Ti", "RTX-2080Ti"), ("2060", "RTX-2060"),
+               ("P4000", "Quadro-P4000"), ("3060", "RTX-3060"),
                ("MI210", "MI210"), ("MI250", "MI250X"), ("MI300X", "MI300X"))
 # Node figures (NVLink per GPU and direction, network per node) where a run names only the link
 # family ("NVLink", "NVSwitch") or no network: the DGX entries of presets/instances.yaml, and for
