@@ -6,6 +6,7 @@ from dataclasses import dataclass, replace
 
 from amp_tui.core.chunks import interleaved_chunks, rank_partition
 from amp_tui.core.errors import SpecError
+from amp_tui.core.limits import MAX_WHOLE_NUMBER
 from amp_tui.core.scenario import Scenario
 from amp_tui.core.units import parse_int
 
@@ -133,8 +134,8 @@ def parse_strategy(value: object, field: str = "strategy") -> Strategy:
     v = knobs.get("virtual_stages")
     if partition is not None and isinstance(v, int) and v > 1 and len(partition) == pp * v:
         partition = rank_partition(partition, pp)     # pp x v chunks: the layers each rank holds
-    stage_tp = _per_stage(value["tp"], pp, f"{field}.tp")
-    stage_dp = _per_stage(value["dp"], pp, f"{field}.dp")
+    stage_tp = per_stage_degrees(value["tp"], pp, f"{field}.tp")
+    stage_dp = per_stage_degrees(value["dp"], pp, f"{field}.dp")
     shares = value.get("batch_shares")
     if shares is not None:
         if not isinstance(shares, list) or not shares:
@@ -161,14 +162,14 @@ def varying_degrees(degrees: tuple[int, ...]) -> tuple[int, ...] | None:
     return degrees if len(set(degrees)) > 1 else None
 
 
-def _per_stage(value: object, pp: int, field: str) -> tuple[int, ...]:
+def per_stage_degrees(value: object, pp: int, field: str, maximum: int = MAX_WHOLE_NUMBER) -> tuple[int, ...]:
     """A degree for every stage given as a list of one per stage, or one number for all: then a
     single entry (never pp copies: pp is not yet checked against the model, and may be huge)."""
     if not isinstance(value, list):
-        return (parse_int(value, field),)
+        return (parse_int(value, field, maximum=maximum),)
     if len(value) != pp:
         raise SpecError(field, value, f"needs {pp} entries, one per stage (pp = {pp}), or one number for all")
-    return tuple(parse_int(n, f"{field}[{i}]") for i, n in enumerate(value))
+    return tuple(parse_int(n, f"{field}[{i}]", maximum=maximum) for i, n in enumerate(value))
 
 
 def parse_idle(value: object, field: str) -> tuple[tuple[int, int], ...] | None:

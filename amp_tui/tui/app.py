@@ -484,8 +484,12 @@ class AmpApp(App):
             self.status.error = str(err)
             self.notify(str(err), severity="error", markup=False)
             return
-        self.objective = wanted
-        self.notify(f"ranking by {wanted.describe()}", markup=False)
+        self._rank_by(wanted)
+
+    def _rank_by(self, objective: Objective) -> None:
+        """Rerun the search ranked by `objective`, and say so."""
+        self.objective = objective
+        self.notify(f"ranking by {objective.describe()}", markup=False)
         self.start_search(0.0)
 
     def action_set_budget(self) -> None:
@@ -505,9 +509,7 @@ class AmpApp(App):
 
         def done(wanted: Objective | None) -> None:
             if wanted is not None and wanted != self.objective:
-                self.objective = wanted
-                self.notify(f"ranking by {wanted.describe()}", markup=False)
-                self.start_search(0.0)
+                self._rank_by(wanted)
 
         self.push_screen(EditValueScreen("Budget, dollars per hour", "" if budget is None else f"{budget:g}", validate,
                                          hint="Strategies whose nodes cost more per hour are left out; empty or "

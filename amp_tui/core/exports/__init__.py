@@ -33,10 +33,7 @@ def export_plan(plan: Plan, fmt: str) -> Export:
                  "torchrun": torchrun.export, "rankmap": rankmap.export}
     if not isinstance(fmt, str) or fmt not in exporters:
         raise SpecError("format", fmt, f"expected one of {', '.join(EXPORT_FORMATS)}")
-    refuse_inexpressible(plan.strategy, fmt)
-    if plan.scenario.training.fp8_scaling == "rowwise" and fmt in TRANSFORMER_ENGINE_FORMATS:
-        raise SpecError("training.fp8_scaling", "rowwise", f"cannot export to {fmt}: Transformer Engine's fp8 recipes "
-                        "scale per tensor or per block, not per row (torchao's rowwise: use --format torchtitan)")
+    refuse_inexpressible(plan, fmt)
     # The saved prediction is a record, not trusted: the files carry today's figures, and the notes
     # say when they differ from the saved ones.
     fresh = evaluate(plan.scenario, plan.strategy)
@@ -63,10 +60,10 @@ ENGINES = {"megatron": "stock Megatron-LM", "deepspeed": "DeepSpeed's pipeline e
 TRANSFORMER_ENGINE_FORMATS = ("megatron", "deepspeed")
 
 
-def refuse_inexpressible(strategy, fmt: str) -> None:
+def refuse_inexpressible(plan: Plan, fmt: str) -> None:
     """SpecError, one line naming what the engine cannot express: per-stage tp or dp (Metis-style
-    plans) and uneven data-parallel batch shares."""
-    engine = ENGINES[fmt]
+    plans), uneven data-parallel batch shares, and fp8 scaled per row through Transformer Engine."""
+    engine, strategy = ENGINES[fmt], plan.strategy
     if strategy.stage_tp:
         raise SpecError("strategy.tp", list(strategy.stage_tp),
                         f"cannot export to {fmt}: {engine} has one tensor-parallel degree for all stages")
@@ -76,6 +73,9 @@ def refuse_inexpressible(strategy, fmt: str) -> None:
     if strategy.batch_shares and len(set(strategy.batch_shares)) > 1:
         raise SpecError("strategy.batch_shares", list(strategy.batch_shares),
                         f"cannot export to {fmt}: {engine} gives every data-parallel replica the same share of the batch")
+    if plan.scenario.training.fp8_scaling == "rowwise" and fmt in TRANSFORMER_ENGINE_FORMATS:
+        raise SpecError("training.fp8_scaling", "rowwise", f"cannot export to {fmt}: Transformer Engine's fp8 recipes "
+                        "scale per tensor or per block, not per row (torchao's rowwise: use --format torchtitan)")
 
 
 def _used_nodes_only(plan: Plan) -> tuple[Plan, str]:

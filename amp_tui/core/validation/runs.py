@@ -21,7 +21,7 @@ from amp_tui.core.errors import SpecError, one_line
 from amp_tui.core.hardware import gpu_catalog, instance_catalog
 from amp_tui.core.limits import MAX_GPUS, MAX_RUNS_FILE_BYTES
 from amp_tui.core.scenario import AUTO, Scenario, load_scenario, parse_scenario
-from amp_tui.core.strategy import Strategy, even_partition, varying_degrees
+from amp_tui.core.strategy import Strategy, even_partition, per_stage_degrees, varying_degrees
 from amp_tui.core.units import parse_bandwidth, parse_int
 from amp_tui.core.yamlio import read_text_file
 
@@ -319,16 +319,9 @@ def _stage_degrees(training: dict, pp: int) -> tuple[tuple[int, ...], tuple[int,
     lists = [training[k] for k in ("tp", "dp") if isinstance(training.get(k), list)]
     if lists and training.get("pp") is None:
         pp = parse_int(len(lists[0]), "training.pp", maximum=MAX_GPUS)
-    degrees = []
-    for k in ("tp", "dp"):
-        value = 1 if training.get(k) is None else training[k]
-        if isinstance(value, list):
-            if len(value) != pp:
-                raise SpecError(f"training.{k}", value, f"needs {pp} entries, one per stage (pp = {pp})")
-            degrees.append(tuple(parse_int(n, f"training.{k}[{i}]", maximum=MAX_GPUS) for i, n in enumerate(value)))
-        else:
-            degrees.append((parse_int(value, f"training.{k}", maximum=MAX_GPUS),) * pp)
-    return degrees[0], degrees[1], pp
+    tps, dps = (per_stage_degrees(1 if training.get(k) is None else training[k], pp, f"training.{k}", MAX_GPUS)
+                for k in ("tp", "dp"))
+    return (tps * pp if len(tps) < pp else tps), (dps * pp if len(dps) < pp else dps), pp
 
 
 def _cannot_hold_weights(scenario: Scenario, model_split: int) -> bool:
