@@ -16,7 +16,7 @@ import warnings
 from pathlib import Path
 
 from amp_tui import __version__
-from amp_tui.core.errors import SpecError
+from amp_tui.core.base.errors import SpecError
 
 DEFAULT_SCENARIO = "paper-homogeneous"
 
@@ -217,9 +217,9 @@ def cmd_ui(args) -> int:
 
 
 def cmd_evaluate(args) -> int:
-    from amp_tui.core.evaluate import evaluate, parse_strategy_list
-    from amp_tui.core.planfile import open_scenario, prediction_changes
-    from amp_tui.core.yamlio import load_yaml_file
+    from amp_tui.core.search.evaluate import evaluate, parse_strategy_list
+    from amp_tui.core.plans.planfile import open_scenario, prediction_changes
+    from amp_tui.core.base.yamlio import load_yaml_file
 
     scenario, plan = open_scenario(args.scenario)
     if plan is not None and not args.strategies:
@@ -236,7 +236,7 @@ def cmd_evaluate(args) -> int:
     if not args.strategies:
         raise SpecError("STRATEGIES", None, "give a YAML file listing strategies (or pass a plan file)")
     strategies = parse_strategy_list(load_yaml_file(args.strategies), args.strategies)
-    from amp_tui.core.cost import CostModel
+    from amp_tui.core.costmodel.cost import CostModel
 
     cost = CostModel(scenario)
     predictions = []
@@ -252,9 +252,9 @@ def cmd_evaluate(args) -> int:
 def cmd_plan(args) -> int:
     from dataclasses import replace
 
-    from amp_tui.core.objective import Objective
-    from amp_tui.core.planfile import open_scenario
-    from amp_tui.core.subclusters import search_parts
+    from amp_tui.core.search.objective import Objective
+    from amp_tui.core.plans.planfile import open_scenario
+    from amp_tui.core.search.subclusters import search_parts
 
     if args.top is not None and args.top < 1:
         raise SpecError("--top", args.top, "must be at least 1")
@@ -268,19 +268,19 @@ def cmd_plan(args) -> int:
         scenario = replace(scenario, search=replace(scenario.search, use_all_gpus=True))
     top = max(args.top or scenario.search.top, args.rank if args.save else 1)
     result, idle_search = search_parts(scenario, objective, top=top)
-    from amp_tui.core.uneven import improve
+    from amp_tui.core.search.uneven import improve
 
     result, uneven = improve(scenario, result, objective)
     saved = None
     if args.save:
-        from amp_tui.core.planfile import save_plan
+        from amp_tui.core.plans.planfile import save_plan
 
         if args.rank > len(result.strategies):
             raise SpecError("--rank", args.rank, f"only {len(result.strategies)} feasible strategies were found")
         saved = save_plan(args.save, scenario, result.strategies[args.rank - 1], overwrite=args.force)
     shown = args.top or scenario.search.top     # the search may have ranked more, for --rank
     if args.json:
-        from amp_tui.core.confidence import confidence
+        from amp_tui.core.plans.confidence import confidence
 
         print(_json({**result.to_dict(top=shown), "uncertainty": confidence(scenario).band, "objective": objective.kind,
                      "budget_usd_per_hour": objective.budget_usd_per_hour,
@@ -289,7 +289,7 @@ def cmd_plan(args) -> int:
         print(render_search(result, shown, objective, idle_search))
         print(f"note: {uneven.note}")
     if args.sensitivity:
-        from amp_tui.core.sensitivity import render, sensitivity
+        from amp_tui.core.plans.sensitivity import render, sensitivity
 
         print("\nwhat if the figures are off (each what-if reruns the search):", file=sys.stderr if args.json else sys.stdout)
         print(render(sensitivity(scenario, result)), file=sys.stderr if args.json else sys.stdout)
@@ -300,7 +300,7 @@ def cmd_plan(args) -> int:
 
 def _check_save_target(save: str, force: bool) -> None:
     """Refuse a --save target before the search, rather than after it."""
-    from amp_tui.core.yamlio import path_exists
+    from amp_tui.core.base.yamlio import path_exists
 
     path = Path(save)
     if not save.strip():
@@ -314,11 +314,11 @@ def _check_save_target(save: str, force: bool) -> None:
 
 
 def cmd_compare(args) -> int:
-    from amp_tui.core.compare import compare
-    from amp_tui.core.cost import CostModel
-    from amp_tui.core.evaluate import evaluate, parse_strategy_list
-    from amp_tui.core.planfile import open_scenario
-    from amp_tui.core.yamlio import load_yaml_file
+    from amp_tui.core.plans.compare import compare
+    from amp_tui.core.costmodel.cost import CostModel
+    from amp_tui.core.search.evaluate import evaluate, parse_strategy_list
+    from amp_tui.core.plans.planfile import open_scenario
+    from amp_tui.core.base.yamlio import load_yaml_file
 
     scenario, plan = open_scenario(args.scenario)
     strategies = ([plan.strategy] if plan is not None else []) + parse_strategy_list(
@@ -342,9 +342,9 @@ def cmd_web(args) -> int:
 
 
 def cmd_export(args) -> int:
-    from amp_tui.core.atomic import write_files
-    from amp_tui.core.exports import export_plan
-    from amp_tui.core.planfile import load_plan
+    from amp_tui.core.base.atomic import write_files
+    from amp_tui.core.plans.exports import export_plan
+    from amp_tui.core.plans.planfile import load_plan
 
     plan = load_plan(args.plan)
     export = export_plan(plan, args.format)
@@ -378,8 +378,8 @@ def cmd_serve(args) -> int:
 
 
 def cmd_presets(args) -> int:
-    from amp_tui.core.hardware import gpu_catalog, instance_catalog
-    from amp_tui.core.presets import PRESET_KINDS, describe_preset, preset_names
+    from amp_tui.core.spec.hardware import gpu_catalog, instance_catalog
+    from amp_tui.core.spec.presets import PRESET_KINDS, describe_preset, preset_names
 
     listing = {kind: {name: describe_preset(kind, name) for name in preset_names(kind)} for kind in PRESET_KINDS}
     listing["instances"] = {name: _describe_instance(name, fields) for name, fields in instance_catalog().items()}
@@ -404,10 +404,10 @@ def _describe_instance(name: str, fields: dict) -> str:
 
 
 def cmd_bench(args) -> int:
-    from amp_tui.core.bench import BENCHMARKS, render_bench, run_bench
+    from amp_tui.core.search.bench import BENCHMARKS, render_bench, run_bench
     from amp_tui.serving.bench import SERVING_BENCHMARKS, render_serving_bench, run_serving_bench
 
-    from amp_tui.core.limits import MAX_BENCH_RUNS
+    from amp_tui.core.base.limits import MAX_BENCH_RUNS
 
     if not 1 <= args.runs <= MAX_BENCH_RUNS:
         raise SpecError("--runs", args.runs, f"must be 1 to {MAX_BENCH_RUNS}")
@@ -430,7 +430,7 @@ def cmd_bench(args) -> int:
 def _fit_defaults() -> int:
     from collections import Counter
 
-    from amp_tui.core.params import prior
+    from amp_tui.core.spec.params import prior
     from amp_tui.core.validation.fit import fit_parameters
     from amp_tui.core.validation.runs import load_cases, unsupported
 
@@ -493,7 +493,7 @@ def _table(headers: list[str], rows: list[list[str]], right: set[int]) -> str:
 
 
 def _placement_text(scenario, strategy) -> str:
-    from amp_tui.core.subclusters import placement_text
+    from amp_tui.core.search.subclusters import placement_text
 
     return placement_text(scenario, strategy)
 
@@ -501,7 +501,7 @@ def _placement_text(scenario, strategy) -> str:
 def _summary(scenario) -> str:
     c, m, t = scenario.cluster, scenario.model, scenario.training
     groups = " + ".join(f"{g.count} x {g.label}" for g in c.nodes)
-    from amp_tui.core.knobs import describe
+    from amp_tui.core.spec.knobs import describe
 
     calibrated = f"; calibrated ({scenario.calibration.source or 'calibration section'})" \
         if scenario.calibration.values else ""
@@ -512,7 +512,7 @@ def _summary(scenario) -> str:
 
 
 def _prediction_row(scenario, p, rank: str, best: float | None) -> list[str]:
-    from amp_tui.core.units import format_bytes, format_seconds
+    from amp_tui.core.base.units import format_bytes, format_seconds
 
     s = p.strategy
     tight = p.tightest_stage
@@ -522,7 +522,7 @@ def _prediction_row(scenario, p, rank: str, best: float | None) -> list[str]:
     if best is not None:
         row.append("best" if p.iteration_time_s <= best and rank == "1" or p.iteration_time_s == best
                    else f"{(p.iteration_time_s / best - 1) * 100:+.1f}%")
-    from amp_tui.core.knobs import resolve
+    from amp_tui.core.spec.knobs import resolve
 
     row += [resolve(s, scenario.training).short_label, _money(p.cost_per_hour_usd),
             _money(p.cost_per_million_tokens_usd), " ".join(str(n) for n in s.partition),
@@ -551,25 +551,25 @@ def _shares_text(strategy) -> str:
     """'; batch shares 16 x 12 + 16 x 4' for uneven data-parallel shares, runs of equal shares merged."""
     if not strategy.batch_shares:
         return ""
-    from amp_tui.core.placement import merge_runs
+    from amp_tui.core.costmodel.placement import merge_runs
 
     runs = merge_runs((share, 1) for share in strategy.batch_shares)
     return "; batch shares " + " + ".join(f"{n} x {share}" if n > 1 else str(share) for share, n in runs)
 
 
 def _cost_headers(scenario) -> list[str]:
-    from amp_tui.core.pricing import cost_unit
+    from amp_tui.core.costmodel.pricing import cost_unit
 
     return ["$/hour", f"$/M {cost_unit(scenario)}"]
 
 
 def render_predictions(scenario, predictions) -> str:
-    from amp_tui.core.units import format_seconds
+    from amp_tui.core.base.units import format_seconds
 
     headers = ["#", "tp x pp x dp", "mbs", "B", "iteration", "samples/s", "fullest stage memory",
                "techniques", *_cost_headers(scenario), "partition", "placement"]
     rows = [_prediction_row(scenario, p, str(i + 1), None) for i, p in enumerate(predictions)]
-    from amp_tui.core.confidence import confidence
+    from amp_tui.core.plans.confidence import confidence
 
     out = [_summary(scenario), f"predicted times {confidence(scenario).describe()}", "",
            _table(headers, rows, {0, 2, 3, 4, 5, 8, 9})]
@@ -588,7 +588,7 @@ def render_predictions(scenario, predictions) -> str:
 
 
 def _stage_table(p) -> str:
-    from amp_tui.core.units import format_bytes, format_seconds
+    from amp_tui.core.base.units import format_bytes, format_seconds
 
     headers = ["stage", "layers", "GPU", "compute", "p2p comm", "all-reduce", "memory / capacity"]
     rows = [[str(st.index), f"{st.first_layer}-{st.last_layer}", "+".join(st.gpu_types), format_seconds(st.compute_s),
@@ -599,8 +599,8 @@ def _stage_table(p) -> str:
 
 
 def render_search(result, top: int, objective=None, idle_search=None) -> str:
-    from amp_tui.core.orders import ORDERS_NOTE
-    from amp_tui.core.units import format_seconds
+    from amp_tui.core.search.orders import ORDERS_NOTE
+    from amp_tui.core.base.units import format_seconds
 
     st = result.stats
     scenario = result.scenario
@@ -625,7 +625,7 @@ def render_search(result, top: int, objective=None, idle_search=None) -> str:
         else:
             out.append(f"note: {ORDERS_NOTE}")
     if result.strategies:
-        from amp_tui.core.confidence import confidence, within_band
+        from amp_tui.core.plans.confidence import confidence, within_band
 
         sure = confidence(scenario)
         close = within_band([p.iteration_time_s for p in result.strategies[:top]], sure.band)

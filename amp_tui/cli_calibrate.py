@@ -1,6 +1,6 @@
 """`amp-tui calibrate`: fit the cost model to runs measured on your cluster, or choose runs to measure.
 
-Its own module so that cli.py stays a dispatcher; the work is in amp_tui.core.calibrate.
+Its own module so that cli.py stays a dispatcher; the work is in amp_tui.core.calibration.calibrate.
 """
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import json
 import math
 from pathlib import Path
 
-from amp_tui.core.errors import SpecError
+from amp_tui.core.base.errors import SpecError
 
 HELP = "fit the cost model's parameters to runs measured on your cluster (or --suggest runs to measure)"
 
@@ -29,7 +29,7 @@ def add_parser(sub) -> None:
 
 
 def cmd_calibrate(args) -> int:
-    from amp_tui.core.scenario import load_scenario
+    from amp_tui.core.spec.scenario import load_scenario
 
     if args.output:
         _check_output(Path(args.output), args.force)
@@ -40,8 +40,8 @@ def cmd_calibrate(args) -> int:
         return _suggest(args, load_scenario(args.scenario))
     if not args.measurements:
         raise SpecError("MEASUREMENTS", None, "give a YAML file of measured runs, or --suggest N to choose them")
-    from amp_tui.core.calibrate import calibrate
-    from amp_tui.core.measurements import load_measurements
+    from amp_tui.core.calibration.calibrate import calibrate
+    from amp_tui.core.calibration.measurements import load_measurements
 
     scenario = load_scenario(args.scenario)
     measurements = load_measurements(args.measurements, scenario)
@@ -69,13 +69,13 @@ def _check_output(path: Path, force: bool) -> None:
 
 
 def _write(args, text: str) -> Path:
-    from amp_tui.core.yamlio import atomic_write
+    from amp_tui.core.base.yamlio import atomic_write
 
     return atomic_write(args.output, text, overwrite=args.force)
 
 
 def _scenario_text(scenario, origin: str) -> str:
-    from amp_tui.core.yamlio import dump_yaml
+    from amp_tui.core.base.yamlio import dump_yaml
 
     return (f"# {scenario.name}, calibrated by amp-tui calibrate from {origin}: the `calibration:` section\n"
             f"# holds the fitted cost-model parameters; every other section is as it was.\n"
@@ -88,7 +88,7 @@ def _percent(log_ratio: float | None) -> str:
 
 def render_fit(result, source: str) -> str:
     from amp_tui.cli import _table
-    from amp_tui.core.units import format_bytes, format_seconds
+    from amp_tui.core.base.units import format_bytes, format_seconds
 
     fit = result.fit
     fitted = [p for p in fit.parameters if p.fitted]
@@ -139,9 +139,9 @@ def _partition_text(partition: tuple[int, ...]) -> str:
 
 def _suggest(args, scenario) -> int:
     from amp_tui.cli import _placement_text, _table
-    from amp_tui.core.calibrate import suggest_measurements
-    from amp_tui.core.measurements import measurements_yaml
-    from amp_tui.core.units import format_bytes, format_seconds
+    from amp_tui.core.calibration.calibrate import suggest_measurements
+    from amp_tui.core.calibration.measurements import measurements_yaml
+    from amp_tui.core.base.units import format_bytes, format_seconds
 
     picked = suggest_measurements(scenario, args.suggest)
     header = SUGGEST_HEADER.format(name=scenario.name, count=args.suggest, scenario=args.scenario)

@@ -22,18 +22,18 @@ import numpy as np
 import pytest
 
 from amp_tui.cli import main
-from amp_tui.core import calibrate as calibration
-from amp_tui.core.calibrate import (calibrate, calibrated_uncertainty, current_values, fit, information_log_det,
+from amp_tui.core.calibration import calibrate as calibration
+from amp_tui.core.calibration.calibrate import (calibrate, calibrated_uncertainty, current_values, fit, information_log_det,
                                     scenario_parameters, suggest, suggest_measurements, with_values)
-from amp_tui.core.errors import SpecError
-from amp_tui.core.evaluate import evaluate
-from amp_tui.core.measurements import Measurement, load_measurements, measurements_yaml, parse_measurements
-from amp_tui.core.params import Calibration, bounds, prior
-from amp_tui.core.planfile import load_plan, save_plan
-from amp_tui.core.scenario import load_scenario, parse_scenario
-from amp_tui.core.search import search
-from amp_tui.core.strategy import Strategy
-from amp_tui.core.yamlio import dump_yaml, load_yaml_file
+from amp_tui.core.base.errors import SpecError
+from amp_tui.core.search.evaluate import evaluate
+from amp_tui.core.calibration.measurements import Measurement, load_measurements, measurements_yaml, parse_measurements
+from amp_tui.core.spec.params import Calibration, bounds, prior
+from amp_tui.core.plans.planfile import load_plan, save_plan
+from amp_tui.core.spec.scenario import load_scenario, parse_scenario
+from amp_tui.core.search.search import search
+from amp_tui.core.spec.strategy import Strategy
+from amp_tui.core.base.yamlio import dump_yaml, load_yaml_file
 
 # -- a synthetic model: 16 T4 GPUs over PCIe inside 4 nodes and Ethernet between them --------------
 
@@ -311,7 +311,7 @@ def test_suggest_command_writes_a_measurements_file(tmp_path, capsys):
 
 
 def load_yaml_file_text(text: str):
-    from amp_tui.core.yamlio import load_yaml_text
+    from amp_tui.core.base.yamlio import load_yaml_text
     return load_yaml_text(text)
 
 
@@ -466,11 +466,11 @@ def test_calibrated_from_five_amp_runs_the_top_pick_is_the_measured_best():
     for four sharing an interface, 1x2x8 (6.7% slower) was ranked first on 5 of the 10."""
     import random
 
-    from amp_tui.core.calibrate import calibrate
-    from amp_tui.core.cost import CostModel
-    from amp_tui.core.evaluate import evaluate
-    from amp_tui.core.measurements import Measurement
-    from amp_tui.core.scenario import load_scenario
+    from amp_tui.core.calibration.calibrate import calibrate
+    from amp_tui.core.costmodel.cost import CostModel
+    from amp_tui.core.search.evaluate import evaluate
+    from amp_tui.core.calibration.measurements import Measurement
+    from amp_tui.core.spec.scenario import load_scenario
     from amp_tui.core.validation.runs import load_runs, parse_run, source_key
 
     scenarios: dict = {}

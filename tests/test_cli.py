@@ -12,14 +12,14 @@ import pytest
 
 from amp_tui import __version__
 from amp_tui.cli import main
-from amp_tui.core.evaluate import evaluate
-from amp_tui.core.planfile import load_plan
-from amp_tui.core.presets import load_preset
-from amp_tui.core.scenario import load_scenario
-from amp_tui.core.search import search
-from amp_tui.core.subclusters import search_parts
-from amp_tui.core.strategy import Strategy
-from amp_tui.core.yamlio import dump_yaml
+from amp_tui.core.search.evaluate import evaluate
+from amp_tui.core.plans.planfile import load_plan
+from amp_tui.core.spec.presets import load_preset
+from amp_tui.core.spec.scenario import load_scenario
+from amp_tui.core.search.search import search
+from amp_tui.core.search.subclusters import search_parts
+from amp_tui.core.spec.strategy import Strategy
+from amp_tui.core.base.yamlio import dump_yaml
 
 PAPER = ("paper-homogeneous", "paper-het-cluster", "paper-het-model")
 STRATEGY_KEYS = ("tp", "pp", "dp", "micro_batch_size", "partition", "placement")
@@ -51,7 +51,7 @@ def user_error(capsys, *argv: str) -> str:
 def strategy_of(entry: dict) -> Strategy:
     """The Strategy a JSON strategy entry describes: its degrees, split and placement, the training
     techniques and idle nodes it names."""
-    from amp_tui.core.strategy import KNOB_FIELDS, parse_strategy
+    from amp_tui.core.spec.strategy import KNOB_FIELDS, parse_strategy
 
     return parse_strategy({k: entry[k] for k in (*STRATEGY_KEYS, *KNOB_FIELDS, "idle", "ep") if k in entry})
 
@@ -164,7 +164,7 @@ def test_plan_text_top(capsys):
 def test_plan_save_force_and_rank(capsys, tmp_path):
     """--save writes the chosen rank; an existing file is kept without --force; a missing rank writes nothing."""
     path = tmp_path / "plan.yaml"
-    from amp_tui.core.uneven import improve
+    from amp_tui.core.search.uneven import improve
 
     scenario = load_scenario("paper-het-cluster")
     best = improve(scenario, search_parts(scenario, top=scenario.search.top)[0])[0].strategies   # as plan ranks them

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from amp_tui.cli import main
-from amp_tui.core.yamlio import dump_yaml
+from amp_tui.core.base.yamlio import dump_yaml
 
 OTHER = {"tp": 1, "pp": 2, "dp": 8, "micro_batch_size": 2}   # other degrees than the best plan's
 

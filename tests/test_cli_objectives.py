@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from amp_tui.cli import main
-from amp_tui.core.yamlio import dump_yaml
+from amp_tui.core.base.yamlio import dump_yaml
 
 
 def run(capsys, *argv: str) -> tuple[int, str, str]:

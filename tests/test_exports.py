@@ -26,20 +26,20 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from amp_tui.core.cost import CostModel
-from amp_tui.core.errors import SpecError
-from amp_tui.core.evaluate import evaluate
-from amp_tui.core.knobs import resolve
-from amp_tui.core.exports import EXPORT_FORMATS, Export, export_plan
-from amp_tui.core.exports.deepspeed import deepspeed_zero_stage
-from amp_tui.core.exports.megatron import (blocks_per_stage, expressible_splits, layer_partition, layout_string,
+from amp_tui.core.costmodel.cost import CostModel
+from amp_tui.core.base.errors import SpecError
+from amp_tui.core.search.evaluate import evaluate
+from amp_tui.core.spec.knobs import resolve
+from amp_tui.core.plans.exports import EXPORT_FORMATS, Export, export_plan
+from amp_tui.core.plans.exports.deepspeed import deepspeed_zero_stage
+from amp_tui.core.plans.exports.megatron import (blocks_per_stage, expressible_splits, layer_partition, layout_string,
                                            megatron_split)
-from amp_tui.core.placement import build_layout
-from amp_tui.core.planfile import Plan, load_plan, save_plan
-from amp_tui.core.presets import load_preset, preset_names
-from amp_tui.core.scenario import load_scenario, parse_scenario
-from amp_tui.core.search import search
-from amp_tui.core.strategy import Strategy
+from amp_tui.core.costmodel.placement import build_layout
+from amp_tui.core.plans.planfile import Plan, load_plan, save_plan
+from amp_tui.core.spec.presets import load_preset, preset_names
+from amp_tui.core.spec.scenario import load_scenario, parse_scenario
+from amp_tui.core.search.search import search
+from amp_tui.core.spec.strategy import Strategy
 
 SCENARIOS = [name for name in preset_names("scenarios")
              if not name.startswith("bench-") and "training" in load_preset("scenarios", name)]
@@ -103,8 +103,8 @@ def bash_syntax_ok(text: str, tmp_path) -> None:
 
 def test_exports_import_no_ui_and_no_engine():
     """Plan files and exports belong to the pure core: no Textual/Rich, and no training engine."""
-    code = ("import sys, amp_tui.core.planfile, amp_tui.core.exports.megatron, amp_tui.core.exports.deepspeed, "
-            "amp_tui.core.exports.torchrun, amp_tui.core.exports.rankmap, amp_tui.core.exports.torchtitan; "
+    code = ("import sys, amp_tui.core.plans.planfile, amp_tui.core.plans.exports.megatron, amp_tui.core.plans.exports.deepspeed, "
+            "amp_tui.core.plans.exports.torchrun, amp_tui.core.plans.exports.rankmap, amp_tui.core.plans.exports.torchtitan; "
             "print(sorted({m.split('.')[0] for m in sys.modules} & "
             "{'textual', 'rich', 'torch', 'deepspeed', 'megatron', 'torchtitan'}))")
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -519,7 +519,7 @@ def test_toml_strings_are_escaped():
 @settings(max_examples=200, deadline=None)
 @given(text=st.text())
 def test_any_string_survives_toml(text):
-    from amp_tui.core.exports.torchtitan import to_toml
+    from amp_tui.core.plans.exports.torchtitan import to_toml
     assert tomllib.loads(to_toml({"job": {"description": text}}, [text]))["job"]["description"] == text
 
 

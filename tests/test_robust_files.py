@@ -15,14 +15,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from amp_tui.cli import main
-from amp_tui.core import atomic
-from amp_tui.core.atomic import atomic_write, write_files
-from amp_tui.core.errors import SpecError
-from amp_tui.core.exports import EXPORT_FORMATS, export_plan
-from amp_tui.core.planfile import load_plan, save_plan
-from amp_tui.core.scenario import load_scenario
-from amp_tui.core.search import search
-from amp_tui.core.yamlio import dump_yaml, load_yaml_text
+from amp_tui.core.base import atomic
+from amp_tui.core.base.atomic import atomic_write, write_files
+from amp_tui.core.base.errors import SpecError
+from amp_tui.core.plans.exports import EXPORT_FORMATS, export_plan
+from amp_tui.core.plans.planfile import load_plan, save_plan
+from amp_tui.core.spec.scenario import load_scenario
+from amp_tui.core.search.search import search
+from amp_tui.core.base.yamlio import dump_yaml, load_yaml_text
 
 HOSTILE = "x\n)\ntouch PWNED\nY=("
 
@@ -305,7 +305,7 @@ def test_sigterm_during_save_leaves_no_temporary_file(tmp_path):
     """SIGTERM turns into the same cleanup as Ctrl-C."""
     script = (
         "import os, signal, sys\n"
-        "from amp_tui.core import atomic\n"
+        "from amp_tui.core.base import atomic\n"
         "real = atomic._Staging.commit\n"
         "def commit(self, overwrite):\n"
         "    os.kill(os.getpid(), signal.SIGTERM)\n"
@@ -322,7 +322,7 @@ def test_sigterm_during_save_leaves_no_temporary_file(tmp_path):
 def test_a_temporary_left_by_a_killed_write_is_removed_by_the_next(tmp_path):
     """A run killed between linking the new file to its temporary name and the rename leaves that
     name; the next write of the file removes it, unless its process still runs."""
-    from amp_tui.core.atomic import atomic_write
+    from amp_tui.core.base.atomic import atomic_write
 
     dead = tmp_path / ".plan.yaml.amp-tui-999999999.tmp"
     alive = tmp_path / ".plan.yaml.amp-tui-1.tmp"          # pid 1 always runs

@@ -7,11 +7,11 @@ import json
 import pytest
 
 from amp_tui.cli import main
-from amp_tui.core.evaluate import evaluate
-from amp_tui.core.planfile import load_plan, save_plan
-from amp_tui.core.scenario import load_scenario
-from amp_tui.core.strategy import Strategy
-from amp_tui.core.yamlio import dump_yaml
+from amp_tui.core.search.evaluate import evaluate
+from amp_tui.core.plans.planfile import load_plan, save_plan
+from amp_tui.core.spec.scenario import load_scenario
+from amp_tui.core.spec.strategy import Strategy
+from amp_tui.core.base.yamlio import dump_yaml
 
 SCENARIO = "mixed-h100-a100-llama3-8b"      # 16 H100 then 16 A100 80 GB
 SHARES = [12] * 16 + [4] * 16
@@ -54,7 +54,7 @@ def test_bad_shares_exit_2_with_one_line(tmp_path, capsys):
 ])
 @pytest.mark.parametrize("fmt", ["megatron", "deepspeed", "torchtitan", "torchrun", "rankmap"])
 def test_plan_files_round_trip_and_exports_refuse(tmp_path, capsys, strategy, field, fmt):
-    from amp_tui.core.strategy import parse_strategy
+    from amp_tui.core.spec.strategy import parse_strategy
 
     scenario = load_scenario(SCENARIO)
     prediction = evaluate(scenario, parse_strategy(strategy))

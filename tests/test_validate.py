@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from amp_tui.cli import main
-from amp_tui.core.evaluate import evaluate
-from amp_tui.core.scenario import load_scenario, parse_scenario
+from amp_tui.core.search.evaluate import evaluate
+from amp_tui.core.spec.scenario import load_scenario, parse_scenario
 from amp_tui.core.validation import metrics
 from amp_tui.core.validation.bands import (BANDS_FILE, band_class, compute_bands, load_bands, uncertainty,
                                            write_bands)
@@ -159,7 +159,7 @@ def test_a_heterogeneous_run_becomes_one_node_group_per_gpu_type(mix):
     """A held-back run on a mixed cluster states its parts in cluster.gpu_mix: ranks fill them in order."""
     import copy
 
-    from amp_tui.core.evaluate import evaluate
+    from amp_tui.core.search.evaluate import evaluate
     from amp_tui.core.validation.runs import load_runs, parse_run
     run = copy.deepcopy(next(r for r in load_runs() if r["id"] == "llmfoundry-L75"))
     run["cluster"].update(num_gpus=16, gpus_per_node=4, heterogeneous=True, gpu_mix=mix,
@@ -183,14 +183,14 @@ def test_a_heterogeneous_run_becomes_one_node_group_per_gpu_type(mix):
 ])
 def test_gpus_of_mixed_clusters_are_in_the_catalog(label, name):
     """The cards heterogeneous-cluster papers mix: a run naming one is replayed on its figures."""
-    from amp_tui.core.hardware import gpu_catalog
+    from amp_tui.core.spec.hardware import gpu_catalog
     from amp_tui.core.validation.runs import _catalog_gpu
     assert _catalog_gpu(label) == name and name in gpu_catalog()
 
 
 def test_a_card_without_bf16_refuses_it():
-    from amp_tui.core.errors import SpecError
-    from amp_tui.core.scenario import parse_scenario
+    from amp_tui.core.base.errors import SpecError
+    from amp_tui.core.spec.scenario import parse_scenario
     spec = {"cluster": {"nodes": [{"count": 2, "gpu": "RTX-2080Ti", "gpus_per_node": 4,
                                    "intra_node_bandwidth": "16 GB/s", "inter_node_bandwidth": "10 Gbps"}]},
             "model": {"preset": "gpt2-medium"}, "training": {"global_batch_size": 8}}

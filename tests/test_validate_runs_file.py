@@ -16,10 +16,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from amp_tui.cli import main
-from amp_tui.core.errors import SpecError
-from amp_tui.core.evaluate import evaluate
-from amp_tui.core.scenario import load_scenario
-from amp_tui.core.strategy import Strategy
+from amp_tui.core.base.errors import SpecError
+from amp_tui.core.search.evaluate import evaluate
+from amp_tui.core.spec.scenario import load_scenario
+from amp_tui.core.spec.strategy import Strategy
 from amp_tui.core.validation.replay import report, run_validation
 from amp_tui.core.validation.runs import (
     AMP_OTHER,

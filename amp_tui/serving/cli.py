@@ -6,8 +6,8 @@ import json
 import sys
 from pathlib import Path
 
-from amp_tui.core.errors import SpecError
-from amp_tui.core.units import format_seconds
+from amp_tui.core.base.errors import SpecError
+from amp_tui.core.base.units import format_seconds
 
 
 def cmd_serve(args) -> int:

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from amp_tui.core.errors import SpecError
+from amp_tui.core.base.errors import SpecError
 from amp_tui.serving.network import Network
 
 

@@ -13,8 +13,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from amp_tui import __version__
-from amp_tui.core.errors import SpecError
-from amp_tui.core.yamlio import atomic_write, dump_yaml, load_yaml_file
+from amp_tui.core.base.errors import SpecError
+from amp_tui.core.base.yamlio import atomic_write, dump_yaml, load_yaml_file
 from amp_tui.serving.network import build_network
 from amp_tui.serving.placement import Placement, placement_from_rows
 from amp_tui.serving.spec import ServingScenario, load_serving_scenario, parse_serving_scenario

@@ -8,20 +8,20 @@
         - {between: [r0, r1], bandwidth: 100 Mbps, latency: 50 ms}
       coordinator: {region: r0}    # or {bandwidth: ..., latency: ...}
 
-Training reads none of these; core/scenario.py keeps them as written and this module checks them.
+Training reads none of these; core/spec/scenario.py keeps them as written and this module checks them.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from amp_tui.core.errors import SpecError
-from amp_tui.core.hardware import GPU
-from amp_tui.core.model import Model, parse_model
-from amp_tui.core.presets import load_preset, preset_names
-from amp_tui.core.scenario import PRECISIONS, Cluster, parse_cluster
-from amp_tui.core.units import parse_bandwidth, parse_int, parse_number
-from amp_tui.core.yamlio import load_yaml_file
+from amp_tui.core.base.errors import SpecError
+from amp_tui.core.spec.hardware import GPU
+from amp_tui.core.spec.model import Model, parse_model
+from amp_tui.core.spec.presets import load_preset, preset_names
+from amp_tui.core.spec.scenario import PRECISIONS, Cluster, parse_cluster
+from amp_tui.core.base.units import parse_bandwidth, parse_int, parse_number
+from amp_tui.core.base.yamlio import load_yaml_file
 
 DEFAULT_REGION = "default"
 TOKEN_ID_BYTES = 2           # what Helix sends per token between the coordinator and a machine

@@ -24,16 +24,16 @@ from textual.screen import Screen
 from textual.widgets import DataTable, TabbedContent, TabPane
 from textual.worker import Worker, WorkerState, get_current_worker
 
-from amp_tui.core.cost import Prediction
-from amp_tui.core.errors import Cancelled, SpecError
-from amp_tui.core.planfile import open_scenario
-from amp_tui.core.presets import load_preset
-from amp_tui.core.scenario import Scenario, parse_scenario
-from amp_tui.core.objective import Objective
-from amp_tui.core.search import Infeasible, SearchResult
-from amp_tui.core.subclusters import search_parts
-from amp_tui.core.strategy import Strategy
-from amp_tui.core.yamlio import atomic_write, dump_yaml
+from amp_tui.core.costmodel.cost import Prediction
+from amp_tui.core.base.errors import Cancelled, SpecError
+from amp_tui.core.plans.planfile import open_scenario
+from amp_tui.core.spec.presets import load_preset
+from amp_tui.core.spec.scenario import Scenario, parse_scenario
+from amp_tui.core.search.objective import Objective
+from amp_tui.core.search.search import Infeasible, SearchResult
+from amp_tui.core.search.subclusters import search_parts
+from amp_tui.core.spec.strategy import Strategy
+from amp_tui.core.base.yamlio import atomic_write, dump_yaml
 from amp_tui.tui import edits
 from amp_tui.tui.messages import EditRefused, ScenarioEdited, SearchDone, SearchProgress, StrategySelected
 from amp_tui.tui.screens.confirm import ConfirmScreen
@@ -232,7 +232,7 @@ class AmpApp(App):
 
     def comparison(self):
         """The pinned strategy against the cursor's, or None (nothing pinned, or the same one)."""
-        from amp_tui.core.compare import compare
+        from amp_tui.core.plans.compare import compare
 
         other = self.selected_prediction()
         if self.pinned is None or other is None or self.result is None or other.strategy == self.pinned.strategy:
@@ -269,7 +269,7 @@ class AmpApp(App):
         note if it no longer runs there)."""
         if self.pinned is None or self.result is None:
             return
-        from amp_tui.core.evaluate import evaluate
+        from amp_tui.core.search.evaluate import evaluate
 
         try:
             self.pinned = evaluate(self.result.scenario, self.pinned.strategy)
@@ -494,7 +494,7 @@ class AmpApp(App):
 
     def action_set_budget(self) -> None:
         """b: rank only strategies whose nodes cost at most this many dollars per hour (empty: none)."""
-        from amp_tui.core.units import parse_number
+        from amp_tui.core.base.units import parse_number
         from amp_tui.tui.screens.edit_value import EditValueScreen
 
         budget = self.objective.budget_usd_per_hour
@@ -605,7 +605,7 @@ class AmpApp(App):
         return chosen
 
     def write_plan(self, path: Path, scenario: Scenario, prediction: Prediction, *, overwrite: bool) -> Path | None:
-        from amp_tui.core.planfile import save_plan   # on first save: keeps start-up fast
+        from amp_tui.core.plans.planfile import save_plan   # on first save: keeps start-up fast
 
         written = self._write_file(path, lambda: save_plan(path, scenario, prediction, overwrite=overwrite))
         if written is not None:

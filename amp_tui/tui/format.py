@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from amp_tui.core.units import format_bandwidth, format_bytes
+from amp_tui.core.base.units import format_bandwidth, format_bytes
 
 __all__ = ["format_bandwidth", "format_bytes", "format_seconds", "format_count", "format_flops",
            "format_ratio"]

@@ -9,8 +9,8 @@ from __future__ import annotations
 import shlex
 import sys
 
-from amp_tui.core.errors import SpecError
-from amp_tui.core.planfile import open_scenario
+from amp_tui.core.base.errors import SpecError
+from amp_tui.core.plans.planfile import open_scenario
 
 HOST = "127.0.0.1"
 

@@ -13,7 +13,7 @@ import os
 
 from hypothesis import strategies as st
 
-from amp_tui.core.scenario import Scenario, parse_scenario
+from amp_tui.core.spec.scenario import Scenario, parse_scenario
 
 GBPS = 1e9 / 8  # bytes per second in one Gbps
 GIB = 2**30
@@ -90,9 +90,9 @@ def brute_force(candidate):
 def brute_force_over_knobs(scn) -> dict:
     """{(tp, pp, dp, mbs, order, knobs): best time} over every technique combination the search
     tries, every candidate and every partition that fits."""
-    from amp_tui.core.cost import CostModel
-    from amp_tui.core.knobs import knob_choices
-    from amp_tui.core.search import enumerate_candidates
+    from amp_tui.core.costmodel.cost import CostModel
+    from amp_tui.core.spec.knobs import knob_choices
+    from amp_tui.core.search.search import enumerate_candidates
 
     best = {}
     for knobs in knob_choices(scn.training, scn.model):
@@ -229,7 +229,7 @@ def with_change(data: dict, path: tuple, value) -> dict:
 
 
 def _gpu_precisions(gpu: object) -> list[str]:
-    from amp_tui.core.hardware import gpu_catalog
+    from amp_tui.core.spec.hardware import gpu_catalog
 
     if isinstance(gpu, str):
         return list(gpu_catalog()[gpu].precisions)

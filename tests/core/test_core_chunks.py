@@ -1,12 +1,12 @@
-"""Interleaved pipelines as pp x v chunks in model order (core/chunks.py)."""
+"""Interleaved pipelines as pp x v chunks in model order (core/spec/chunks.py)."""
 
 from hypothesis import given
 from hypothesis import strategies as st
 
-from amp_tui.core.chunks import interleaved_chunks, rank_partition
-from amp_tui.core.evaluate import evaluate
-from amp_tui.core.scenario import load_scenario
-from amp_tui.core.strategy import Strategy, parse_strategy
+from amp_tui.core.spec.chunks import interleaved_chunks, rank_partition
+from amp_tui.core.search.evaluate import evaluate
+from amp_tui.core.spec.scenario import load_scenario
+from amp_tui.core.spec.strategy import Strategy, parse_strategy
 
 
 @given(partition=st.lists(st.integers(1, 40), min_size=1, max_size=8), v=st.integers(1, 6))

@@ -4,14 +4,14 @@ attention's exposed sends (terms/context.py), by hand."""
 import numpy as np
 import pytest
 
-from amp_tui.core.cost import CostModel
-from amp_tui.core.evaluate import evaluate
-from amp_tui.core.knobs import resolve
-from amp_tui.core.placement import Nodes
-from amp_tui.core.scenario import parse_scenario
-from amp_tui.core.strategy import Strategy
-from amp_tui.core.terms.compute import attention_forward_time
-from amp_tui.core.terms.context import exposed_ring_time, ring_steps
+from amp_tui.core.costmodel.cost import CostModel
+from amp_tui.core.search.evaluate import evaluate
+from amp_tui.core.spec.knobs import resolve
+from amp_tui.core.costmodel.placement import Nodes
+from amp_tui.core.spec.scenario import parse_scenario
+from amp_tui.core.spec.strategy import Strategy
+from amp_tui.core.costmodel.terms.compute import attention_forward_time
+from amp_tui.core.costmodel.terms.context import exposed_ring_time, ring_steps
 from core_builders import IDEAL
 
 

@@ -7,17 +7,17 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from amp_tui.core.cost import CostModel
-from amp_tui.core.evaluate import evaluate
-from amp_tui.core.knobs import resolve
-from amp_tui.core.hardware import gpu_catalog
-from amp_tui.core.params import FAMILIES
-from amp_tui.core.terms.compute import layer_shapes
+from amp_tui.core.costmodel.cost import CostModel
+from amp_tui.core.search.evaluate import evaluate
+from amp_tui.core.spec.knobs import resolve
+from amp_tui.core.spec.hardware import gpu_catalog
+from amp_tui.core.spec.params import FAMILIES
+from amp_tui.core.costmodel.terms.compute import layer_shapes
 
 GEMM_HALF_DIM = FAMILIES["gemm_half_dim"].default
-from amp_tui.core.scenario import parse_scenario
-from amp_tui.core.search import enumerate_candidates
-from amp_tui.core.strategy import Strategy
+from amp_tui.core.spec.scenario import parse_scenario
+from amp_tui.core.search.search import enumerate_candidates
+from amp_tui.core.spec.strategy import Strategy
 from core_builders import GBPS, IDEAL, build, close, examples, layer, node, scenario_dicts, with_change
 
 V100 = gpu_catalog()["V100"]
@@ -370,8 +370,8 @@ def test_cost_models_of_one_model_share_layer_times_across_clusters():
     """The idle-node search prices the same model on parts of a cluster: layer times computed for
     one part are reused by the next (same GPU in the same kind of node), and give what a cold
     cost model computes."""
-    from amp_tui.core.cost import clear_shared_caches
-    from amp_tui.core.scenario import load_scenario
+    from amp_tui.core.costmodel.cost import clear_shared_caches
+    from amp_tui.core.spec.scenario import load_scenario
 
     scn = load_scenario("paper-het-cluster")
     part = replace(scn, cluster=replace(scn.cluster, nodes=scn.cluster.nodes[:1]))

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import pytest
 
-from amp_tui.core.errors import SpecError
-from amp_tui.core.model import parse_model
-from amp_tui.core.scenario import load_scenario, parse_scenario
-from amp_tui.core.strategy import Strategy, _validate_ep, parse_strategy, validate_strategy
-from amp_tui.core.terms.experts import (alltoall_bytes_per_gpu, alltoall_seconds, expert_params_per_gpu,
+from amp_tui.core.base.errors import SpecError
+from amp_tui.core.spec.model import parse_model
+from amp_tui.core.spec.scenario import load_scenario, parse_scenario
+from amp_tui.core.spec.strategy import Strategy, _validate_ep, parse_strategy, validate_strategy
+from amp_tui.core.costmodel.terms.experts import (alltoall_bytes_per_gpu, alltoall_seconds, expert_params_per_gpu,
                                         expert_state_bytes_per_gpu)
 
 TINY = {"family": "llama", "hidden_size": 8, "num_layers": 2, "num_heads": 2, "num_kv_heads": 1,

@@ -3,7 +3,7 @@ reference/hardware.md (Narayanan et al. 2021 FLOPs and parameters, Korthikanti e
 
 import pytest
 
-from amp_tui.core.model import parse_model
+from amp_tui.core.spec.model import parse_model
 
 
 def _model(name, e=2, **overrides):

@@ -10,12 +10,12 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from amp_tui.core import search as search_module
-from amp_tui.core.cost import CostModel
-from amp_tui.core.knobs import knob_choices
-from amp_tui.core.orders import MAX_LISTED
-from amp_tui.core.scenario import parse_scenario
-from amp_tui.core.search import _order_free_floors, _time_floors, enumerate_candidates, search
+from amp_tui.core.search import search as search_module
+from amp_tui.core.costmodel.cost import CostModel
+from amp_tui.core.spec.knobs import knob_choices
+from amp_tui.core.search.orders import MAX_LISTED
+from amp_tui.core.spec.scenario import parse_scenario
+from amp_tui.core.search.search import _order_free_floors, _time_floors, enumerate_candidates, search
 from core_builders import IDEAL, brute_force, build, close, examples, layer, node, scenario_dict, scenario_dicts
 from test_core_subclusters import _check_against_brute_force
 
@@ -111,7 +111,7 @@ def test_idle_search_on_three_to_five_groups_equals_brute_force(spec, top):
 def test_the_floors_leave_few_candidates_to_solve_on_a_large_cluster():
     """The memory caps and the core-layer slow-down make the bound tight enough on the 1,024-GPU
     three-type benchmark that fewer than a tenth of its candidates are solved."""
-    from amp_tui.core.scenario import load_scenario
+    from amp_tui.core.spec.scenario import load_scenario
 
     result = search(load_scenario("bench-1024-gpus"))
     assert result.stats.evaluated * 10 < result.stats.candidates, result.stats
@@ -175,7 +175,7 @@ def test_a_search_over_few_orders_is_exact_only_when_it_says_so(spec, top, liste
     """With the orders capped at one, `exact` holds only where the ranking equals the search over
     every order, and otherwise the best found is within the stated gap of the optimum. With the
     other orders listed, the families the bound cannot rule out are enumerated: always exact."""
-    import amp_tui.core.search as search_module
+    import amp_tui.core.search.search as search_module
 
     spec["search"]["use_all_gpus"] = True
     scn = parse_scenario(spec)

@@ -7,14 +7,14 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 
-from amp_tui.core.cost import CostModel
-from amp_tui.core.errors import SpecError
-from amp_tui.core.evaluate import evaluate
-from amp_tui.core.knobs import Knobs, describe, expert_choices, knob_choices
-from amp_tui.core.scenario import parse_scenario
-from amp_tui.core.search import enumerate_candidates, search
-from amp_tui.core.strategy import Strategy, parse_strategy, validate_strategy
-from amp_tui.core.terms.sharding import sharding_group
+from amp_tui.core.costmodel.cost import CostModel
+from amp_tui.core.base.errors import SpecError
+from amp_tui.core.search.evaluate import evaluate
+from amp_tui.core.spec.knobs import Knobs, describe, expert_choices, knob_choices
+from amp_tui.core.spec.scenario import parse_scenario
+from amp_tui.core.search.search import enumerate_candidates, search
+from amp_tui.core.spec.strategy import Strategy, parse_strategy, validate_strategy
+from amp_tui.core.costmodel.terms.sharding import sharding_group
 from core_builders import GBPS, IDEAL, brute_force_over_knobs, close, examples, scenario_dicts
 
 INTRA, INTER = 300.0, 100.0    # GB/s inside a node, Gbps per node across
@@ -203,7 +203,7 @@ def test_enumeration_leaves_out_what_ep_and_hsdp_cannot_run():
 
 
 def test_compare_names_the_zero3_traffic_apart_from_tensor_parallelism():
-    from amp_tui.core.compare import time_terms
+    from amp_tui.core.plans.compare import time_terms
 
     scn = two_nodes(zero_stage=3)
     p = evaluate(scn, Strategy(1, 1, 8, 1))          # plain FSDP across the two nodes: exposed traffic
@@ -217,8 +217,8 @@ def test_compare_names_the_zero3_traffic_apart_from_tensor_parallelism():
 def test_memory_bound_counts_the_experts_one_gpu_keeps():
     """Mixtral 8x7B over ep 8 keeps an eighth of each MoE layer's experts per GPU: the search's
     necessary memory condition must not prune a candidate that has a fitting partition."""
-    from amp_tui.core.partition import best_partition
-    from amp_tui.core.search import _memory_shortfall
+    from amp_tui.core.search.partition import best_partition
+    from amp_tui.core.search.search import _memory_shortfall
 
     scn = parse_scenario({"name": "m", "cluster": {"nodes": [{"count": 4, "gpu": "H100", "gpus_per_node": 8,
                                                               "intra_node_bandwidth": "450 GB/s",
@@ -231,7 +231,7 @@ def test_memory_bound_counts_the_experts_one_gpu_keeps():
 
 
 def test_compare_reads_zero3_traffic_as_nothing_for_a_strategy_without_it():
-    from amp_tui.core.compare import compare
+    from amp_tui.core.plans.compare import compare
 
     scn = two_nodes(zero_stage="auto")
     fsdp = evaluate(scn, Strategy(1, 1, 8, 1, zero_stage=3))

@@ -8,7 +8,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 
 CHECK = (
-    "import amp_tui.core.search, amp_tui.core.evaluate, amp_tui.core.scenario; import sys; "
+    "import amp_tui.core.search.search, amp_tui.core.search.evaluate, amp_tui.core.spec.scenario; import sys; "
     "assert 'textual' not in sys.modules and 'rich' not in sys.modules, "
     "sorted(m for m in sys.modules if m.split('.')[0] in ('textual', 'rich'))"
 )

@@ -8,10 +8,10 @@ import threading
 
 import pytest
 
-from amp_tui.core.errors import SpecError
-from amp_tui.core.limits import MAX_FILE_BYTES, MAX_GPUS, MAX_LAYERS, MAX_YAML_DEPTH
-from amp_tui.core.scenario import load_scenario, parse_scenario
-from amp_tui.core.yamlio import load_yaml_file, load_yaml_text
+from amp_tui.core.base.errors import SpecError
+from amp_tui.core.base.limits import MAX_FILE_BYTES, MAX_GPUS, MAX_LAYERS, MAX_YAML_DEPTH
+from amp_tui.core.spec.scenario import load_scenario, parse_scenario
+from amp_tui.core.base.yamlio import load_yaml_file, load_yaml_text
 
 BASE = load_scenario("paper-het-cluster").to_dict()
 
@@ -217,14 +217,14 @@ def test_a_thousand_explicit_layers():
 
 def test_every_pipeline_depth_is_searched():
     """No depth is left out for the size of its partition tables (large ones are lean)."""
-    from amp_tui.core.search import enumerate_candidates
+    from amp_tui.core.search.search import enumerate_candidates
 
     depths = {key[1] for key in enumerate_candidates(load_scenario("bench-1024-gpus-1000-layers"))}
     assert depths == {1, 2, 4, 8, 16, 32, 64, 128, 256, 512}
 
 
 def test_divisors_by_trial_division_up_to_the_square_root():
-    from amp_tui.core.search import divisors
+    from amp_tui.core.search.search import divisors
 
     for n in (1, 2, 12, 97, 360, 1024, 3072):
         assert divisors(n) == tuple(d for d in range(1, n + 1) if n % d == 0)
@@ -234,7 +234,7 @@ def test_divisors_by_trial_division_up_to_the_square_root():
 
 
 def test_a_batch_of_a_trillion_enumerates_micro_batches_up_to_the_cap():
-    from amp_tui.core.search import enumerate_candidates
+    from amp_tui.core.search.search import enumerate_candidates
 
     scenario = load_scenario("paper-homogeneous").with_training(global_batch_size=10**12)
     keys = enumerate_candidates(scenario)

@@ -4,9 +4,9 @@ through one interface share its achieved bandwidth (link_efficiency)."""
 import numpy as np
 import pytest
 
-from amp_tui.core.params import FAMILIES
-from amp_tui.core.placement import Nodes
-from amp_tui.core.scenario import load_scenario
+from amp_tui.core.spec.params import FAMILIES
+from amp_tui.core.costmodel.placement import Nodes
+from amp_tui.core.spec.scenario import load_scenario
 
 LINE = 50e9 / 8          # g4dn.12xlarge: 50 Gbps
 
@@ -66,7 +66,7 @@ def test_layouts_built_from_shared_stage_terms_equal_those_built_whole():
 
     from core_builders import build, layer, node
 
-    from amp_tui.core.placement import build_layout
+    from amp_tui.core.costmodel.placement import build_layout
 
     scn = build([node(count=2, gpu="V100", gpus_per_node=4, intra=100.0, inter=10.0),
                  node(count=1, gpu="T4", gpus_per_node=4, intra=25.0, inter=5.0),

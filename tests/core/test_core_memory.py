@@ -5,11 +5,11 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from amp_tui.core.cost import CostModel
-from amp_tui.core.memory import micro_batches_in_flight, state_bytes_per_param
-from amp_tui.core.scenario import parse_scenario
-from amp_tui.core.search import divisors, enumerate_candidates
-from amp_tui.core.units import format_bytes
+from amp_tui.core.costmodel.cost import CostModel
+from amp_tui.core.costmodel.memory import micro_batches_in_flight, state_bytes_per_param
+from amp_tui.core.spec.scenario import parse_scenario
+from amp_tui.core.search.search import divisors, enumerate_candidates
+from amp_tui.core.base.units import format_bytes
 from core_builders import IDEAL, build, examples, layer, node, scenario_dicts
 
 # Four uneven layers: (params, activation bytes, replicated part, output bytes, workspace bytes)
@@ -259,7 +259,7 @@ def test_zero_3_holds_whole_blocks_under_fsdp_and_bounded_buckets_under_deepspee
     """FSDP: the running block gathered, the next prefetched, its unsharded gradient (3 layers).
     DeepSpeed and Megatron: at most stage3_max_live_parameters gathered and one reduce bucket of
     gradients, so SC21's 5-billion-parameter layers of the 530B model do not sit whole."""
-    from amp_tui.core.memory import ZERO3_MAX_LIVE_PARAMS, ZERO3_REDUCE_BUCKET, zero3_gathered_params
+    from amp_tui.core.costmodel.memory import ZERO3_MAX_LIVE_PARAMS, ZERO3_REDUCE_BUCKET, zero3_gathered_params
 
     small, huge = 1e8, 5.03e9
     assert zero3_gathered_params(small, "fsdp") == 3 * small

@@ -7,9 +7,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from amp_tui.core.orders import MAX_LISTED, MAX_ORDERS, node_orders
-from amp_tui.core.placement import node_order
-from amp_tui.core.search import enumerate_candidates, search
+from amp_tui.core.search.orders import MAX_LISTED, MAX_ORDERS, node_orders
+from amp_tui.core.costmodel.placement import node_order
+from amp_tui.core.search.search import enumerate_candidates, search
 from core_builders import build, examples, layer
 
 A = {"gpu": "V100", "gpus_per_node": 1, "intra_node_bandwidth": 100, "inter_node_bandwidth": 10}
@@ -97,7 +97,7 @@ def test_orders_beyond_the_cap_are_listed_for_the_search():
     listed = search(scn, top=5)
     assert listed.stats.all_node_orders and listed.stats.exact and listed.stats.node_orders == 720
     assert listed.stats.pruned + listed.stats.evaluated <= listed.stats.candidates
-    import amp_tui.core.search as search_module
+    import amp_tui.core.search.search as search_module
     original = search_module.node_orders
     search_module.node_orders = lambda scenario: full
     try:

@@ -10,12 +10,12 @@ import pytest
 from hypothesis import assume, event, given, settings
 from hypothesis import strategies as st
 
-from amp_tui.core import partition
-from amp_tui.core.cost import CostModel
-from amp_tui.core.knobs import default_knobs
-from amp_tui.core.partition import SegmentTables, best_partition, partitions_fit
-from amp_tui.core.scenario import load_scenario, parse_scenario
-from amp_tui.core.search import enumerate_candidates
+from amp_tui.core.search import partition
+from amp_tui.core.costmodel.cost import CostModel
+from amp_tui.core.spec.knobs import default_knobs
+from amp_tui.core.search.partition import SegmentTables, best_partition, partitions_fit
+from amp_tui.core.spec.scenario import load_scenario, parse_scenario
+from amp_tui.core.search.search import enumerate_candidates
 from core_builders import brute_force, build, close, compositions, examples, layer, node, scenario_dicts
 
 

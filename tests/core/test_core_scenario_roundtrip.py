@@ -3,8 +3,8 @@
 import numpy as np
 import pytest
 
-from amp_tui.core.presets import load_preset, preset_names
-from amp_tui.core.scenario import load_scenario, parse_scenario
+from amp_tui.core.spec.presets import load_preset, preset_names
+from amp_tui.core.spec.scenario import load_scenario, parse_scenario
 from core_builders import with_change
 
 SCENARIOS = [n for n in preset_names("scenarios") if "training" in load_preset("scenarios", n)]  # serving ones: tests/serving
@@ -34,7 +34,7 @@ def test_preset_round_trip(name):
 
 
 def test_round_trip_through_a_file(tmp_path):
-    from amp_tui.core.yamlio import atomic_write, dump_yaml
+    from amp_tui.core.base.yamlio import atomic_write, dump_yaml
 
     original = load_scenario("paper-het-model")
     path = atomic_write(tmp_path / "mine.yaml", dump_yaml(original.to_dict()))
@@ -42,7 +42,7 @@ def test_round_trip_through_a_file(tmp_path):
 
 
 def test_plan_file_holds_a_scenario(tmp_path):
-    from amp_tui.core.yamlio import atomic_write, dump_yaml
+    from amp_tui.core.base.yamlio import atomic_write, dump_yaml
 
     original = load_scenario("paper-homogeneous")
     path = atomic_write(tmp_path / "plan.yaml", dump_yaml({"scenario": original.to_dict(), "strategies": []}))

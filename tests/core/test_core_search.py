@@ -9,13 +9,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from amp_tui.core.cost import CostModel
-from amp_tui.core.errors import Cancelled
-from amp_tui.core.evaluate import evaluate
-from amp_tui.core.scenario import load_scenario, parse_scenario
-from amp_tui.core.orders import node_orders
-from amp_tui.core.search import enumerate_candidates, search
-from amp_tui.core.strategy import Strategy, even_partition, validate_strategy
+from amp_tui.core.costmodel.cost import CostModel
+from amp_tui.core.base.errors import Cancelled
+from amp_tui.core.search.evaluate import evaluate
+from amp_tui.core.spec.scenario import load_scenario, parse_scenario
+from amp_tui.core.search.orders import node_orders
+from amp_tui.core.search.search import enumerate_candidates, search
+from amp_tui.core.spec.strategy import Strategy, even_partition, validate_strategy
 from core_builders import brute_force, build, close, examples, layer, node, scenario_dicts
 
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from amp_tui.core.errors import Cancelled, SpecError
-from amp_tui.core.scenario import load_scenario
-from amp_tui.core.search import search
-from amp_tui.core.sensitivity import (Case, Sensitivity, _scale_batch, _scale_gpu, _scale_group, knobs, render,
+from amp_tui.core.base.errors import Cancelled, SpecError
+from amp_tui.core.spec.scenario import load_scenario
+from amp_tui.core.search.search import search
+from amp_tui.core.plans.sensitivity import (Case, Sensitivity, _scale_batch, _scale_gpu, _scale_group, knobs, render,
                                       sensitivity)
 
 

@@ -10,18 +10,18 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from amp_tui.core.cost import CostModel
-from amp_tui.core.errors import SpecError
-from amp_tui.core.evaluate import evaluate
-from amp_tui.core.exports import export_plan
-from amp_tui.core.objective import Objective
-from amp_tui.core.placement import Nodes, build_layout
-from amp_tui.core.planfile import Plan
-from amp_tui.core.presets import load_preset, preset_names
-from amp_tui.core.scenario import load_scenario, parse_scenario
-from amp_tui.core.search import enumerate_candidates, search
-from amp_tui.core.strategy import Strategy
-from amp_tui.core.subclusters import (_core_thresholds, _held_tail_floor, _send_floors, _vectors,
+from amp_tui.core.costmodel.cost import CostModel
+from amp_tui.core.base.errors import SpecError
+from amp_tui.core.search.evaluate import evaluate
+from amp_tui.core.plans.exports import export_plan
+from amp_tui.core.search.objective import Objective
+from amp_tui.core.costmodel.placement import Nodes, build_layout
+from amp_tui.core.plans.planfile import Plan
+from amp_tui.core.spec.presets import load_preset, preset_names
+from amp_tui.core.spec.scenario import load_scenario, parse_scenario
+from amp_tui.core.search.search import enumerate_candidates, search
+from amp_tui.core.spec.strategy import Strategy
+from amp_tui.core.search.subclusters import (_core_thresholds, _held_tail_floor, _send_floors, _vectors,
                                       _whole_core_layers_floor, part_bounds, part_scenario, search_parts)
 from core_builders import brute_force, close, examples, layer, node, node_groups, scenario_dicts, scenario_dict
 

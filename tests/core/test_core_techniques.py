@@ -7,15 +7,15 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 
-from amp_tui.core.cost import CostModel
-from amp_tui.core.errors import SpecError
-from amp_tui.core.evaluate import evaluate
-from amp_tui.core.knobs import Knobs, knob_choices, resolve
-from amp_tui.core.presets import load_preset
-from amp_tui.core.scenario import parse_scenario
-from amp_tui.core.search import search
-from amp_tui.core.strategy import Strategy, validate_strategy
-from amp_tui.core.terms.compute import attention_core
+from amp_tui.core.costmodel.cost import CostModel
+from amp_tui.core.base.errors import SpecError
+from amp_tui.core.search.evaluate import evaluate
+from amp_tui.core.spec.knobs import Knobs, knob_choices, resolve
+from amp_tui.core.spec.presets import load_preset
+from amp_tui.core.spec.scenario import parse_scenario
+from amp_tui.core.search.search import search
+from amp_tui.core.spec.strategy import Strategy, validate_strategy
+from amp_tui.core.costmodel.terms.compute import attention_core
 from core_builders import GBPS, IDEAL, brute_force_over_knobs, build, close, examples, layer, node, scenario_dicts
 
 LAYER = dict(params=1e6, flops=1e9, activation_bytes=1e6, output_bytes=4e6, tokens=1024, width=1024)
@@ -171,7 +171,7 @@ def test_fsdp_selective_is_op_level_checkpointing_by_hand():
     assert none.stages[0].memory.activations_bytes - selective.stages[0].memory.activations_bytes == \
         pytest.approx(in_flight * blocks_stage0 * (full_block - kept_block), rel=1e-9)
     assert none.iteration_time_s < selective.iteration_time_s
-    from amp_tui.core.terms.compute import op_checkpoint_block
+    from amp_tui.core.costmodel.terms.compute import op_checkpoint_block
     ops = op_checkpoint_block(scn.model)
     assert (ops.split, ops.replicated) == (h + 3 * h + 4 * h, h)
     assert ops.recomputed_share == pytest.approx(5 / 12)
@@ -269,7 +269,7 @@ def test_fp8_needs_a_gpu_that_has_it_and_runs_matmuls_faster():
 
 def _llama_block(precision: str, gpu: str = "H100"):
     """One LLaMA block (8k tokens) on an 8-GPU node, AMP's ideal links: (scenario, GPU, params, model)."""
-    from amp_tui.core.hardware import gpu_catalog
+    from amp_tui.core.spec.hardware import gpu_catalog
     scn = parse_scenario({"cluster": {"nodes": [{"count": 1, "gpu": gpu, "gpus_per_node": 8,
                                                  "intra_node_bandwidth": "450 GB/s", "inter_node_bandwidth": "400 Gbps"}]},
                           "model": {"family": "llama", "hidden_size": 4096, "num_layers": 1, "num_heads": 32,
@@ -282,7 +282,7 @@ def _llama_block(precision: str, gpu: str = "H100"):
 def test_low_precision_runs_linear_layers_at_its_peak_and_the_attention_core_in_bf16(precision, gpu):
     """By hand on one block: linear FLOPs at the fp8 (NVFP4) peak x fp8_efficiency
     (fp4_efficiency), attention FLOPs at bf16; activations kept as Transformer Engine's casts."""
-    from amp_tui.core.terms.compute import FP8_ACTIVATION_SHARE, activation_terms, analytic_forward, matmul_efficiency
+    from amp_tui.core.costmodel.terms.compute import FP8_ACTIVATION_SHARE, activation_terms, analytic_forward, matmul_efficiency
     scn, gpu, params, model = _llama_block(precision, gpu)
     assert precision in gpu.precisions and gpu.peak_flops(precision) > gpu.peak_flops("bf16")
     low, bf16 = (analytic_forward(model, gpu, p, params, 1, 1, False, 1.0) for p in (precision, "bf16"))
@@ -301,7 +301,7 @@ def test_low_precision_runs_linear_layers_at_its_peak_and_the_attention_core_in_
 
 
 def test_the_catalog_gives_blackwell_its_dense_nvfp4_rate():
-    from amp_tui.core.hardware import gpu_catalog
+    from amp_tui.core.spec.hardware import gpu_catalog
     assert [gpu_catalog()[g].peak_flops("fp4") for g in ("B200", "GB200", "GB300")] == [9000e12, 10000e12, 15000e12]
 
 
@@ -321,7 +321,7 @@ def test_fp4_needs_a_gpu_that_has_it():
 def test_flash_attention_backward_recomputes_the_scores_by_hand():
     """Flash attention's backward runs 5 multiplies against the forward's 2: the attention core
     costs 3.5 forwards. By hand on one LLaMA block: compute - 3 x forward = 0.5 x attention."""
-    from amp_tui.core.terms.compute import analytic_forward, matmul_efficiency
+    from amp_tui.core.costmodel.terms.compute import analytic_forward, matmul_efficiency
     scn, gpu, params, model = _llama_block("bf16")
     block = [i for i, layer in enumerate(model.layers) if layer.kind == "block"][0]
     compute, _ = CostModel(scn).layer_times(0, 1, 2)
@@ -391,7 +391,7 @@ def test_backward_pass_hides_part_of_the_all_reduce():
 def test_expert_parallelism_shards_experts_and_pays_the_all_to_all():
     """Mixtral 8x22B on a GB200 rack: ep = 4 keeps a quarter of each MoE layer's experts per GPU,
     and every MoE layer sends its tokens to the experts and back, forward and backward."""
-    from amp_tui.core.terms.experts import alltoall_bytes_per_gpu, alltoall_seconds
+    from amp_tui.core.costmodel.terms.experts import alltoall_bytes_per_gpu, alltoall_seconds
 
     scn = parse_scenario({**load_preset("scenarios", "gb200-nvl72-mixtral-8x22b"), "calibration": IDEAL})
     plain, sharded = (evaluate(scn, Strategy(1, 9, 8, 1, partition=None, ep=ep)) for ep in (None, 4))

@@ -10,14 +10,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from amp_tui.core.cost import CostModel
-from amp_tui.core.errors import SpecError
-from amp_tui.core.evaluate import evaluate
-from amp_tui.core.scenario import load_scenario, parse_scenario
-from amp_tui.core.shares import ReplicaTimes, best_shares, predict_with_shares
-from amp_tui.core.stagewise import StageWise
-from amp_tui.core.strategy import Strategy, parse_strategy, validate_strategy
-from amp_tui.core.terms import shares as terms
+from amp_tui.core.costmodel.cost import CostModel
+from amp_tui.core.base.errors import SpecError
+from amp_tui.core.search.evaluate import evaluate
+from amp_tui.core.spec.scenario import load_scenario, parse_scenario
+from amp_tui.core.costmodel.shares import ReplicaTimes, best_shares, predict_with_shares
+from amp_tui.core.costmodel.stagewise import StageWise
+from amp_tui.core.spec.strategy import Strategy, parse_strategy, validate_strategy
+from amp_tui.core.costmodel.terms import shares as terms
 from tests.core.core_builders import (
     IDEAL,
     brute_force,
@@ -213,8 +213,8 @@ def test_per_stage_memory_binds_in_brute_force():
 def test_post_pass_per_stage_layouts_match_brute_force():
     """The post-pass's per-stage step (layouts one GPU type per stage, pruned by the strategy's
     time) finds the brute-force best over the same layouts, micro-batches and every partition."""
-    from amp_tui.core.stagewise import micro_batch_sizes, typed_stage_degrees
-    from amp_tui.core.uneven import _per_stage
+    from amp_tui.core.costmodel.stagewise import micro_batch_sizes, typed_stage_degrees
+    from amp_tui.core.search.uneven import _per_stage
 
     scenario = _per_stage_case()        # 4 T4 then 8 V100
     cost = CostModel(scenario)
@@ -246,8 +246,8 @@ def test_post_pass_per_stage_layouts_match_brute_force():
 # -- plan's post-pass -------------------------------------------------------------------------------
 
 def test_plan_finds_batch_shares_where_they_win():
-    from amp_tui.core.subclusters import search_parts
-    from amp_tui.core.uneven import improve
+    from amp_tui.core.search.subclusters import search_parts
+    from amp_tui.core.search.uneven import improve
 
     scenario = load_scenario("mixed-h100-a100-llama3-8b")
     result, _ = search_parts(scenario, top=3)
@@ -265,8 +265,8 @@ def test_plan_finds_per_stage_degrees_where_they_win():
     """On 8 A100 + 8 A10G with every GPU used (GPT-3 1.3B, global batch 32), stages with their own
     tp and dp, each on one GPU type, beat every uniform strategy the exact search finds by more
     than MIN_GAIN; on AMP's mixed cluster the per-stage plan's 0.1% is not worth listing."""
-    from amp_tui.core.search import search
-    from amp_tui.core.uneven import MIN_GAIN, improve
+    from amp_tui.core.search.search import search
+    from amp_tui.core.search.uneven import MIN_GAIN, improve
 
     het = replace(load_scenario("paper-het-cluster"), search=replace(load_scenario("paper-het-cluster").search,
                                                                       use_all_gpus=True))

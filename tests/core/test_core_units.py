@@ -2,8 +2,8 @@
 
 import pytest
 
-from amp_tui.core.errors import SpecError
-from amp_tui.core.units import parse_bandwidth, parse_bytes, parse_int, parse_number
+from amp_tui.core.base.errors import SpecError
+from amp_tui.core.base.units import parse_bandwidth, parse_bytes, parse_int, parse_number
 
 
 @pytest.mark.parametrize("text, bytes_per_s", [

@@ -5,10 +5,10 @@ from dataclasses import replace
 
 import pytest
 
-from amp_tui.core.errors import SpecError
-from amp_tui.core.evaluate import evaluate
-from amp_tui.core.scenario import load_scenario, parse_scenario
-from amp_tui.core.strategy import Strategy, parse_strategy, validate_strategy
+from amp_tui.core.base.errors import SpecError
+from amp_tui.core.search.evaluate import evaluate
+from amp_tui.core.spec.scenario import load_scenario, parse_scenario
+from amp_tui.core.spec.strategy import Strategy, parse_strategy, validate_strategy
 from core_builders import with_change
 
 # Explicit layers (gpt2-medium with measured profiles), two node groups given by instance.

@@ -7,8 +7,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from amp_tui.core.errors import SpecError
-from amp_tui.core.yamlio import atomic_write, dump_yaml, load_yaml_file, load_yaml_text
+from amp_tui.core.base.errors import SpecError
+from amp_tui.core.base.yamlio import atomic_write, dump_yaml, load_yaml_file, load_yaml_text
 
 
 @pytest.mark.parametrize("text, value", [

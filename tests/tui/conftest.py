@@ -7,7 +7,7 @@ import inspect
 
 import pytest
 
-from amp_tui.core.scenario import load_scenario
+from amp_tui.core.spec.scenario import load_scenario
 from amp_tui.tui.app import AmpApp
 
 

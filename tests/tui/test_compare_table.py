@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 from textual.widgets import DataTable, Input, SelectionList
 
-from amp_tui.core.scenario import load_scenario
-from amp_tui.core.yamlio import load_yaml_file
+from amp_tui.core.spec.scenario import load_scenario
+from amp_tui.core.base.yamlio import load_yaml_file
 from amp_tui.tui.screens.column_picker import ColumnPickerScreen
 from amp_tui.tui.screens.edit_value import EditValueScreen
 from amp_tui.tui.screens.sensitivity import SensitivityScreen, WhatIfChart
@@ -156,7 +156,7 @@ async def test_wide_table_has_every_column_and_prices_only_where_known(make_app)
 def test_price_columns_appear_when_predictions_carry_prices():
     from dataclasses import replace
 
-    from amp_tui.core.search import search
+    from amp_tui.core.search.search import search
 
     result = search(load_scenario("dgx-a100-gpt3-13b"))          # no price for a DGX node
     assert not has_prices(result, "cost_per_hour_usd")

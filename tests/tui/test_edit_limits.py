@@ -3,8 +3,8 @@ keeps the last good scenario) before anything as large as the edit asks for is b
 
 import pytest
 
-from amp_tui.core.errors import SpecError
-from amp_tui.core.scenario import load_scenario
+from amp_tui.core.base.errors import SpecError
+from amp_tui.core.spec.scenario import load_scenario
 from amp_tui.tui import edits
 
 

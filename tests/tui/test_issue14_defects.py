@@ -8,7 +8,7 @@ import pytest
 from textual import events
 from textual.widgets import DataTable, Input, TextArea
 
-from amp_tui.core.scenario import load_scenario, parse_scenario
+from amp_tui.core.spec.scenario import load_scenario, parse_scenario
 from amp_tui.tui import edits
 from amp_tui.tui.screens.edit_value import EditValueScreen
 from amp_tui.tui.widgets.cluster_pane import COLUMNS, ClusterPane
@@ -40,7 +40,7 @@ async def test_1_rows_can_be_told_apart(make_app):
 
 # 2 ------------------------------------------------------------------------------------------------
 async def test_2_export_dialog_says_up_front_the_megatron_split_differs(make_app):
-    pytest.importorskip("amp_tui.core.exports")
+    pytest.importorskip("amp_tui.core.plans.exports")
     from amp_tui.tui.screens.export_picker import ExportScreen
 
     data = load_scenario("paper-homogeneous").to_dict()
@@ -50,8 +50,8 @@ async def test_2_export_dialog_says_up_front_the_megatron_split_differs(make_app
     app = make_app()
     async with app.run_test(size=(160, 48)) as pilot:
         await settle(app, pilot)
-        from amp_tui.core.evaluate import evaluate
-        from amp_tui.core.strategy import Strategy
+        from amp_tui.core.search.evaluate import evaluate
+        from amp_tui.core.spec.strategy import Strategy
 
         # Middle stages of unequal size: Megatron's first/last-stage flags cannot say this split.
         prediction = evaluate(scenario, Strategy(1, 5, 8, 1, (12, 4, 8, 4, 6), None))
@@ -127,7 +127,7 @@ async def test_6_time_chart_legend_is_whole_at_160x48(make_app):
 
 # 7 ------------------------------------------------------------------------------------------------
 def test_7_stage_bar_headers_do_not_run_together():
-    from amp_tui.core.search import search
+    from amp_tui.core.search.search import search
     from amp_tui.tui.widgets.stage_bars import stage_lines
 
     prediction = search(load_scenario("paper-het-cluster")).strategies[0]
@@ -169,7 +169,7 @@ async def test_9_stale_results_look_stale_in_table_and_selected_pane(make_app):
 
 # 10 -----------------------------------------------------------------------------------------------
 async def test_10_export_dialog_scrolls_the_preview_without_changing_format(make_app):
-    pytest.importorskip("amp_tui.core.exports")
+    pytest.importorskip("amp_tui.core.plans.exports")
     from amp_tui.tui.screens.export_picker import ExportScreen
 
     app = make_app("paper-het-cluster")

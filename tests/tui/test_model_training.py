@@ -182,7 +182,7 @@ async def test_every_training_field_and_search_option_is_a_row(make_app):
     every GPU must be used are set from the keyboard, not only in YAML."""
     from dataclasses import fields
 
-    from amp_tui.core.scenario import AUTO, Training
+    from amp_tui.core.spec.scenario import AUTO, Training
     keys = [s.key for s in SETTINGS]
     named = {"runtime_reserve_bytes": "runtime_reserve"}        # (the override of the optimizer's bytes stays YAML's)
     assert {named.get(f.name, f.name) for f in fields(Training)} - {"state_bytes_override"} <= set(keys)

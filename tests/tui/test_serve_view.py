@@ -25,7 +25,7 @@ async def test_serve_view_solves_and_reruns_on_edit():
 
 
 async def test_main_app_opens_the_serve_view(app_factory=None):
-    from amp_tui.core.scenario import load_scenario
+    from amp_tui.core.spec.scenario import load_scenario
     from amp_tui.tui.app import AmpApp
 
     app = AmpApp(load_scenario("paper-homogeneous"), show_timings=False)

@@ -7,7 +7,7 @@ predictions do. After a deliberate change to either, regenerate with
 
 from __future__ import annotations
 
-from amp_tui.core.scenario import load_scenario
+from amp_tui.core.spec.scenario import load_scenario
 from amp_tui.tui.app import AmpApp
 
 from .conftest import settle

@@ -52,7 +52,7 @@ def test_load_target_defaults_to_paper_homogeneous():
 def test_load_target_rejects_unknown_name():
     import pytest
 
-    from amp_tui.core.errors import SpecError
+    from amp_tui.core.base.errors import SpecError
     with pytest.raises(SpecError):
         load_target("no-such-preset")
 

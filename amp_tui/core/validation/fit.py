@@ -1,6 +1,6 @@
 """Fit the cost model's default parameters to the published runs (`amp-tui validate --fit`).
 
-The same physical parameters a user calibrates on their own cluster (core/params.py), fitted once
+The same physical parameters a user calibrates on their own cluster (core/spec/params.py), fitted once
 to every run the model replays: robust least squares on log(predicted / measured) iteration time,
 each source weighted equally (so the 216 llm-foundry rows do not outvote the 22 Megatron ones),
 with the parameters' priors and bounds. No run gets a correction of its own. The printed values
@@ -15,8 +15,8 @@ from dataclasses import replace
 
 import numpy as np
 
-from amp_tui.core.evaluate import evaluate
-from amp_tui.core.params import Calibration, bounds, prior
+from amp_tui.core.search.evaluate import evaluate
+from amp_tui.core.spec.params import Calibration, bounds, prior
 from amp_tui.core.validation.runs import ReplayCase
 
 ROBUST_SCALE = 0.15     # log errors beyond ~15% count linearly, not squared (soft L1)

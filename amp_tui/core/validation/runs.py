@@ -17,13 +17,13 @@ from pathlib import Path
 
 import yaml
 
-from amp_tui.core.errors import SpecError, one_line
-from amp_tui.core.hardware import gpu_catalog, instance_catalog
-from amp_tui.core.limits import MAX_GPUS, MAX_RUNS_FILE_BYTES
-from amp_tui.core.scenario import AUTO, Scenario, load_scenario, parse_scenario
-from amp_tui.core.strategy import Strategy, even_partition, per_stage_degrees, varying_degrees
-from amp_tui.core.units import parse_bandwidth, parse_int
-from amp_tui.core.yamlio import read_text_file
+from amp_tui.core.base.errors import SpecError, one_line
+from amp_tui.core.spec.hardware import gpu_catalog, instance_catalog
+from amp_tui.core.base.limits import MAX_GPUS, MAX_RUNS_FILE_BYTES
+from amp_tui.core.spec.scenario import AUTO, Scenario, load_scenario, parse_scenario
+from amp_tui.core.spec.strategy import Strategy, even_partition, per_stage_degrees, varying_degrees
+from amp_tui.core.base.units import parse_bandwidth, parse_int
+from amp_tui.core.base.yamlio import read_text_file
 
 # What the cost model honours today, per technique. The harness maps every run's techniques in
 # full; widening one of these sets (e.g. adding "fp8" or 3) is all it takes to replay the runs

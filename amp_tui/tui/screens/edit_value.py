@@ -15,7 +15,7 @@ from textual.containers import Vertical
 from textual.screen import ModalScreen
 from textual.widgets import Input, Label, Static
 
-from amp_tui.core.errors import SpecError
+from amp_tui.core.base.errors import SpecError
 from amp_tui.tui.messages import EditRefused
 
 

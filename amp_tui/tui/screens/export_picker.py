@@ -12,12 +12,12 @@ from textual.screen import ModalScreen
 from textual.widgets import Footer, OptionList, Static, TextArea
 from textual.widgets.option_list import Option
 
-from amp_tui.core.cost import Prediction
-from amp_tui.core.errors import SpecError
-from amp_tui.core.exports import EXPORT_FORMATS, Export, export_plan
-from amp_tui.core.planfile import Plan
-from amp_tui.core.scenario import Scenario
-from amp_tui.core.yamlio import atomic_write
+from amp_tui.core.costmodel.cost import Prediction
+from amp_tui.core.base.errors import SpecError
+from amp_tui.core.plans.exports import EXPORT_FORMATS, Export, export_plan
+from amp_tui.core.plans.planfile import Plan
+from amp_tui.core.spec.scenario import Scenario
+from amp_tui.core.base.yamlio import atomic_write
 from amp_tui.tui.screens.confirm import ConfirmScreen
 from amp_tui.tui.format import format_seconds
 from amp_tui.tui.screens.edit_value import EditValueScreen
@@ -60,8 +60,8 @@ def megatron_split_warning(plan: Plan, prediction: Prediction) -> str | None:
     """When Megatron-LM's split flags cannot say the plan's split: which split the export runs
     instead and how much slower it is predicted to be; None when it runs the plan's own."""
     try:
-        from amp_tui.core.cost import CostModel
-        from amp_tui.core.exports.megatron import (blocks_per_stage, has_megatron_shape, layer_partition,
+        from amp_tui.core.costmodel.cost import CostModel
+        from amp_tui.core.plans.exports.megatron import (blocks_per_stage, has_megatron_shape, layer_partition,
                                                    megatron_split, nearest_split)
     except ImportError:  # pragma: no cover - the megatron export ships with amp-tui
         return None

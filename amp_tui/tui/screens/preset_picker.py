@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from amp_tui.core.presets import describe_preset, preset_names
+from amp_tui.core.spec.presets import describe_preset, preset_names
 from amp_tui.tui.screens.picker import PickerScreen, PickItem
 
 KIND_LABELS = {"scenarios": "scenario", "clusters": "cluster", "models": "model"}

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from amp_tui.core.errors import SpecError
+from amp_tui.core.base.errors import SpecError
 from amp_tui.tui.screens.edit_value import EditValueScreen
 
 

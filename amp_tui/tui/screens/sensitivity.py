@@ -14,9 +14,9 @@ from textual.widget import Widget
 from textual.widgets import DataTable, Static
 from textual.worker import Worker, WorkerState, get_current_worker
 
-from amp_tui.core.errors import Cancelled
-from amp_tui.core.scenario import Scenario
-from amp_tui.core.sensitivity import Sensitivity, pick_label, sensitivity
+from amp_tui.core.base.errors import Cancelled
+from amp_tui.core.spec.scenario import Scenario
+from amp_tui.core.plans.sensitivity import Sensitivity, pick_label, sensitivity
 from amp_tui.tui.format import cell, format_seconds
 from amp_tui.tui.widgets.key_footer import KeyFooter
 from amp_tui.tui.widgets.table import Table

@@ -8,7 +8,7 @@ from rich.table import Table as RichTable
 from rich.text import Text
 from textual.widgets import Static
 
-from amp_tui.core.compare import Comparison, Row
+from amp_tui.core.plans.compare import Comparison, Row
 from amp_tui.tui.format import format_seconds
 
 

@@ -7,8 +7,8 @@ from collections.abc import Callable
 from textual.containers import Vertical
 from textual.widgets import DataTable
 
-from amp_tui.core.errors import SpecError
-from amp_tui.core.scenario import Scenario
+from amp_tui.core.base.errors import SpecError
+from amp_tui.core.spec.scenario import Scenario
 from amp_tui.tui.edits import plausibility_warning
 from amp_tui.tui.messages import ScenarioEdited
 from amp_tui.tui.screens.edit_value import EditValueScreen

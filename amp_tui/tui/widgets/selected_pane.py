@@ -7,11 +7,11 @@ from textual.app import ComposeResult
 from textual.containers import VerticalScroll
 from textual.widgets import Static
 
-from amp_tui.core.cost import Prediction
-from amp_tui.core.evaluate import evaluate
-from amp_tui.core.pricing import cost_unit
-from amp_tui.core.search import Infeasible
-from amp_tui.core.strategy import Strategy
+from amp_tui.core.costmodel.cost import Prediction
+from amp_tui.core.search.evaluate import evaluate
+from amp_tui.core.costmodel.pricing import cost_unit
+from amp_tui.core.search.search import Infeasible
+from amp_tui.core.spec.strategy import Strategy
 from amp_tui.tui.format import format_seconds
 from amp_tui.tui.widgets.compare_view import CompareView
 from amp_tui.tui.widgets.stage_bars import StageBars
@@ -41,7 +41,7 @@ def summary(prediction: Prediction, baseline: Prediction | None, scenario) -> Te
         text.append(f"\n${prediction.cost_per_hour_usd:,.2f}/hour")
         if prediction.cost_per_million_tokens_usd is not None:
             text.append(f" · ${prediction.cost_per_million_tokens_usd:,.2f} per million {cost_unit(scenario)}")
-    from amp_tui.core.confidence import confidence
+    from amp_tui.core.plans.confidence import confidence
 
     text.append(f"\npredicted {confidence(scenario).describe()}", style="dim")
     if not prediction.fits_memory and prediction.reason:
@@ -52,7 +52,7 @@ def summary(prediction: Prediction, baseline: Prediction | None, scenario) -> Te
 def _nodes(scenario, strategy: Strategy) -> str:
     """' · nodes: ...' where the cluster has more than one node group to order, and the nodes a
     strategy leaves idle, with the GPUs it uses."""
-    from amp_tui.core.subclusters import placement_text
+    from amp_tui.core.search.subclusters import placement_text
 
     cluster = scenario.cluster
     out = f" · nodes: {placement_text(scenario, strategy)}" if len(cluster.nodes) > 1 else ""

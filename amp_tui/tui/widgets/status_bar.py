@@ -5,7 +5,7 @@ from __future__ import annotations
 from rich.text import Text
 from textual.widget import Widget
 
-from amp_tui.core.search import SearchResult
+from amp_tui.core.search.search import SearchResult
 from amp_tui.tui.format import format_seconds
 
 

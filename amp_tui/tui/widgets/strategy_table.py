@@ -17,11 +17,11 @@ from textual.binding import Binding
 from textual.containers import Vertical
 from textual.widgets import DataTable, Static
 
-from amp_tui.core.compare import mfu, tokens_per_s
-from amp_tui.core.cost import Prediction
-from amp_tui.core.placement import merge_runs
-from amp_tui.core.scenario import Cluster
-from amp_tui.core.search import Infeasible, SearchResult
+from amp_tui.core.plans.compare import mfu, tokens_per_s
+from amp_tui.core.costmodel.cost import Prediction
+from amp_tui.core.costmodel.placement import merge_runs
+from amp_tui.core.spec.scenario import Cluster
+from amp_tui.core.search.search import Infeasible, SearchResult
 from amp_tui.tui.format import cell, format_memory_pair, format_seconds
 from amp_tui.tui.messages import StrategySelected
 from amp_tui.tui.widgets.table import Table
@@ -157,7 +157,7 @@ def has_prices(result: SearchResult | None, attribute: str) -> bool:
 
 
 def _has_candidates(scenario, gpus: int, batch: int) -> bool:
-    from amp_tui.core.search import divisors, tp_degrees
+    from amp_tui.core.search.search import divisors, tp_degrees
 
     layers = scenario.model.num_layers
     return any(gpus % tp == 0 and pp <= layers and batch % (gpus // tp // pp) == 0
@@ -412,7 +412,7 @@ _PRICE_ATTR = {"$/hour": "cost_per_hour_usd", "$/1M tok": "cost_per_million_toke
 
 def confidence_note(result: SearchResult) -> str:
     """'times ±15% (uncalibrated: ...); the top 3 are within each other's band.'"""
-    from amp_tui.core.confidence import confidence, within_band
+    from amp_tui.core.plans.confidence import confidence, within_band
 
     sure = confidence(result.scenario)
     close = within_band([p.iteration_time_s for p in result.strategies], sure.band)

@@ -9,8 +9,8 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.widgets import DataTable, Static
 
-from amp_tui.core.params import FRAMEWORKS
-from amp_tui.core.scenario import (
+from amp_tui.core.spec.params import FRAMEWORKS
+from amp_tui.core.spec.scenario import (
     ATTENTION_KERNELS,
     AUTO,
     FP8_SCALINGS,
@@ -22,7 +22,7 @@ from amp_tui.core.scenario import (
     ZERO_STAGES,
     Scenario,
 )
-from amp_tui.core.units import format_bytes
+from amp_tui.core.base.units import format_bytes
 from amp_tui.tui import edits
 from amp_tui.tui.format import cell
 from amp_tui.tui.screens.picker import PickItem

@@ -1,0 +1,239 @@
+"""torchtitan job config (TOML) for a plan: FSDP or HSDP, TP, PP with its schedule and stage
+boundaries, CP, EP, activation checkpointing and float8.
+
+Written for torchtitan 0.2 (0.2.2 checked), the last release that reads a TOML job config
+(`--job.config_file`; 0.3 moved to Python config functions). Checked against its
+config/job_config.py and distributed code:
+- ParallelDims asserts dp_replicate x dp_shard x cp x tp x pp = world size. dp_shard > 1 is FSDP,
+  dp_replicate > 1 with dp_shard = 1 is DDP, both > 1 is HSDP.
+- training.global_batch_size = local_batch_size x dp_replicate x dp_shard x gradient accumulation
+  steps; with pipelining, local_batch_size is cut into micro-batches of
+  pipeline_parallel_microbatch_size.
+- module_fqns_per_model_part names each pipeline chunk's modules ("tok_embeddings", "layers.N",
+  "norm", "output" for llama3), so the plan's stage boundaries carry over exactly; looped schedules
+  (Interleaved1F1B) put chunk c on pipeline rank c mod pp.
+- Tensor parallelism always shards the sequence between blocks (Megatron's sequence parallelism).
+- float8 is the model converter "quantize.linear.float8", configured in [quantize.linear.float8].
+- The device mesh is ordered pp, dp_replicate, dp_shard, cp, tp (tp fastest), Megatron's order.
+"""
+
+from __future__ import annotations
+
+import math
+
+from amp_tui.core.base.errors import SpecError
+from amp_tui.core.plans.exports import Export
+from amp_tui.core.plans.exports.common import num_micro_batches, summary
+from amp_tui.core.spec.knobs import Knobs, resolve
+from amp_tui.core.plans.planfile import Plan
+
+FILE = "torchtitan_job.toml"
+STEPS = 10000   # torchtitan's default; the plan does not say how long to train
+
+# torchtitan's llama3 flavors by (hidden, layers, heads, kv heads).
+_LLAMA3_FLAVORS = {(4096, 32, 32, 8): "8B", (8192, 80, 64, 8): "70B", (16384, 126, 128, 8): "405B"}
+
+
+def job_config(plan: Plan) -> dict:
+    """The job config as nested sections (section name -> key -> value); dotted names are subtables."""
+    scenario, s = plan.scenario, plan.strategy
+    training = scenario.training
+    knobs = resolve(s, training)
+    replicate, shard = data_parallel_degrees(knobs, s.dp)
+    local_batch = s.micro_batch_size * (num_micro_batches(plan) if s.pp > 1 else 1)
+    config: dict = {
+        "job": {"description": summary(plan)},
+        "model": {"name": "llama3" if scenario.model.family == "llama" else scenario.model.family or "custom",
+                  "flavor": _flavor(plan)},
+        "training": {"local_batch_size": local_batch, "global_batch_size": training.global_batch_size,
+                     "seq_len": scenario.model.sequence_length, "steps": STEPS,
+                     "mixed_precision_param": "float32" if training.precision == "fp32" else "bfloat16"},
+        "parallelism": {
+            "data_parallel_replicate_degree": replicate,
+            "data_parallel_shard_degree": shard,
+            "fsdp_reshard_after_forward": "always" if knobs.zero_stage == 3 else "never",
+            "tensor_parallel_degree": s.tp,
+            "enable_async_tensor_parallel": False,
+            "pipeline_parallel_degree": s.pp,
+            "pipeline_parallel_schedule": pipeline_schedule(training.schedule, knobs.virtual_stages),
+            "pipeline_parallel_microbatch_size": s.micro_batch_size,
+            "context_parallel_degree": knobs.cp,
+            "expert_parallel_degree": knobs.ep,
+        },
+        "activation_checkpoint": {"mode": knobs.recompute},
+    }
+    if knobs.recompute == "selective":
+        config["activation_checkpoint"]["selective_ac_option"] = "op"
+    chunks = model_parts(plan, knobs)
+    if s.pp > 1 and chunks is not None:
+        config["parallelism"]["module_fqns_per_model_part"] = chunks
+    if training.precision == "fp8":
+        config["model"]["converters"] = ["quantize.linear.float8"]
+        fsdp = shard > 1
+        config["quantize.linear.float8"] = {"recipe_name": training.fp8_scaling, "filter_fqns": ["output"]}
+        if training.fp8_scaling == "tensorwise":     # (torchao's float8 all-gather is tensorwise only)
+            config["quantize.linear.float8"].update({"enable_fsdp_float8_all_gather": fsdp,
+                                                     "precompute_float8_dynamic_scale_for_fsdp": fsdp})
+    return config
+
+
+def data_parallel_degrees(knobs: Knobs, dp: int) -> tuple[int, int]:
+    """(dp_replicate, dp_shard): DDP for ZeRO 0, FSDP over all dp ranks otherwise, and HSDP (ZeRO-3
+    within groups of hsdp_shard ranks, replicated across the dp / hsdp_shard groups) as
+    (dp / group, group); torchtitan's mesh puts dp_shard inside dp_replicate, as the plan does."""
+    if knobs.zero_stage == 0:
+        return dp, 1
+    if knobs.zero_stage == 3 and knobs.hsdp_shard:
+        return dp // knobs.hsdp_shard, knobs.hsdp_shard
+    return 1, dp
+
+
+def pipeline_schedule(schedule: str, virtual_stages: int) -> str:
+    if virtual_stages > 1:
+        return "Interleaved1F1B"
+    return "GPipe" if schedule == "gpipe" else "1F1B"
+
+
+def model_parts(plan: Plan, knobs: Knobs) -> list[list[str]] | None:
+    """Module names of each pipeline chunk, or None when the layers have no torchtitan names.
+    One chunk per stage as the plan splits them; with v virtual stages, pp x v near-even chunks."""
+    layers = plan.scenario.model.layers
+    names, block = [], 0
+    for layer in layers:
+        if layer.kind == "embedding":
+            names.append(["tok_embeddings"])
+        elif layer.kind == "block":
+            names.append([f"layers.{block}"])
+            block += 1
+        elif layer.kind == "head":
+            names.append(["norm", "output"])
+        else:
+            return None
+    if knobs.virtual_stages > 1:
+        count = plan.strategy.pp * knobs.virtual_stages
+        bounds = [round(i * len(layers) / count) for i in range(count + 1)]
+    else:
+        bounds = [0]
+        for n in plan.strategy.partition:
+            bounds.append(bounds[-1] + n)
+    return [[name for layer in names[a:b] for name in layer] for a, b in zip(bounds, bounds[1:])]
+
+
+def _flavor(plan: Plan) -> str:
+    model = plan.scenario.model
+    shape = model.shape
+    if model.family == "llama" and not shape.get("num_experts"):
+        key = (shape.get("hidden_size"), shape.get("num_layers"), shape.get("num_heads"), shape.get("num_kv_heads"))
+        if key in _LLAMA3_FLAVORS:
+            return _LLAMA3_FLAVORS[key]
+    return model.name
+
+
+# -- TOML ---------------------------------------------------------------------------------------------
+
+def to_toml(config: dict, header: list[str]) -> str:
+    # TOML comments may hold no control characters but tab (a newline would end the comment).
+    lines = ["# " + "".join(" " if ord(c) < 0x20 and c != "\t" or ord(c) == 0x7F else c for c in line)
+             for line in header]
+    for section, values in config.items():
+        lines += ["", f"[{section}]"]
+        lines += [f"{key} = {_value(value)}" for key, value in values.items()]
+    return "\n".join(lines) + "\n"
+
+
+def _value(value: object) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise ValueError(f"TOML cannot hold {value}")
+        return repr(value)
+    if isinstance(value, str):
+        return _string(value)
+    if isinstance(value, list) and any(isinstance(item, list) for item in value):
+        return "[\n" + "".join(f"  {_value(item)},\n" for item in value) + "]"   # one chunk per line
+    if isinstance(value, list):
+        return "[" + ", ".join(_value(item) for item in value) + "]"
+    raise TypeError(f"no TOML form for {type(value).__name__}")
+
+
+_ESCAPES = {"\b": "\\b", "\t": "\\t", "\n": "\\n", "\f": "\\f", "\r": "\\r"}
+
+
+def _string(text: str) -> str:
+    """A TOML basic string: backslash, quote and control characters escaped."""
+    out = []
+    for char in text:
+        if char in '"\\':
+            out.append("\\" + char)
+        elif ord(char) < 0x20 or ord(char) == 0x7F:
+            out.append(_ESCAPES.get(char, f"\\u{ord(char):04x}"))
+        else:
+            out.append(char)
+    return '"' + "".join(out) + '"'
+
+
+# -- export -------------------------------------------------------------------------------------------
+
+def export(plan: Plan) -> Export:
+    scenario, s = plan.scenario, plan.strategy
+    training = scenario.training
+    if training.precision == "fp4":
+        raise SpecError("training.precision", "fp4", "cannot export to torchtitan: its converters train in float8 "
+                        "or MX formats, not Transformer Engine's NVFP4 (use the megatron format)")
+    knobs = resolve(s, training)
+    config = job_config(plan)
+    replicate, shard = data_parallel_degrees(knobs, s.dp)
+    header = [summary(plan),
+              "torchtitan 0.2 job config: torchrun ... torchtitan/train.py --job.config_file torchtitan_job.toml",
+              "Start it with the torchrun export's launch.sh so that nodes take ranks in the plan's order."]
+    notes = [
+        f"{FILE}: dp_replicate {replicate} x dp_shard {shard} x cp {knobs.cp} x tp {s.tp} x pp {s.pp} = "
+        f"{replicate * shard * knobs.cp * s.tp * s.pp} GPUs, as torchtitan's ParallelDims requires. Launch "
+        f"torchtitan/train.py with --job.config_file {FILE} through the torchrun export's launch.sh.",
+        f"training.steps is torchtitan's default ({STEPS}); set it, the dataset and the tokenizer "
+        "(model.hf_assets_path) for your run.",
+    ]
+    if knobs.zero_stage == 0:
+        notes.append(f"ZeRO 0: plain data parallelism (DDP) over {s.dp} replicas.")
+    elif knobs.zero_stage == 3:
+        notes.append(f"ZeRO-3: FSDP over {s.dp} ranks, parameters resharded after forward.")
+    else:
+        notes.append(f"ZeRO-{knobs.zero_stage}: torchtitan has no ZeRO-1/2 as such; FSDP over {s.dp} ranks that keeps "
+                     "parameters gathered after forward (fsdp_reshard_after_forward never, as Llama 3 trained) is "
+                     "the nearest, and shards weights between steps, so it needs less memory than predicted.")
+    if config["model"]["flavor"] == scenario.model.name:
+        notes.append(f"torchtitan has no flavor for {scenario.model.name}: register one with its hyperparameters "
+                     f"under model.name {config['model']['name']!r} (torchtitan ships llama3 8B/70B/405B, llama4, "
+                     "deepseek_v3 and qwen3).")
+    if s.pp > 1:
+        if "module_fqns_per_model_part" not in config["parallelism"]:
+            notes.append(f"The model's layers have no torchtitan module names, so the plan's split {list(s.partition)} "
+                         "is not written; torchtitan will split the layers evenly.")
+        elif knobs.virtual_stages > 1:
+            notes.append(f"Interleaved1F1B with {knobs.virtual_stages} chunks per rank: module_fqns_per_model_part "
+                         f"lists {s.pp * knobs.virtual_stages} near-even chunks, chunk c on pipeline rank "
+                         f"c mod {s.pp}.")
+        else:
+            notes.append(f"module_fqns_per_model_part gives the plan's stage boundaries {list(s.partition)} by module "
+                         "name.")
+        if config["training"]["local_batch_size"] < s.pp * knobs.virtual_stages:
+            notes.append("torchtitan refuses fewer micro-batches per step than pipeline stages; raise the global batch "
+                         "or lower the micro-batch size.")
+    if s.tp > 1 and not knobs.sequence_parallel:
+        notes.append("torchtitan's tensor parallelism always shards the sequence between blocks (sequence "
+                     "parallelism), which the plan did not assume: activation memory will be lower than predicted.")
+    if training.precision == "fp16":
+        notes.append("torchtitan trains in bf16 or fp32, not fp16: mixed_precision_param is bfloat16.")
+    if training.precision == "fp8":
+        notes.append("fp8: the quantize.linear.float8 converter (torchao) swaps the linear layers for Float8Linear "
+                     f"with {training.fp8_scaling} scaling; the output projection stays in bf16.")
+    if knobs.recompute == "selective":
+        notes.append("Selective recomputation: torchtitan's op-level policy (selective_ac_option \"op\") keeps matrix "
+                     "multiply outputs and recomputes the cheap operations around them.")
+    if training.schedule == "gpipe" and knobs.virtual_stages > 1:
+        notes.append("torchtitan's interleaved schedule is 1F1B-based; the plan's GPipe order is not available with "
+                     "virtual stages.")
+    return Export(files={FILE: to_toml(config, header)}, notes=notes)

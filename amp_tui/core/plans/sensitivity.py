@@ -1,0 +1,224 @@
+"""What if the labels are wrong? Scale one quantity of the scenario at a time and search again.
+
+The knobs: each node group's intra-node and network bandwidth, each GPU type's speed (peak FLOP/s,
+memory bandwidth and measured layer times together) by -50/-20/-10/+10/+20/+50 %, and the global
+batch size by x1/2 and x2. For every scaled scenario the search runs again; the top pick may change.
+The base search's top few strategies are also re-predicted in each (their best partition for the
+new figures), which gives the chart of time against the factor and the most robust choice: the one
+whose worst slowdown against the best strategy of any what-if is smallest.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+
+from amp_tui.core.costmodel.cost import CostModel, Prediction
+from amp_tui.core.base.errors import Cancelled, SpecError
+from amp_tui.core.search.evaluate import evaluate
+from amp_tui.core.spec.scenario import Scenario
+from amp_tui.core.search.search import SearchResult, search
+from amp_tui.core.spec.strategy import Strategy
+
+SPEED_FACTORS = (0.5, 0.8, 0.9, 1.1, 1.2, 1.5)
+BATCH_FACTORS = (0.5, 2.0)
+WATCHED = 3  # the base search's top strategies followed through every what-if
+
+
+@dataclass(frozen=True)
+class Knob:
+    name: str                     # 'network p3.8xlarge': that group's inter-node bandwidth
+    factors: tuple[float, ...]
+    scale: Callable[[Scenario, float], Scenario]
+
+
+def _scale_group(scenario: Scenario, index: int, field: str, factor: float) -> Scenario:
+    nodes = list(scenario.cluster.nodes)
+    nodes[index] = replace(nodes[index], **{field: getattr(nodes[index], field) * factor})
+    return replace(scenario, cluster=replace(scenario.cluster, nodes=tuple(nodes)))
+
+
+def _scale_gpu(scenario: Scenario, name: str, factor: float) -> Scenario:
+    """Every GPU of type `name` `factor` times as fast: peak FLOP/s, memory bandwidth and measured
+    layer times (the cost model prefers those where they exist)."""
+    nodes = []
+    for group in scenario.cluster.nodes:
+        if group.gpu.name == name:
+            gpu = replace(group.gpu, peak_flops_16=group.gpu.peak_flops_16 * factor,
+                          peak_flops_32=group.gpu.peak_flops_32 * factor,
+                          memory_bandwidth=group.gpu.memory_bandwidth * factor)
+            group = replace(group, gpu=gpu)
+        nodes.append(group)
+    model = scenario.model
+    layers = []
+    for layer in model.groups:
+        if name in layer.profile:
+            by_tp = {tp: (tuple(t / factor for t in times) if isinstance(times, tuple) else times / factor)
+                     for tp, times in layer.profile[name].items()}
+            layer = replace(layer, profile={**layer.profile, name: by_tp})
+        layers.append(layer)
+    return replace(scenario, cluster=replace(scenario.cluster, nodes=tuple(nodes)),
+                   model=replace(model, groups=tuple(layers)))
+
+
+def _scale_batch(scenario: Scenario, factor: float) -> Scenario:
+    batch = scenario.training.global_batch_size * factor
+    if batch < 1 or batch != int(batch):
+        raise SpecError("training.global_batch_size", scenario.training.global_batch_size,
+                        f"cannot be scaled by {factor:g} to a whole number")
+    return replace(scenario, training=replace(scenario.training, global_batch_size=int(batch)))
+
+
+def knobs(scenario: Scenario) -> list[Knob]:
+    out = []
+    labels = [group.label for group in scenario.cluster.nodes]
+    for index, group in enumerate(scenario.cluster.nodes):
+        where = group.label if labels.count(group.label) == 1 else f"{group.label} (group {index})"
+        if group.gpus_per_node > 1:
+            out.append(Knob(f"intra-node {where}", SPEED_FACTORS,
+                            lambda s, f, i=index: _scale_group(s, i, "intra_node_bandwidth", f)))
+        if scenario.cluster.num_nodes > 1:
+            out.append(Knob(f"network {where}", SPEED_FACTORS,
+                            lambda s, f, i=index: _scale_group(s, i, "inter_node_bandwidth", f)))
+    for name in dict.fromkeys(group.gpu.name for group in scenario.cluster.nodes):
+        out.append(Knob(f"{name} speed", SPEED_FACTORS, lambda s, f, n=name: _scale_gpu(s, n, f)))
+    out.append(Knob("global batch size", BATCH_FACTORS, _scale_batch))
+    return out
+
+
+def pick_key(strategy: Strategy) -> tuple[int, int, int, int]:
+    """What 'the same pick' means: degrees and micro-batch size (the partition follows the figures)."""
+    return (strategy.tp, strategy.pp, strategy.dp, strategy.micro_batch_size)
+
+
+def pick_label(strategy: Strategy) -> str:
+    return f"{strategy.label} mbs {strategy.micro_batch_size}"
+
+
+@dataclass(frozen=True)
+class Case:
+    knob: str
+    factor: float
+    top: Prediction | None              # the search's best in the scaled scenario (None: nothing fits)
+    watched_s: tuple[float | None, ...]  # each watched strategy's time there (None: cannot run or fit)
+    error: str = ""                     # why this what-if could not be built
+
+    @property
+    def best_s(self) -> float | None:
+        return self.top.iteration_time_s if self.top is not None else None
+
+
+@dataclass(frozen=True)
+class Sensitivity:
+    base: SearchResult
+    watched: tuple[Prediction, ...]     # the base search's top strategies
+    cases: tuple[Case, ...]
+
+    def changed(self, case: Case) -> bool:
+        """Whether the top pick differs from the base search's."""
+        if case.top is None or not self.watched:
+            return case.top is not None or bool(self.watched)
+        return pick_key(case.top.strategy) != pick_key(self.watched[0].strategy)
+
+    def worst_slowdowns(self) -> list[float | None]:
+        """Per watched strategy: the largest time / best time over every what-if (None if it cannot
+        run in one of them)."""
+        out: list[float | None] = []
+        for i in range(len(self.watched)):
+            ratios = []
+            for case in self.cases:
+                if case.best_s is None:
+                    continue
+                t = case.watched_s[i]
+                ratios.append(None if t is None else t / case.best_s)
+            out.append(None if any(r is None for r in ratios) else max(ratios, default=1.0))
+        return out
+
+    @property
+    def robust_index(self) -> int | None:
+        """The watched strategy with the best worst case (smallest worst slowdown), if any runs in all."""
+        slowdowns = self.worst_slowdowns()
+        usable = [i for i, s in enumerate(slowdowns) if s is not None]
+        return min(usable, key=lambda i: (slowdowns[i], i)) if usable else None
+
+    def verdict(self) -> str:
+        changes = sum(self.changed(case) for case in self.cases if not case.error)
+        total = sum(1 for case in self.cases if not case.error)
+        head = (f"the top pick changes in {changes} of {total} what-ifs" if changes
+                else f"the top pick holds in all {total} what-ifs")
+        index = self.robust_index
+        if index is None:
+            return head + "; none of the top strategies runs in every what-if"
+        worst = self.worst_slowdowns()[index]
+        return (head + f"; most robust: {pick_label(self.watched[index].strategy)} "
+                f"(at worst {(worst - 1) * 100:.1f}% slower than the best of any what-if)")
+
+    def series(self, knob: str) -> tuple[list[float], list[list[float | None]]]:
+        """For the chart: the factors (1 included) and each watched strategy's time at each."""
+        cases = sorted([c for c in self.cases if c.knob == knob and not c.error] +
+                       [Case(knob, 1.0, None, tuple(p.iteration_time_s for p in self.watched))],
+                       key=lambda c: c.factor)
+        return [c.factor for c in cases], [[c.watched_s[i] for c in cases] for i in range(len(self.watched))]
+
+
+def sensitivity(scenario: Scenario, base: SearchResult | None = None, *, watched: int = WATCHED,
+                should_cancel: Callable[[], bool] | None = None,
+                progress: Callable[[float], None] | None = None) -> Sensitivity:
+    """Every what-if of `knobs(scenario)`; raises Cancelled when `should_cancel` says so."""
+    cancel = should_cancel or (lambda: False)
+    base = base or search(scenario, should_cancel=cancel)
+    # Distinct picks: the same degrees on another node order would chart as a near-copy.
+    firsts: dict[tuple, Prediction] = {}
+    for prediction in base.strategies:
+        firsts.setdefault(pick_key(prediction.strategy), prediction)
+    top = tuple(firsts.values())[:watched]
+    plan = [(knob, factor) for knob in knobs(scenario) for factor in knob.factors]
+    cases = []
+    for done, (knob, factor) in enumerate(plan):
+        if cancel():
+            raise Cancelled()
+        try:
+            scaled = knob.scale(scenario, factor)
+        except SpecError as error:
+            cases.append(Case(knob.name, factor, None, tuple(None for _ in top), error=error.reason
+                              if hasattr(error, "reason") else str(error)))
+            continue
+        result = search(scaled, top=1, should_cancel=cancel)
+        cost = CostModel(scaled)
+        times = []
+        for prediction in top:
+            strategy = replace(prediction.strategy, partition=None)
+            try:
+                again = evaluate(scaled, strategy, cost)
+            except SpecError:
+                times.append(None)      # e.g. its micro-batch no longer divides the batch
+                continue
+            times.append(again.iteration_time_s if again.fits_memory else None)
+        cases.append(Case(knob.name, factor, result.strategies[0] if result.strategies else None, tuple(times)))
+        if progress is not None:
+            progress((done + 1) / len(plan))
+    return Sensitivity(base, tuple(top), tuple(cases))
+
+
+def render(result: Sensitivity) -> str:
+    """Plain-text table of every what-if, then the verdict (for `amp-tui plan --sensitivity`)."""
+    from amp_tui.core.base.units import format_seconds
+
+    names = [pick_label(p.strategy) for p in result.watched]
+    rows = [["what-if", "factor", "top pick", "best", *names]]
+    base_top = result.watched[0] if result.watched else None
+    rows.append(["as given", "x1", pick_label(base_top.strategy) if base_top else "nothing fits",
+                 format_seconds(base_top.iteration_time_s) if base_top else "–",
+                 *(format_seconds(p.iteration_time_s) for p in result.watched)])
+    for case in result.cases:
+        if case.error:
+            rows.append([case.knob, f"x{case.factor:g}", f"(skipped: {case.error})", "", *("" for _ in names)])
+            continue
+        pick = pick_label(case.top.strategy) if case.top else "nothing fits"
+        rows.append([case.knob, f"x{case.factor:g}", pick + (" *" if result.changed(case) else ""),
+                     format_seconds(case.best_s) if case.best_s is not None else "–",
+                     *(format_seconds(t) if t is not None else "–" for t in case.watched_s)])
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join([*lines, "", "* the top pick changes. " + result.verdict()])

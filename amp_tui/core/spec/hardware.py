@@ -1,0 +1,149 @@
+"""GPU and node-type specs, and the catalogs that name them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from amp_tui.core.base.errors import SpecError
+from amp_tui.core.base.limits import MAX_TEXT_CHARS, check_name
+from amp_tui.core.spec.presets import catalog
+from amp_tui.core.base.units import exact_bandwidth, exact_bytes, parse_bandwidth, parse_bytes, parse_number
+
+
+@dataclass(frozen=True)
+class GPU:
+    """One GPU type. Rates in base units: bytes, bytes/s, FLOP/s."""
+
+    name: str
+    memory_bytes: float            # the label ("16 GB")
+    usable_memory_bytes: float     # what the CUDA driver offers; the capacity we plan against
+    memory_bandwidth: float        # bytes/s
+    peak_flops_16: float           # dense fp16/bf16 tensor-core FLOP/s
+    peak_flops_32: float
+    peak_fraction: float           # best fraction of peak a large kernel reaches
+    half_work: float               # work (tokens x width / tp) at which half of that is reached
+    description: str = ""
+    precisions: tuple[str, ...] = ("fp16", "bf16", "fp32")   # training precisions it supports
+    peak_flops_8: float = 0.0      # dense fp8 tensor-core FLOP/s (0 where there is no fp8)
+    peak_flops_4: float = 0.0      # dense fp4 (NVFP4) tensor-core FLOP/s (0 where there is no fp4)
+    # Best fraction of the 16-bit peak FlashAttention-2's kernels reach here, where it is below a
+    # GEMM's: on Hopper they do not use warpgroup MMA (0: no such limit, the GEMM's efficiency).
+    flash2_fraction: float = 0.0
+
+    def peak_flops(self, precision: str) -> float:
+        """Peak FLOP/s of the matrix multiplies at this training precision."""
+        if precision == "fp32":
+            return self.peak_flops_32
+        if precision == "fp8":
+            return self.peak_flops_8
+        if precision == "fp4":
+            return self.peak_flops_4
+        return self.peak_flops_16
+
+    def efficiency(self, work: float) -> float:
+        """Fraction of peak reached by a kernel of `work` = tokens x width / tp elements."""
+        return self.peak_fraction * work / (work + self.half_work)
+
+    def to_dict(self) -> dict:
+        return {
+            "name": self.name,
+            "memory": exact_bytes(self.memory_bytes),
+            "usable_memory": exact_bytes(self.usable_memory_bytes),
+            "memory_bandwidth": exact_bandwidth(self.memory_bandwidth),
+            "fp16_tflops": self.peak_flops_16 / 1e12,
+            "fp32_tflops": self.peak_flops_32 / 1e12,
+            "efficiency": {"peak_fraction": self.peak_fraction, "half_work": self.half_work,
+                           **({"flash2_fraction": self.flash2_fraction} if self.flash2_fraction else {})},
+            "precisions": list(self.precisions),
+            **({"fp8_tflops": self.peak_flops_8 / 1e12} if self.peak_flops_8 else {}),
+            **({"fp4_tflops": self.peak_flops_4 / 1e12} if self.peak_flops_4 else {}),
+        }
+
+
+def parse_gpu(value: object, field: str) -> GPU:
+    """A catalog name (`V100`) or an inline mapping with figures (optionally `base: V100`)."""
+    if isinstance(value, str):
+        entry = gpu_catalog().get(value)
+        if entry is None:
+            raise SpecError(field, value, f"unknown GPU; known: {', '.join(gpu_catalog())}")
+        return entry
+    if not isinstance(value, dict):
+        raise SpecError(field, value, "expected a GPU name or a mapping of its figures")
+    base = value.get("base")
+    fields = dict(gpu_catalog()[base].to_dict()) if isinstance(base, str) and base in gpu_catalog() else {}
+    if base is not None and not fields:
+        raise SpecError(f"{field}.base", base, f"unknown GPU; known: {', '.join(gpu_catalog())}")
+    if "memory" in value and "usable_memory" not in value:
+        fields.pop("usable_memory", None)  # the base card's figure no longer applies
+    fields.update({k: v for k, v in value.items() if k != "base"})
+    return _gpu_from_fields(check_name(fields.get("name") or base or "custom", f"{field}.name"), fields, field)
+
+
+def _gpu_from_fields(name: str, fields: dict, field: str) -> GPU:
+    allowed = {"name", "description", "memory", "usable_memory", "memory_bandwidth", "fp16_tflops",
+               "fp32_tflops", "fp8_tflops", "fp4_tflops", "efficiency", "precisions"}
+    for key in fields:
+        if key not in allowed:
+            raise SpecError(f"{field}.{key}", fields[key], f"unknown GPU field; allowed: {', '.join(sorted(allowed))}")
+    for key in ("memory", "memory_bandwidth", "fp16_tflops", "fp32_tflops"):
+        if key not in fields:
+            raise SpecError(f"{field}.{key}", None, "required for a GPU given by its figures")
+    memory = parse_bytes(fields["memory"], f"{field}.memory")
+    usable = parse_bytes(fields["usable_memory"], f"{field}.usable_memory") if "usable_memory" in fields else memory
+    efficiency = fields.get("efficiency") or {}
+    if not isinstance(efficiency, dict):
+        raise SpecError(f"{field}.efficiency", efficiency, "expected a mapping with peak_fraction and half_work")
+    peak_fraction = parse_number(efficiency.get("peak_fraction", 0.4), f"{field}.efficiency.peak_fraction", positive=True)
+    if peak_fraction > 1:
+        raise SpecError(f"{field}.efficiency.peak_fraction", peak_fraction, "must be at most 1")
+    unknown = set(efficiency) - {"peak_fraction", "half_work", "flash2_fraction"}
+    if unknown:
+        key = sorted(unknown)[0]
+        raise SpecError(f"{field}.efficiency.{key}", efficiency[key],
+                        "unknown efficiency field; allowed: flash2_fraction, half_work, peak_fraction")
+    flash2 = parse_number(efficiency.get("flash2_fraction", 0), f"{field}.efficiency.flash2_fraction", minimum=0)
+    if flash2 > 1:
+        raise SpecError(f"{field}.efficiency.flash2_fraction", flash2, "must be at most 1")
+    precisions = fields.get("precisions", ["fp16", "bf16", "fp32"])
+    if not isinstance(precisions, list) or not precisions or any(p not in _PRECISION_NAMES for p in precisions):
+        raise SpecError(f"{field}.precisions", precisions, f"expected a list drawn from {', '.join(_PRECISION_NAMES)}")
+    low = {}
+    for bits in ("fp8", "fp4"):
+        peak = fields.get(f"{bits}_tflops")
+        if bits in precisions and peak is None:
+            raise SpecError(f"{field}.{bits}_tflops", None, f"required for a GPU that supports {bits}")
+        low[bits] = parse_number(peak, f"{field}.{bits}_tflops", positive=True) * 1e12 if peak is not None else 0.0
+    return GPU(
+        name=name,
+        memory_bytes=memory,
+        usable_memory_bytes=min(usable, memory),
+        memory_bandwidth=parse_bandwidth(fields["memory_bandwidth"], f"{field}.memory_bandwidth"),
+        peak_flops_16=parse_number(fields["fp16_tflops"], f"{field}.fp16_tflops", positive=True) * 1e12,
+        peak_flops_32=parse_number(fields["fp32_tflops"], f"{field}.fp32_tflops", positive=True) * 1e12,
+        peak_fraction=float(peak_fraction),
+        half_work=float(parse_number(efficiency.get("half_work", 131072), f"{field}.efficiency.half_work", minimum=0)),
+        description=check_name(fields.get("description", ""), f"{field}.description", limit=MAX_TEXT_CHARS, text=True),
+        precisions=tuple(precisions),
+        peak_flops_8=low["fp8"],
+        peak_flops_4=low["fp4"],
+        flash2_fraction=float(flash2),
+    )
+
+
+_PRECISION_NAMES = ("fp32", "fp16", "bf16", "fp8", "fp4")
+
+
+_GPUS: dict[str, GPU] | None = None
+
+
+def gpu_catalog() -> dict[str, GPU]:
+    global _GPUS
+    if _GPUS is None:
+        _GPUS = {name: _gpu_from_fields(name, dict(fields), f"presets/gpus.yaml:{name}")
+                 for name, fields in catalog("gpus").items()}
+    return _GPUS
+
+
+def instance_catalog() -> dict[str, dict]:
+    """Instance name to its node fields (gpu, gpus_per_node, bandwidths, provider, description)."""
+    return catalog("instances")

@@ -1,0 +1,429 @@
+"""Scenario specs: a cluster, a model and training settings, validated once at the edge.
+
+Specs are frozen; an edit builds a new spec (`dataclasses.replace`) and re-validates it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from amp_tui.core.base.errors import SpecError
+from amp_tui.core.spec.hardware import GPU, gpu_catalog, instance_catalog, parse_gpu
+from amp_tui.core.base.limits import MAX_GPUS, MAX_TEXT_CHARS, check_name
+from amp_tui.core.spec.model import Model, parse_model
+from amp_tui.core.spec.params import FRAMEWORKS, LINK_CLASSES, Calibration, ModelParams, parse_calibration
+from amp_tui.core.spec.presets import load_preset, preset_names
+from amp_tui.core.costmodel.memory import DEFAULT_STATE_BYTES
+from amp_tui.core.base.units import exact_bandwidth, exact_bytes, parse_bandwidth, parse_bytes, parse_int, parse_number
+from amp_tui.core.base.yamlio import load_yaml_file, path_exists
+
+# Bytes per element of weights and activations; fp8 and fp4 (NVFP4) train with bf16 tensors and
+# low-precision matrix multiplies.
+PRECISIONS = {"fp16": 2, "bf16": 2, "fp32": 4, "fp8": 2, "fp4": 2}
+OPTIMIZERS = ("adam", "sgd")
+SCHEDULES = ("1f1b", "gpipe")
+RECOMPUTE = ("none", "selective", "full")
+ZERO_STAGES = (0, 1, 2, 3)
+AUTO = "auto"   # a training technique the search chooses per strategy
+FULL_SHARD = "full"   # training.data_parallel_shard: ZeRO shards over every data-parallel rank
+
+# Cluster fields for serve mode (amp_tui.serving.spec checks them); training carries them unread.
+SERVING_NODE_FIELDS = ("region", "serving_throughput")
+SERVING_CLUSTER_FIELDS = ("links", "coordinator")
+
+
+@dataclass(frozen=True)
+class NodeGroup:
+    """`count` identical nodes. Bandwidths in bytes per second."""
+
+    count: int
+    gpu: GPU
+    gpus_per_node: int
+    intra_node_bandwidth: float
+    inter_node_bandwidth: float
+    instance: str | None = None
+    intra_node_link: str = ""     # link class (params.LINK_CLASSES); "" infers it from the bandwidth
+    inter_node_link: str = ""
+
+    @property
+    def intra_link_class(self) -> str:
+        """NVLink/NVSwitch nodes reach 20 GB/s and more between GPUs; PCIe Gen3/Gen4 less."""
+        return self.intra_node_link or ("nvlink" if self.intra_node_bandwidth >= 20e9 else "pcie")
+
+    @property
+    def inter_link_class(self) -> str:
+        """RDMA fabrics (InfiniBand, EFA, RoCE) come at 100 Gbps and more per node; below is TCP."""
+        return self.inter_node_link or ("infiniband" if self.inter_node_bandwidth >= 12.5e9 else "ethernet")
+    price_per_hour: float | None = None     # US dollars per node-hour; None: unknown (see pricing.py)
+    # Fields only serve mode reads (region, serving_throughput), kept as written; amp_tui.serving
+    # validates them, training ignores them.
+    serving_fields: dict = field(default_factory=dict, hash=False)
+
+    @property
+    def label(self) -> str:
+        return self.instance or f"{self.gpus_per_node}x{self.gpu.name}"
+
+    @property
+    def num_gpus(self) -> int:
+        return self.count * self.gpus_per_node
+
+    def hardware_key(self) -> tuple:
+        """Groups with equal keys are interchangeable in a placement."""
+        return (self.gpu, self.gpus_per_node, self.intra_node_bandwidth, self.inter_node_bandwidth)
+
+    def to_dict(self) -> dict:
+        out: dict = {}
+        if self.instance:
+            out["instance"] = self.instance
+        out["count"] = self.count
+        catalog_gpu = gpu_catalog().get(self.gpu.name)
+        out["gpu"] = self.gpu.name if catalog_gpu == self.gpu else self.gpu.to_dict()
+        out["gpus_per_node"] = self.gpus_per_node
+        out["intra_node_bandwidth"] = exact_bandwidth(self.intra_node_bandwidth)
+        out["inter_node_bandwidth"] = exact_bandwidth(self.inter_node_bandwidth)
+        for key in ("intra_node_link", "inter_node_link"):
+            if getattr(self, key):
+                out[key] = getattr(self, key)
+        if self.price_per_hour is not None:
+            out["price_per_hour"] = self.price_per_hour
+        out.update(self.serving_fields)
+        return out
+
+
+@dataclass(frozen=True)
+class Cluster:
+    nodes: tuple[NodeGroup, ...]
+    name: str = "cluster"
+    description: str = ""
+    serving_fields: dict = field(default_factory=dict, hash=False)  # links, coordinator: see NodeGroup
+
+    @property
+    def num_gpus(self) -> int:
+        return sum(group.num_gpus for group in self.nodes)
+
+    @property
+    def num_nodes(self) -> int:
+        return sum(group.count for group in self.nodes)
+
+    def to_dict(self) -> dict:
+        out: dict = {"name": self.name}
+        if self.description:
+            out["description"] = self.description
+        out["nodes"] = [group.to_dict() for group in self.nodes]
+        out.update(self.serving_fields)
+        return out
+
+
+ATTENTION_KERNELS = ("fused", "flash2")
+FP8_SCALINGS = ("tensorwise", "rowwise")
+
+
+@dataclass(frozen=True)
+class Training:
+    global_batch_size: int
+    precision: str = "fp16"
+    optimizer: str = "adam"
+    schedule: str = "1f1b"
+    recompute: str = "none"             # or AUTO
+    zero_stage: int | str = 0           # or AUTO
+    sequence_parallel: bool | str = False   # or AUTO
+    context_parallel: int | str = 1     # or AUTO
+    virtual_stages: int | str = 1       # or AUTO
+    # HSDP: data-parallel ranks per sharding group under ZeRO-3 (FULL: all of them, plain FSDP), or AUTO.
+    data_parallel_shard: int | str = "full"
+    # Expert-parallel degree for a mixture-of-experts model, or AUTO (the search chooses; 1 for a dense model).
+    expert_parallel: int | str = AUTO
+    framework: str = "megatron"         # params.FRAMEWORKS: what it allocates and overlaps
+    fused_loss: bool = False            # a fused cross-entropy: no fp32 copies of the logits
+    tp_comm_overlap: bool = False       # tensor-parallel collectives pipelined with the GEMMs (TE userbuffers, async TP)
+    # The attention core's kernels (ATTENTION_KERNELS): "fused" (Transformer Engine / cuDNN,
+    # FlashAttention-3) at the GPU's matrix-multiply efficiency, or "flash2" (the flash-attn 2
+    # package, Triton) held to the GPU's flash2_fraction where it has one (Hopper).
+    attention_kernel: str = "fused"
+    # fp8's scaling granularity (FP8_SCALINGS): "tensorwise", one scale per tensor (Transformer
+    # Engine's recipes, torchao's tensorwise), or "rowwise", one per row (torchao's rowwise: its
+    # scaled GEMMs and casts are slower, params fp8_rowwise_efficiency).
+    fp8_scaling: str = "tensorwise"
+    runtime_reserve_bytes: float = 2**30  # CUDA context, NCCL buffers, allocator slack
+    # Weights + gradients + optimizer state per parameter before ZeRO; None: the optimizer's default.
+    state_bytes_override: float | None = None
+
+    @property
+    def bytes_per_element(self) -> int:
+        return PRECISIONS[self.precision]
+
+    @property
+    def state_bytes_per_param(self) -> float:
+        if self.state_bytes_override is not None:
+            return self.state_bytes_override
+        return float(DEFAULT_STATE_BYTES[(self.optimizer, self.precision != "fp32")])
+
+    def to_dict(self) -> dict:
+        return {"global_batch_size": self.global_batch_size, "precision": self.precision,
+                "optimizer": self.optimizer, "schedule": self.schedule, "recompute": self.recompute,
+                "zero_stage": self.zero_stage, "sequence_parallel": self.sequence_parallel,
+                "context_parallel": self.context_parallel, "virtual_stages": self.virtual_stages,
+                **({"data_parallel_shard": self.data_parallel_shard} if self.data_parallel_shard != FULL_SHARD else {}),
+                **({"expert_parallel": self.expert_parallel} if self.expert_parallel != AUTO else {}),
+                "framework": self.framework, "fused_loss": self.fused_loss,
+                "tp_comm_overlap": self.tp_comm_overlap, "runtime_reserve": exact_bytes(self.runtime_reserve_bytes),
+                **({"attention_kernel": self.attention_kernel} if self.attention_kernel != "fused" else {}),
+                **({"fp8_scaling": self.fp8_scaling} if self.fp8_scaling != "tensorwise" else {}),
+                **({"state_bytes_per_param": self.state_bytes_override} if self.state_bytes_override is not None else {})}
+
+
+@dataclass(frozen=True)
+class SearchOptions:
+    allow_cross_node_tp: bool = False   # tensor parallelism across nodes (normally a bad idea)
+    reorder_nodes: bool = True          # let the search choose which node groups serve which stages
+    top: int = 10                       # strategies to show
+    max_micro_batch_size: int = 64
+    use_all_gpus: bool = False          # False: the search may leave nodes idle when that is faster
+
+    def to_dict(self) -> dict:
+        return {"allow_cross_node_tp": self.allow_cross_node_tp, "reorder_nodes": self.reorder_nodes,
+                "top": self.top, "max_micro_batch_size": self.max_micro_batch_size,
+                "use_all_gpus": self.use_all_gpus}
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    cluster: Cluster
+    model: Model
+    training: Training
+    search: SearchOptions = field(default_factory=SearchOptions)
+    description: str = ""
+    calibration: Calibration = field(default_factory=Calibration)
+
+    @property
+    def params(self) -> ModelParams:
+        return ModelParams(self.calibration)
+
+    def to_dict(self) -> dict:
+        """A self-contained mapping (presets resolved) that `parse_scenario` reads back."""
+        out: dict = {"name": self.name}
+        if self.description:
+            out["description"] = self.description
+        out.update(cluster=self.cluster.to_dict(), model=self.model.to_dict(),
+                   training=self.training.to_dict(), search=self.search.to_dict())
+        if self.calibration.values:
+            out["calibration"] = self.calibration.to_dict()
+        return out
+
+    def with_training(self, **changes) -> "Scenario":
+        """A new scenario with training fields changed; a family model is rebuilt for a new precision."""
+        training = replace(self.training, **changes)
+        return parse_scenario({**self.to_dict(), "training": training.to_dict()})
+
+
+def _check_keys(value: dict, allowed: set[str], field_name: str, what: str) -> None:
+    for key in value:
+        if key not in allowed:
+            raise SpecError(f"{field_name}.{key}", value[key], f"unknown {what} field; allowed: {', '.join(sorted(allowed))}")
+
+
+def _choice(value: object, options: tuple, field_name: str):
+    if isinstance(value, bool) or value not in options:  # YAML's true == 1 is not a ZeRO stage
+        raise SpecError(field_name, value, f"expected one of {', '.join(str(o) for o in options)}")
+    return value
+
+
+def _auto_or_int(value: object, field_name: str) -> int | str:
+    return AUTO if value == AUTO else parse_int(value, field_name)
+
+
+def _bool(value: object, field_name: str) -> bool:
+    if not isinstance(value, bool):
+        raise SpecError(field_name, value, "expected true or false")
+    return value
+
+
+def parse_node_group(value: object, field_name: str) -> NodeGroup:
+    if not isinstance(value, dict):
+        raise SpecError(field_name, value, "expected a mapping (instance, count, gpu, gpus_per_node, bandwidths)")
+    allowed = {"instance", "count", "gpu", "gpus_per_node", "intra_node_bandwidth", "inter_node_bandwidth",
+               "intra_node_link", "inter_node_link", "price_per_hour"}
+    _check_keys(value, allowed | set(SERVING_NODE_FIELDS), field_name, "node")
+    fields: dict = {}
+    instance = value.get("instance")
+    if instance is not None:
+        instance = check_name(instance, f"{field_name}.instance")
+        entry = instance_catalog().get(instance)
+        if entry is None:
+            raise SpecError(f"{field_name}.instance", instance, f"unknown instance; known: {', '.join(instance_catalog())}")
+        fields.update({k: entry[k] for k in allowed if k in entry})
+    fields.update({k: v for k, v in value.items() if k != "instance" and k not in SERVING_NODE_FIELDS})
+    for key in ("gpu", "gpus_per_node", "intra_node_bandwidth", "inter_node_bandwidth"):
+        if key not in fields:
+            raise SpecError(f"{field_name}.{key}", None, "required when no instance is given")
+    gpus_per_node = parse_int(fields["gpus_per_node"], f"{field_name}.gpus_per_node", maximum=MAX_GPUS)
+    return NodeGroup(
+        count=parse_int(fields.get("count", 1), f"{field_name}.count", maximum=MAX_GPUS),
+        gpu=parse_gpu(fields["gpu"], f"{field_name}.gpu"),
+        gpus_per_node=gpus_per_node,
+        intra_node_bandwidth=parse_bandwidth(fields["intra_node_bandwidth"], f"{field_name}.intra_node_bandwidth"),
+        inter_node_bandwidth=parse_bandwidth(fields["inter_node_bandwidth"], f"{field_name}.inter_node_bandwidth"),
+        instance=str(instance) if instance is not None else None,
+        intra_node_link=_choice(fields.get("intra_node_link", ""), ("", *LINK_CLASSES), f"{field_name}.intra_node_link"),
+        inter_node_link=_choice(fields.get("inter_node_link", ""), ("", *LINK_CLASSES), f"{field_name}.inter_node_link"),
+        price_per_hour=(float(parse_number(fields["price_per_hour"], f"{field_name}.price_per_hour", minimum=0))
+                        if fields.get("price_per_hour") is not None else None),
+        serving_fields={k: value[k] for k in SERVING_NODE_FIELDS if k in value},
+    )
+
+
+def parse_cluster(value: object, field_name: str = "cluster") -> Cluster:
+    if isinstance(value, str):
+        value = {"preset": value}
+    if not isinstance(value, dict):
+        raise SpecError(field_name, value, "expected a cluster preset name or a mapping with nodes")
+    if "preset" in value:
+        name = value["preset"]
+        if not isinstance(name, str):
+            raise SpecError(f"{field_name}.preset", name, "expected a cluster preset name")
+        return parse_cluster({**load_preset("clusters", name), **{k: v for k, v in value.items() if k != "preset"}},
+                             field_name)
+    _check_keys(value, {"name", "description", "nodes", *SERVING_CLUSTER_FIELDS}, field_name, "cluster")
+    nodes = value.get("nodes")
+    if not isinstance(nodes, list) or not nodes:
+        raise SpecError(f"{field_name}.nodes", nodes, "expected a non-empty list of node groups")
+    groups = tuple(parse_node_group(node, f"{field_name}.nodes[{i}]") for i, node in enumerate(nodes))
+    gpus = sum(group.num_gpus for group in groups)
+    if gpus > MAX_GPUS:
+        raise SpecError(f"{field_name}.nodes", f"{gpus:,} GPUs", f"more than the limit of {MAX_GPUS:,} GPUs")
+    return Cluster(nodes=groups, name=check_name(value.get("name", "cluster"), f"{field_name}.name"),
+                   description=_text(value, f"{field_name}.description"),
+                   serving_fields={k: value[k] for k in SERVING_CLUSTER_FIELDS if k in value})
+
+
+def _text(value: dict, field_name: str) -> str:
+    return check_name(value.get("description", ""), field_name, limit=MAX_TEXT_CHARS, text=True)
+
+
+def parse_training(value: object, field_name: str = "training") -> Training:
+    if not isinstance(value, dict):
+        raise SpecError(field_name, value, "expected a mapping with at least global_batch_size")
+    allowed = {"global_batch_size", "precision", "optimizer", "schedule", "recompute", "zero_stage", "runtime_reserve",
+               "state_bytes_per_param", "sequence_parallel", "context_parallel", "virtual_stages", "framework",
+               "data_parallel_shard", "expert_parallel", "fused_loss", "tp_comm_overlap", "attention_kernel",
+               "fp8_scaling"}
+    _check_keys(value, allowed, field_name, "training")
+    if "global_batch_size" not in value:
+        raise SpecError(f"{field_name}.global_batch_size", None, "required")
+    reserve = value.get("runtime_reserve")
+    precision = _choice(value.get("precision", "fp16"), tuple(PRECISIONS), f"{field_name}.precision")
+    optimizer = _choice(value.get("optimizer", "adam"), OPTIMIZERS, f"{field_name}.optimizer")
+    state = value.get("state_bytes_per_param")
+    if state is not None:
+        state = float(parse_number(state, f"{field_name}.state_bytes_per_param", positive=True))
+    if state is not None and state < 2 * PRECISIONS[precision]:
+        raise SpecError(f"{field_name}.state_bytes_per_param", state,
+                        f"must hold at least the weights and gradients ({2 * PRECISIONS[precision]} bytes at {precision})")
+    fp8_scaling = _choice(value.get("fp8_scaling", "tensorwise"), FP8_SCALINGS, f"{field_name}.fp8_scaling")
+    if fp8_scaling != "tensorwise" and precision != "fp8":
+        raise SpecError(f"{field_name}.fp8_scaling", fp8_scaling,
+                        f"scales fp8 matrix multiplies; precision is {precision}")
+    shard = value.get("data_parallel_shard", FULL_SHARD)
+    if shard not in (FULL_SHARD, AUTO) and value.get("zero_stage", 0) not in (3, AUTO):
+        raise SpecError(f"{field_name}.data_parallel_shard", shard,
+                        "hybrid sharding (HSDP) needs zero_stage 3 or auto; use full for plain ZeRO")
+    return Training(
+        global_batch_size=parse_int(value["global_batch_size"], f"{field_name}.global_batch_size"),
+        precision=precision,
+        optimizer=optimizer,
+        schedule=_choice(value.get("schedule", "1f1b"), SCHEDULES, f"{field_name}.schedule"),
+        recompute=_choice(value.get("recompute", "none"), (*RECOMPUTE, AUTO), f"{field_name}.recompute"),
+        zero_stage=_choice(value.get("zero_stage", 0), (*ZERO_STAGES, AUTO), f"{field_name}.zero_stage"),
+        sequence_parallel=(AUTO if value.get("sequence_parallel") == AUTO
+                           else _bool(value.get("sequence_parallel", False), f"{field_name}.sequence_parallel")),
+        context_parallel=_auto_or_int(value.get("context_parallel", 1), f"{field_name}.context_parallel"),
+        virtual_stages=_auto_or_int(value.get("virtual_stages", 1), f"{field_name}.virtual_stages"),
+        data_parallel_shard=(FULL_SHARD if value.get("data_parallel_shard", FULL_SHARD) == FULL_SHARD else
+                             _auto_or_int(value["data_parallel_shard"], f"{field_name}.data_parallel_shard")),
+        expert_parallel=_auto_or_int(value.get("expert_parallel", AUTO), f"{field_name}.expert_parallel"),
+        framework=_choice(value.get("framework", "megatron"), FRAMEWORKS, f"{field_name}.framework"),
+        fused_loss=_bool(value.get("fused_loss", False), f"{field_name}.fused_loss"),
+        tp_comm_overlap=_bool(value.get("tp_comm_overlap", False), f"{field_name}.tp_comm_overlap"),
+        attention_kernel=_choice(value.get("attention_kernel", "fused"), ATTENTION_KERNELS,
+                                 f"{field_name}.attention_kernel"),
+        fp8_scaling=fp8_scaling,
+        runtime_reserve_bytes=(parse_bytes(reserve, f"{field_name}.runtime_reserve") if reserve is not None
+                               else Training.runtime_reserve_bytes),
+        state_bytes_override=state,
+    )
+
+
+def parse_search_options(value: object, field_name: str = "search") -> SearchOptions:
+    if value is None:
+        return SearchOptions()
+    if not isinstance(value, dict):
+        raise SpecError(field_name, value, "expected a mapping of search options")
+    _check_keys(value, {"allow_cross_node_tp", "reorder_nodes", "top", "max_micro_batch_size", "use_all_gpus"},
+                field_name, "search")
+    default = SearchOptions()
+    return SearchOptions(
+        allow_cross_node_tp=_bool(value.get("allow_cross_node_tp", default.allow_cross_node_tp), f"{field_name}.allow_cross_node_tp"),
+        reorder_nodes=_bool(value.get("reorder_nodes", default.reorder_nodes), f"{field_name}.reorder_nodes"),
+        top=parse_int(value.get("top", default.top), f"{field_name}.top"),
+        max_micro_batch_size=parse_int(value.get("max_micro_batch_size", default.max_micro_batch_size),
+                                       f"{field_name}.max_micro_batch_size"),
+        use_all_gpus=_bool(value.get("use_all_gpus", default.use_all_gpus), f"{field_name}.use_all_gpus"),
+    )
+
+
+def parse_scenario(value: object) -> Scenario:
+    if not isinstance(value, dict):
+        raise SpecError("scenario", type(value).__name__, "expected a mapping with cluster, model and training")
+    _check_keys(value, {"name", "description", "cluster", "model", "training", "search", "format", "calibration",
+                        "serving"}, "scenario", "scenario")
+    if "training" not in value and "serving" in value:
+        raise SpecError("training", None, "required; this scenario has only a serving section (use `amp-tui serve`)")
+    for key in ("cluster", "model", "training"):
+        if key not in value:
+            raise SpecError(key, None, "required")
+    training = parse_training(value["training"])
+    cluster = parse_cluster(value["cluster"])
+    _check_precision(training.precision, cluster)
+    return Scenario(
+        name=check_name(value.get("name", "scenario"), "name"),
+        description=_text(value, "description"),
+        cluster=cluster,
+        model=parse_model(value["model"], training.bytes_per_element),
+        training=training,
+        search=parse_search_options(value.get("search")),
+        calibration=parse_calibration(value.get("calibration")),
+    )
+
+
+def _check_precision(precision: str, cluster: Cluster) -> None:
+    """bf16 on a V100 or fp8 on an A100 would be predicted at a speed the GPU does not have."""
+    for i, group in enumerate(cluster.nodes):
+        if precision not in group.gpu.precisions:
+            raise SpecError("training.precision", precision,
+                            f"cluster.nodes[{i}]'s {group.gpu.name} does not support it; "
+                            f"it supports {', '.join(group.gpu.precisions)}")
+
+
+def load_scenario(name_or_path: str) -> Scenario:
+    """A scenario preset name, or a path to a scenario file (a plan file also holds a scenario)."""
+    path = Path(name_or_path)
+    if path.suffix in (".yaml", ".yml") or path_exists(path):
+        return scenario_from_file(load_yaml_file(path))
+    if name_or_path in preset_names("scenarios"):
+        return parse_scenario(load_preset("scenarios", name_or_path))
+    raise SpecError("scenario", name_or_path,
+                    f"neither a file nor a scenario preset; presets: {', '.join(preset_names('scenarios'))}")
+
+
+def scenario_from_file(data: object) -> Scenario:
+    """The scenario in a loaded scenario file, or in a plan file's `scenario` section."""
+    if isinstance(data, dict) and ("strategy" in data or "prediction" in data):
+        fmt = data.get("format")
+        if not (isinstance(fmt, str) and fmt.startswith("amp-tui/plan/")):
+            # A plan whose format line is gone or foreign: say so, rather than ask for strategies.
+            raise SpecError("format", fmt, "not an amp-tui plan format; a plan file starts with format: amp-tui/plan/1")
+    if isinstance(data, dict) and isinstance(data.get("scenario"), dict):
+        data = data["scenario"]
+    return parse_scenario(data)
