@@ -493,7 +493,7 @@ def _table(headers: list[str], rows: list[list[str]], right: set[int]) -> str:
 
 
 def _placement_text(scenario, strategy) -> str:
-    from amp_tui.core.search.subclusters import placement_text
+    from amp_tui.core.costmodel.parts import placement_text
 
     return placement_text(scenario, strategy)
 

@@ -30,7 +30,8 @@ from amp_tui.core.costmodel.cost import CostModel
 from amp_tui.core.base.errors import SpecError
 from amp_tui.core.search.evaluate import evaluate
 from amp_tui.core.spec.knobs import resolve
-from amp_tui.core.plans.exports import EXPORT_FORMATS, Export, export_plan
+from amp_tui.core.plans.exports import EXPORT_FORMATS, export_plan
+from amp_tui.core.plans.exports.common import Export
 from amp_tui.core.plans.exports.deepspeed import deepspeed_zero_stage
 from amp_tui.core.plans.exports.megatron import (blocks_per_stage, expressible_splits, layer_partition, layout_string,
                                            megatron_split)

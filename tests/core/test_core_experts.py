@@ -8,7 +8,8 @@ import pytest
 from amp_tui.core.base.errors import SpecError
 from amp_tui.core.spec.model import parse_model
 from amp_tui.core.spec.scenario import load_scenario, parse_scenario
-from amp_tui.core.spec.strategy import Strategy, _validate_ep, parse_strategy, validate_strategy
+from amp_tui.core.spec.strategy import Strategy, parse_strategy
+from amp_tui.core.spec.validity import _validate_ep, validate_strategy
 from amp_tui.core.costmodel.terms.experts import (alltoall_bytes_per_gpu, alltoall_seconds, expert_params_per_gpu,
                                         expert_state_bytes_per_gpu)
 

@@ -13,7 +13,8 @@ from amp_tui.core.search.evaluate import evaluate
 from amp_tui.core.spec.knobs import Knobs, describe, expert_choices, knob_choices
 from amp_tui.core.spec.scenario import parse_scenario
 from amp_tui.core.search.search import enumerate_candidates, search
-from amp_tui.core.spec.strategy import Strategy, parse_strategy, validate_strategy
+from amp_tui.core.spec.strategy import Strategy, parse_strategy
+from amp_tui.core.spec.validity import validate_strategy
 from amp_tui.core.costmodel.terms.sharding import sharding_group
 from core_builders import GBPS, IDEAL, brute_force_over_knobs, close, examples, scenario_dicts
 

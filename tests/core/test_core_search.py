@@ -15,7 +15,8 @@ from amp_tui.core.search.evaluate import evaluate
 from amp_tui.core.spec.scenario import load_scenario, parse_scenario
 from amp_tui.core.search.orders import node_orders
 from amp_tui.core.search.search import enumerate_candidates, search
-from amp_tui.core.spec.strategy import Strategy, even_partition, validate_strategy
+from amp_tui.core.spec.strategy import Strategy, even_partition
+from amp_tui.core.spec.validity import validate_strategy
 from core_builders import brute_force, build, close, examples, layer, node, scenario_dicts
 
 

@@ -14,7 +14,8 @@ from amp_tui.core.spec.knobs import Knobs, knob_choices, resolve
 from amp_tui.core.spec.presets import load_preset
 from amp_tui.core.spec.scenario import parse_scenario
 from amp_tui.core.search.search import search
-from amp_tui.core.spec.strategy import Strategy, validate_strategy
+from amp_tui.core.spec.strategy import Strategy
+from amp_tui.core.spec.validity import validate_strategy
 from amp_tui.core.costmodel.terms.compute import attention_core
 from core_builders import GBPS, IDEAL, brute_force_over_knobs, build, close, examples, layer, node, scenario_dicts
 

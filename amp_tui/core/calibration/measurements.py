@@ -20,7 +20,8 @@ import yaml
 
 from amp_tui.core.base.errors import SpecError
 from amp_tui.core.spec.scenario import Scenario
-from amp_tui.core.spec.strategy import KNOB_FIELDS, Strategy, parse_strategy, validate_strategy
+from amp_tui.core.spec.strategy import KNOB_FIELDS, Strategy, parse_strategy
+from amp_tui.core.spec.validity import validate_strategy
 from amp_tui.core.base.units import parse_bytes, parse_number
 from amp_tui.core.base.yamlio import load_yaml_file
 

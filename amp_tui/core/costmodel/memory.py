@@ -10,18 +10,11 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import numpy as np
 
-if TYPE_CHECKING:  # scenario.py imports this module's defaults
-    from amp_tui.core.spec.scenario import Training
+from amp_tui.core.spec.scenario import Training
 
-# Bytes per parameter for weights + gradients + optimizer state before ZeRO sharding. Mixed
-# precision keeps fp32 master weights beside the 16-bit ones: Adam is 2 + 2 + 4 + 4 + 4 = 16
-# (weights, gradients, master, two moments); SGD with momentum 2 + 2 + 4 + 4 (fp32: 4 + 4 + 4). Engines that keep an
-# fp32 gradient copy too (DeepSpeed's fp16 optimizer) need 20: set training.state_bytes_per_param.
-DEFAULT_STATE_BYTES = {("adam", True): 16, ("adam", False): 16, ("sgd", True): 12, ("sgd", False): 12}
 # Bytes the optimizer step reads and writes per parameter (it is memory-bound).
 _OPTIMIZER_TRAFFIC = {"adam": 28, "sgd": 16}
 

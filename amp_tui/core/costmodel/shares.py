@@ -23,7 +23,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from amp_tui.core.costmodel.cost import Candidate, CostModel, Prediction
+from amp_tui.core.costmodel.cost import Candidate, Prediction
 from amp_tui.core.costmodel.terms import shares as share_terms
 
 
@@ -119,16 +119,3 @@ def best_shares(candidate: Candidate, partition: tuple[int, ...], times: Replica
     total = c.cost.training.global_batch_size // c.mbs
     counts = share_terms.best_counts(total, t["bottleneck"].tolist(), t["fill"].tolist())
     return tuple(n * c.mbs for n in counts)
-
-
-def evaluate_shares(cost: CostModel, strategy, order: tuple[int, ...]) -> Prediction:
-    """`evaluate` for a strategy with batch_shares (validated)."""
-    from amp_tui.core.search.partition import best_partition
-    from amp_tui.core.spec.strategy import even_partition
-
-    candidate = cost.candidate(strategy.tp, strategy.pp, strategy.dp, strategy.micro_batch_size, order)
-    candidate.num_micro_batches = max(strategy.batch_shares) // strategy.micro_batch_size
-    partition = strategy.partition
-    if partition is None:
-        partition = best_partition(candidate).partition or even_partition(candidate.num_layers, strategy.pp)
-    return predict_with_shares(candidate, partition, strategy.batch_shares)

@@ -43,7 +43,6 @@ from amp_tui.core.costmodel.cost import (
     exposed_allreduce,
     memory_reason,
 )
-from amp_tui.core.base.errors import SpecError
 from amp_tui.core.costmodel.memory import (
     MemoryBreakdown,
     optimizer_traffic_per_param,
@@ -56,49 +55,6 @@ from amp_tui.core.costmodel.terms.sharding import zero3_ring
 
 INF = float("inf")
 MAX_SOLVES = 4000     # DPs per partition search before settling for the best found (then not exact)
-
-
-def validate_uneven(scenario: Scenario, strategy: Strategy, gpus: int, field: str) -> None:
-    """Checks for per-stage degrees and batch shares beyond `validate_strategy`'s: one line each."""
-    from amp_tui.core.spec.knobs import resolve
-
-    gbs, mbs = scenario.training.global_batch_size, strategy.micro_batch_size
-    knobs = resolve(strategy, scenario.training)
-    if strategy.batch_shares:
-        shares = strategy.batch_shares
-        if strategy.per_stage:
-            raise SpecError(f"{field}.batch_shares", list(shares), "needs one dp for every stage (not a per-stage dp)")
-        if len(shares) != strategy.dp:
-            raise SpecError(f"{field}.batch_shares", list(shares), f"needs {strategy.dp} entries, one per "
-                                                                   f"data-parallel replica (dp = {strategy.dp})")
-        if sum(shares) != gbs:
-            raise SpecError(f"{field}.batch_shares", list(shares), f"sums to {sum(shares)}; global_batch_size is {gbs}")
-        for i, n in enumerate(shares):
-            if n % mbs:
-                raise SpecError(f"{field}.batch_shares[{i}]", n, f"must be a multiple of micro_batch_size ({mbs})")
-        if knobs.zero_stage >= 3:
-            raise SpecError(f"{field}.batch_shares", list(shares), "uneven shares are not modelled with ZeRO-3")
-        return
-    tps, dps = strategy.tps, strategy.dps
-    if knobs.virtual_stages > 1:
-        raise SpecError(f"{field}.virtual_stages", knobs.virtual_stages, "per-stage tp/dp needs virtual_stages 1")
-    if knobs.ep > 1:
-        raise SpecError(f"{field}.ep", knobs.ep, "per-stage tp/dp is not combined with expert parallelism")
-    if knobs.hsdp_shard:
-        raise SpecError(f"{field}.hsdp_shard", knobs.hsdp_shard, "per-stage tp/dp is not combined with HSDP")
-    used = knobs.cp * sum(t * d for t, d in zip(tps, dps))
-    if used != gpus:
-        raise SpecError(f"{field}.tp*dp", " + ".join(f"{t}*{d}" for t, d in zip(tps, dps)) + f"={used // knobs.cp}",
-                        f"the stages' GPUs (x cp {knobs.cp}) must equal the GPU count it uses ({gpus})")
-    heads = scenario.model.shape.get("num_heads")
-    for s, t in enumerate(tps):
-        if heads and heads % t:
-            raise SpecError(f"{field}.tp[{s}]", t, f"must divide the model's num_heads ({heads})")
-    m = mbs * max(dps)
-    for s, d in enumerate(dps):
-        if m % d:
-            raise SpecError(f"{field}.dp[{s}]", d, f"must divide the pipeline's micro-batch, micro_batch_size x "
-                                                   f"max(dp) = {m} samples")
 
 
 @dataclass(frozen=True)

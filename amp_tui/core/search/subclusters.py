@@ -56,7 +56,7 @@ import itertools
 import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from functools import partial
 
 import numpy as np
@@ -66,11 +66,10 @@ from amp_tui.core.base.errors import Cancelled
 from amp_tui.core.spec.knobs import knob_choices
 from amp_tui.core.costmodel.memory import optimizer_traffic_per_param, state_bytes_per_param
 from amp_tui.core.search.objective import Objective
-from amp_tui.core.costmodel.placement import Nodes, placement_label
-from amp_tui.core.costmodel.pricing import priced, used_nodes
+from amp_tui.core.costmodel.placement import Nodes
 from amp_tui.core.spec.scenario import Scenario
 from amp_tui.core.search.search import SearchResult, SearchStats, divisors, search
-from amp_tui.core.spec.strategy import Strategy
+from amp_tui.core.costmodel.parts import part_scenario, to_whole
 
 MAX_PARTS = 200_000     # node-count vectors bounded in full
 MAX_SEARCHES = 32       # parts searched before settling for the best found and a stated gap ...
@@ -92,53 +91,6 @@ class IdleSearch:
         return {"parts": self.parts, "searched": self.searched, "exact": self.exact, "gap": self.gap,
                 "note": self.note}
 
-
-# -- parts of a cluster -----------------------------------------------------------------------------
-
-def part_scenario(scenario: Scenario, counts) -> tuple[Scenario, tuple[int, ...]]:
-    """The scenario on `counts` nodes per group (groups with none dropped), and the kept groups'
-    indices in the whole cluster."""
-    kept = tuple(g for g, n in enumerate(counts) if n)
-    nodes = tuple(replace(scenario.cluster.nodes[g], count=int(counts[g])) for g in kept)
-    return replace(scenario, cluster=replace(scenario.cluster, nodes=nodes)), kept
-
-
-def to_whole(scenario: Scenario, counts, kept: tuple[int, ...], prediction: Prediction) -> Prediction:
-    """A prediction made on a part, with placement and idle nodes named on the whole cluster. Wholly
-    idle groups go last in the placement (they take no ranks)."""
-    s = prediction.strategy
-    groups = scenario.cluster.nodes
-    placement = None
-    if s.placement is not None:
-        placement = tuple(kept[i] for i in s.placement) + tuple(g for g in range(len(groups)) if g not in kept)
-    idle = tuple((g, group.count - int(counts[g])) for g, group in enumerate(groups) if counts[g] < group.count)
-    return priced(scenario, replace(prediction, strategy=replace(s, placement=placement, idle=idle or None)))
-
-
-def to_part(strategy: Strategy, kept: tuple[int, ...]) -> Strategy:
-    placement = None
-    if strategy.placement is not None:
-        placement = tuple(kept.index(g) for g in strategy.placement if g in kept)
-    return replace(strategy, placement=placement, idle=None)
-
-
-def evaluate_with_idle(scenario: Scenario, strategy: Strategy, field: str = "strategy") -> Prediction:
-    """`evaluate` for a strategy that leaves nodes idle: predicted on the nodes it uses."""
-    from amp_tui.core.search.evaluate import evaluate
-    from amp_tui.core.spec.strategy import validate_strategy
-
-    validate_strategy(scenario, strategy, field)
-    counts = used_nodes(scenario, strategy)
-    part, kept = part_scenario(scenario, counts)
-    return to_whole(scenario, counts, kept, evaluate(part, to_part(strategy, kept), field=field))
-
-
-def placement_text(scenario: Scenario, strategy: Strategy) -> str:
-    """The placement label on the nodes the strategy uses."""
-    if not strategy.idle:
-        return placement_label(scenario.cluster, strategy.placement)
-    part, kept = part_scenario(scenario, used_nodes(scenario, strategy))
-    return placement_label(part.cluster, to_part(strategy, kept).placement)
 
 
 # -- bounds -----------------------------------------------------------------------------------------

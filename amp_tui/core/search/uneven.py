@@ -109,7 +109,7 @@ def _key(p: Prediction) -> tuple:
 
 
 def _improve_one(scenario: Scenario, prediction: Prediction) -> tuple[list[Prediction], int, int]:
-    from amp_tui.core.search.subclusters import part_scenario, to_part, to_whole
+    from amp_tui.core.costmodel.parts import part_scenario, to_part, to_whole
 
     strategy = prediction.strategy
     if strategy.per_stage or strategy.batch_shares:
@@ -158,7 +158,8 @@ def _with_shares(cost: CostModel, strategy, time_s: float):
 
 def _per_stage(scenario: Scenario, cost: CostModel, strategy, time_s: float) -> tuple[Prediction | None, int]:
     from amp_tui.core.costmodel.stagewise import StageWise, micro_batch_sizes, typed_stage_degrees
-    from amp_tui.core.spec.strategy import validate_strategy, varying_degrees
+    from amp_tui.core.spec.strategy import varying_degrees
+    from amp_tui.core.spec.validity import validate_strategy
 
     if len({g.gpu.name for g in scenario.cluster.nodes}) < 2 or cost.knobs.virtual_stages > 1:
         return None, 0
@@ -193,7 +194,7 @@ def _shares_beyond(scenario: Scenario, best: Prediction) -> tuple[list[Predictio
     from amp_tui.core.search.partition import best_partition
     from amp_tui.core.search.search import enumerate_candidates
     from amp_tui.core.costmodel.shares import best_shares, predict_with_shares, replicas_differ
-    from amp_tui.core.search.subclusters import part_scenario, to_part, to_whole
+    from amp_tui.core.costmodel.parts import part_scenario, to_part, to_whole
 
     if best.strategy.per_stage or best.strategy.batch_shares:
         return [], 0

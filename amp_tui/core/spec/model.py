@@ -18,67 +18,8 @@ from amp_tui.core.base.errors import SpecError
 from amp_tui.core.base.limits import MAX_LAYERS, MAX_TEXT_CHARS, check_figure, check_name
 from amp_tui.core.spec.presets import load_preset
 from amp_tui.core.base.units import parse_bytes, parse_int, parse_number
-
-LAYER_KINDS = ("embedding", "block", "head", "other")
-
-_LAYER_NUMBERS = {
-    "params": "parameters",
-    "flops": "forward FLOPs per sample",
-    "activation_bytes": "bytes kept for backward per sample",
-    "output_bytes": "bytes sent across a pipeline boundary per sample",
-    "tp_comm_bytes": "bytes all-reduced per sample per forward under tensor parallelism",
-    "activation_replicated_bytes": "part of activation_bytes that tensor parallelism does not split",
-    "workspace_bytes": "transient bytes per sample at the layer's peak (e.g. fp32 logits for the loss)",
-    "tokens": "tokens per sample (sets the kernel size in the efficiency model)",
-    "width": "hidden width (sets the kernel size in the efficiency model)",
-    # Mixture of experts (0 in a dense layer): `params` counts every expert, `flops` the top-k ones.
-    "experts": "experts in the layer's mixture-of-experts MLP",
-    "expert_params": "part of params in the experts (expert parallelism splits it over ep GPUs)",
-    "moe_alltoall_bytes": "bytes per sample per forward sent to the experts and back (all-to-all dispatch + combine)",
-}
-_REQUIRED = ("params", "flops", "activation_bytes", "output_bytes")
-
-
-@dataclass(frozen=True)
-class Layer:
-    name: str
-    params: float
-    flops: float
-    activation_bytes: float
-    output_bytes: float
-    tp_comm_bytes: float = 0.0
-    activation_replicated_bytes: float = 0.0
-    workspace_bytes: float = 0.0
-    tokens: float = 0.0
-    width: float = 0.0
-    experts: float = 0.0
-    expert_params: float = 0.0
-    moe_alltoall_bytes: float = 0.0
-    kind: str = "other"
-    repeat: int = 1
-    # Measured forward seconds per sample: {gpu: {tp: seconds or one value per repeated copy}}.
-    profile: dict = field(default_factory=dict, compare=True, hash=False)
-
-    def profiled_time(self, gpu: str, tp: int, copy: int) -> float | None:
-        by_tp = self.profile.get(gpu)
-        value = by_tp.get(tp) if by_tp else None
-        if value is None:
-            return None
-        return value[copy] if isinstance(value, tuple) else value
-
-    def to_dict(self) -> dict:
-        out: dict = {"name": self.name}
-        if self.repeat != 1:
-            out["repeat"] = self.repeat
-        out["kind"] = self.kind
-        for key in _LAYER_NUMBERS:
-            value = getattr(self, key)
-            if value or key in _REQUIRED:
-                out[key] = float(value)
-        if self.profile:
-            out["profile"] = {gpu: {tp: (list(v) if isinstance(v, tuple) else v) for tp, v in by_tp.items()}
-                              for gpu, by_tp in self.profile.items()}
-        return out
+from amp_tui.core.spec.families import FAMILIES, build_family
+from amp_tui.core.spec.layers import LAYER_KINDS, LOSS_WORKSPACE_PER_LOGIT, Layer, LAYER_NUMBERS, REQUIRED_NUMBERS
 
 
 @dataclass(frozen=True)
@@ -113,7 +54,7 @@ class Model:
     def columns(self) -> dict[str, np.ndarray]:
         """Per-layer numpy columns of every numeric field, for the vectorised cost model."""
         return {key: np.array([getattr(layer, key) for layer in self.layers], dtype=np.float64)
-                for key in _LAYER_NUMBERS}
+                for key in LAYER_NUMBERS}
 
     def to_dict(self) -> dict:
         out: dict = {"name": self.name}
@@ -161,15 +102,15 @@ def _parse_profile(value: object, field_name: str, repeat: int) -> dict:
 def parse_layer(value: object, field_name: str, defaults: dict) -> Layer:
     if not isinstance(value, dict):
         raise SpecError(field_name, value, "expected a mapping with params, flops, activation_bytes, output_bytes")
-    allowed = set(_LAYER_NUMBERS) | {"name", "repeat", "profile", "kind"}
+    allowed = set(LAYER_NUMBERS) | {"name", "repeat", "profile", "kind"}
     for key in value:
         if key not in allowed:
             raise SpecError(f"{field_name}.{key}", value[key], f"unknown layer field; allowed: {', '.join(sorted(allowed))}")
-    for key in _REQUIRED:
+    for key in REQUIRED_NUMBERS:
         if key not in value:
-            raise SpecError(f"{field_name}.{key}", None, f"required ({_LAYER_NUMBERS[key]})")
+            raise SpecError(f"{field_name}.{key}", None, f"required ({LAYER_NUMBERS[key]})")
     repeat = parse_int(value.get("repeat", 1), f"{field_name}.repeat", maximum=MAX_LAYERS)
-    numbers = {key: _layer_number(value[key], key, f"{field_name}.{key}") for key in _LAYER_NUMBERS if key in value}
+    numbers = {key: _layer_number(value[key], key, f"{field_name}.{key}") for key in LAYER_NUMBERS if key in value}
     numbers.setdefault("tokens", float(defaults.get("sequence_length") or 0))
     numbers.setdefault("width", float(defaults.get("hidden_size") or 0))
     if numbers.get("activation_replicated_bytes", 0) > numbers["activation_bytes"]:
@@ -193,8 +134,6 @@ _SHAPE_KEYS = ("hidden_size", "num_layers", "num_heads", "vocab_size", "ffn_hidd
 
 def parse_model(value: object, bytes_per_element: int, field_name: str = "model") -> Model:
     """Resolve any of the three model forms. `bytes_per_element` is 2 for fp16/bf16, 4 for fp32."""
-    from amp_tui.core.spec.families import FAMILIES, build_family  # families import Layer from here
-
     if isinstance(value, str):
         value = {"preset": value}
     if not isinstance(value, dict):
@@ -274,12 +213,6 @@ def _infer_shape(groups: tuple[Layer, ...], bytes_per_element: int,
     return _loss_workspace(tuple(shaped(layer) for layer in groups), tokens, width, bytes_per_element), tokens
 
 
-# The cross-entropy's transient buffers per logit, as the GPT family writes them (families.py):
-# three fp32 copies of the logits (upcast, softmax, gradient); each framework holds a share of
-# them (terms/compute.py LOSS_BUFFERS).
-LOSS_WORKSPACE_PER_LOGIT = 12
-
-
 def _loss_workspace(groups: tuple[Layer, ...], tokens: int, width: float,
                     bytes_per_element: int) -> tuple[Layer, ...]:
     """A list that states no workspace anywhere and whose last layer outputs at most one fp32
@@ -308,6 +241,6 @@ def _check_size(groups: tuple[Layer, ...], field_name: str) -> None:
     if total > MAX_LAYERS:
         raise SpecError(f"{field_name}.layers", f"{total:,} layers after repeats", f"more than the limit of {MAX_LAYERS:,}")
     for i, layer in enumerate(groups):
-        for key in _LAYER_NUMBERS:
+        for key in LAYER_NUMBERS:
             value = getattr(layer, key)
             check_figure(value, f"{field_name}.layers[{i}].{key}", value)

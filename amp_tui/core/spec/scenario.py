@@ -14,7 +14,6 @@ from amp_tui.core.base.limits import MAX_GPUS, MAX_TEXT_CHARS, check_name
 from amp_tui.core.spec.model import Model, parse_model
 from amp_tui.core.spec.params import FRAMEWORKS, LINK_CLASSES, Calibration, ModelParams, parse_calibration
 from amp_tui.core.spec.presets import load_preset, preset_names
-from amp_tui.core.costmodel.memory import DEFAULT_STATE_BYTES
 from amp_tui.core.base.units import exact_bandwidth, exact_bytes, parse_bandwidth, parse_bytes, parse_int, parse_number
 from amp_tui.core.base.yamlio import load_yaml_file, path_exists
 
@@ -25,6 +24,11 @@ OPTIMIZERS = ("adam", "sgd")
 SCHEDULES = ("1f1b", "gpipe")
 RECOMPUTE = ("none", "selective", "full")
 ZERO_STAGES = (0, 1, 2, 3)
+# Bytes per parameter for weights + gradients + optimizer state before ZeRO sharding. Mixed
+# precision keeps fp32 master weights beside the 16-bit ones: Adam is 2 + 2 + 4 + 4 + 4 = 16
+# (weights, gradients, master, two moments); SGD with momentum 2 + 2 + 4 + 4 (fp32: 4 + 4 + 4). Engines that keep an
+# fp32 gradient copy too (DeepSpeed's fp16 optimizer) need 20: set training.state_bytes_per_param.
+DEFAULT_STATE_BYTES = {("adam", True): 16, ("adam", False): 16, ("sgd", True): 12, ("sgd", False): 12}
 AUTO = "auto"   # a training technique the search chooses per strategy
 FULL_SHARD = "full"   # training.data_parallel_shard: ZeRO shards over every data-parallel rank
 

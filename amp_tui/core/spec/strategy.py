@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from amp_tui.core.spec.chunks import interleaved_chunks, rank_partition
 from amp_tui.core.base.errors import SpecError
 from amp_tui.core.base.limits import MAX_WHOLE_NUMBER
-from amp_tui.core.spec.scenario import Scenario
+from amp_tui.core.spec.scenario import RECOMPUTE, ZERO_STAGES
 from amp_tui.core.base.units import parse_int
 
 
@@ -191,7 +191,6 @@ def parse_idle(value: object, field: str) -> tuple[tuple[int, int], ...] | None:
 
 def parse_knobs(value: dict, field: str) -> dict:
     """The optional technique fields of a strategy mapping, checked one by one."""
-    from amp_tui.core.spec.scenario import RECOMPUTE, ZERO_STAGES  # scenario imports this module's users
     out: dict = {}
     if value.get("recompute") is not None:
         if value["recompute"] not in RECOMPUTE:
@@ -214,97 +213,3 @@ def parse_knobs(value: dict, field: str) -> dict:
 
 # Fields a plan's strategy entry carries beside the strategy itself (rank, predictions...).
 _IGNORED_OUTPUT_KEYS = {"rank", "num_micro_batches", "gpus_used", "chunks"}
-
-
-def validate_strategy(scenario: Scenario, strategy: Strategy, field: str = "strategy") -> None:
-    """Raise SpecError (field, value, what is allowed) unless the strategy can run on the scenario."""
-    gpus = used_gpus(scenario, strategy, field)
-    if strategy.per_stage or strategy.batch_shares:
-        from amp_tui.core.costmodel.stagewise import validate_uneven   # it imports this module
-
-        validate_uneven(scenario, strategy, gpus, field)
-    layers = scenario.model.num_layers
-    gbs = scenario.training.global_batch_size
-    tp, pp, dp, mbs = strategy.tp, strategy.pp, strategy.dp, strategy.micro_batch_size
-    from amp_tui.core.spec.knobs import resolve   # knobs import this module
-
-    knobs = resolve(strategy, scenario.training)
-    cp, v = knobs.cp, knobs.virtual_stages
-    if strategy.per_stage:
-        pass          # GPU count, heads and micro-batches per stage: checked by validate_uneven
-    elif cp > 1 and tp * cp * pp * dp != gpus:
-        raise SpecError(f"{field}.tp*cp*pp*dp", f"{tp}*{cp}*{pp}*{dp}={tp * cp * pp * dp}",
-                        f"must equal the GPU count it uses ({gpus})")
-    elif tp * cp * pp * dp != gpus:
-        raise SpecError(f"{field}.tp*pp*dp", f"{tp}*{pp}*{dp}={tp * pp * dp}",
-                        f"must equal the GPU count it uses ({gpus}"
-                        f"{' of ' + str(scenario.cluster.num_gpus) + ', the rest idle' if strategy.idle else ''})")
-    if cp > 1 and scenario.model.sequence_length % (2 * cp):
-        raise SpecError(f"{field}.cp", cp, f"2 x cp must divide the sequence length "
-                                           f"({scenario.model.sequence_length}) for ring attention's load balance")
-    if v > 1 and pp == 1:
-        raise SpecError(f"{field}.virtual_stages", v, "interleaving needs a pipeline (pp > 1)")
-    if pp * v > layers >= pp:
-        raise SpecError(f"{field}.virtual_stages", v, f"pp x virtual_stages ({pp * v}) exceeds the layers ({layers})")
-    if pp > layers:
-        raise SpecError(f"{field}.pp", pp, f"cannot exceed the number of layers ({layers})")
-    if gbs % (dp * mbs) and not strategy.batch_shares:
-        raise SpecError(f"{field}.micro_batch_size", mbs,
-                        f"dp*micro_batch_size ({dp * mbs}) must divide global_batch_size ({gbs})")
-    heads = scenario.model.shape.get("num_heads")
-    if heads and heads % tp:
-        raise SpecError(f"{field}.tp", tp, f"must divide the model's num_heads ({heads})")
-    if knobs.ep > 1:
-        _validate_ep(scenario, replace(strategy, ep=knobs.ep), field)
-    if knobs.hsdp_shard:
-        _validate_hsdp(knobs.hsdp_shard, knobs.zero_stage, dp, field)
-    if strategy.partition is not None:
-        if len(strategy.partition) != pp:
-            chunks = (f", or {pp * knobs.virtual_stages} chunks (pp x virtual_stages) when the strategy states "
-                      "virtual_stages") if knobs.virtual_stages > 1 else ""
-            raise SpecError(f"{field}.partition", list(strategy.partition), f"needs {pp} entries, one per stage{chunks}")
-        if min(strategy.partition) < 1:
-            raise SpecError(f"{field}.partition", list(strategy.partition), "every stage needs at least one layer")
-        if sum(strategy.partition) != layers:
-            raise SpecError(f"{field}.partition", list(strategy.partition),
-                            f"sums to {sum(strategy.partition)}; the model has {layers} layers")
-    if strategy.placement is not None:
-        groups = len(scenario.cluster.nodes)
-        if sorted(strategy.placement) != list(range(groups)):
-            raise SpecError(f"{field}.placement", list(strategy.placement),
-                            f"must list each node-group index 0..{groups - 1} once")
-
-
-def _validate_ep(scenario: Scenario, strategy: Strategy, field: str) -> None:
-    ep, cp = strategy.ep, strategy.cp or 1
-    experts = sorted({int(layer.experts) for layer in scenario.model.groups if layer.experts})
-    if not experts:
-        raise SpecError(f"{field}.ep", ep, "expert parallelism needs a mixture-of-experts model (num_experts)")
-    if (strategy.dp * cp) % ep:
-        raise SpecError(f"{field}.ep", ep, f"must divide dp*cp ({strategy.dp}*{cp}={strategy.dp * cp})")
-    for count in experts:
-        if count % ep:
-            raise SpecError(f"{field}.ep", ep, f"must divide the number of experts per layer ({count})")
-
-
-def _validate_hsdp(shard: int, zero_stage: int, dp: int, field: str) -> None:
-    if zero_stage != 3:
-        raise SpecError(f"{field}.hsdp_shard", shard, f"hybrid sharding needs zero_stage 3 (FSDP), not {zero_stage}")
-    if dp % shard or shard >= dp:
-        raise SpecError(f"{field}.hsdp_shard", shard, f"must divide dp ({dp}) and be smaller "
-                                                      "(equal to dp is plain FSDP: leave hsdp_shard out)")
-
-
-def used_gpus(scenario: Scenario, strategy: Strategy, field: str = "strategy") -> int:
-    """GPUs on the nodes the strategy does not leave idle; SpecError for an impossible `idle`."""
-    groups = scenario.cluster.nodes
-    idle = dict(strategy.idle or ())
-    for group, nodes in idle.items():
-        if group >= len(groups):
-            raise SpecError(f"{field}.idle", group, f"no such node group; the cluster has 0..{len(groups) - 1}")
-        if not 1 <= nodes <= groups[group].count:
-            raise SpecError(f"{field}.idle", nodes, f"node group {group} has {groups[group].count} nodes")
-    used = sum((g.count - idle.get(i, 0)) * g.gpus_per_node for i, g in enumerate(groups))
-    if used == 0:
-        raise SpecError(f"{field}.idle", list(idle.items()), "leaves every node idle")
-    return used

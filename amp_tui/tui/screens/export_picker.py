@@ -14,7 +14,8 @@ from textual.widgets.option_list import Option
 
 from amp_tui.core.costmodel.cost import Prediction
 from amp_tui.core.base.errors import SpecError
-from amp_tui.core.plans.exports import EXPORT_FORMATS, Export, export_plan
+from amp_tui.core.plans.exports import EXPORT_FORMATS, export_plan
+from amp_tui.core.plans.exports.common import Export
 from amp_tui.core.plans.planfile import Plan
 from amp_tui.core.spec.scenario import Scenario
 from amp_tui.core.base.yamlio import atomic_write

@@ -8,7 +8,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.widgets import DataTable, Static
 
-from amp_tui.core.spec.model import LAYER_KINDS, Layer
+from amp_tui.core.spec.layers import LAYER_KINDS, Layer
 from amp_tui.core.base.units import format_bytes
 from amp_tui.tui.format import format_seconds
 from amp_tui.tui import edits

@@ -52,7 +52,7 @@ def summary(prediction: Prediction, baseline: Prediction | None, scenario) -> Te
 def _nodes(scenario, strategy: Strategy) -> str:
     """' · nodes: ...' where the cluster has more than one node group to order, and the nodes a
     strategy leaves idle, with the GPUs it uses."""
-    from amp_tui.core.search.subclusters import placement_text
+    from amp_tui.core.costmodel.parts import placement_text
 
     cluster = scenario.cluster
     out = f" · nodes: {placement_text(scenario, strategy)}" if len(cluster.nodes) > 1 else ""

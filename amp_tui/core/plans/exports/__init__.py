@@ -9,26 +9,18 @@ is the caller's job (the CLI writes each one atomically).
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass, field
 
 from amp_tui.core.base.errors import SpecError
 from amp_tui.core.search.evaluate import evaluate
 from amp_tui.core.plans.planfile import Plan, prediction_changes
+from amp_tui.core.plans.exports import deepspeed, megatron, rankmap, torchrun, torchtitan
+from amp_tui.core.plans.exports.common import Export
 
 EXPORT_FORMATS = ("megatron", "deepspeed", "torchrun", "rankmap", "torchtitan")
 
 
-@dataclass(frozen=True)
-class Export:
-    files: dict[str, str] = field(hash=False)   # file name -> text
-    notes: list[str] = field(hash=False)        # sentences for the user, in reading order
-
-
 def export_plan(plan: Plan, fmt: str) -> Export:
     """The files and notes of one export format for `plan`."""
-    # Imported here: the format modules import Export from this package.
-    from amp_tui.core.plans.exports import deepspeed, megatron, rankmap, torchrun, torchtitan
-
     exporters = {"megatron": megatron.export, "deepspeed": deepspeed.export, "torchtitan": torchtitan.export,
                  "torchrun": torchrun.export, "rankmap": rankmap.export}
     if not isinstance(fmt, str) or fmt not in exporters:
@@ -84,7 +76,7 @@ def _used_nodes_only(plan: Plan) -> tuple[Plan, str]:
     from dataclasses import replace
 
     from amp_tui.core.costmodel.pricing import used_nodes
-    from amp_tui.core.search.subclusters import part_scenario, to_part
+    from amp_tui.core.costmodel.parts import part_scenario, to_part
 
     counts = used_nodes(plan.scenario, plan.strategy)
     scenario, kept = part_scenario(plan.scenario, counts)

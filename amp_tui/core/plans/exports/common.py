@@ -12,7 +12,7 @@ Values in shell commands are quoted with shlex.quote; JSON and CSV are written b
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -108,3 +108,9 @@ def python_string_text(text: str) -> str:
 
 def num_micro_batches(plan: Plan) -> int:
     return plan.strategy.num_micro_batches(plan.scenario.training.global_batch_size)
+
+
+@dataclass(frozen=True)
+class Export:
+    files: dict[str, str] = field(hash=False)   # file name -> text
+    notes: list[str] = field(hash=False)        # sentences for the user, in reading order

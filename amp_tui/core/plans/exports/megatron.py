@@ -32,7 +32,7 @@ from dataclasses import dataclass
 
 from amp_tui.core.spec.chunks import interleaved_chunks
 from amp_tui.core.costmodel.cost import CostModel, Prediction
-from amp_tui.core.plans.exports import Export
+from amp_tui.core.plans.exports.common import Export
 from amp_tui.core.plans.exports.common import comment as one_line_comment
 from amp_tui.core.plans.exports.common import num_micro_batches, summary
 from amp_tui.core.spec.knobs import Knobs, resolve

@@ -6,7 +6,7 @@ import csv
 import io
 import json
 
-from amp_tui.core.plans.exports import Export
+from amp_tui.core.plans.exports.common import Export
 from amp_tui.core.plans.exports.common import layout, nodes, rank_coordinates, stage_bounds, summary
 from amp_tui.core.plans.planfile import Plan
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 import math
 
 from amp_tui.core.base.errors import SpecError
-from amp_tui.core.plans.exports import Export
+from amp_tui.core.plans.exports.common import Export
 from amp_tui.core.plans.exports.common import num_micro_batches, summary
 from amp_tui.core.spec.knobs import Knobs, resolve
 from amp_tui.core.plans.planfile import Plan
