@@ -24,7 +24,7 @@ from textual.screen import Screen
 from textual.widgets import DataTable, TabbedContent, TabPane
 from textual.worker import Worker, WorkerState, get_current_worker
 
-from amp_tui.core.costmodel.cost import Prediction
+from amp_tui.core.costmodel.prediction import Prediction
 from amp_tui.core.base.errors import Cancelled, SpecError
 from amp_tui.core.plans.planfile import open_scenario
 from amp_tui.core.spec.presets import load_preset

@@ -370,7 +370,7 @@ def test_cost_models_of_one_model_share_layer_times_across_clusters():
     """The idle-node search prices the same model on parts of a cluster: layer times computed for
     one part are reused by the next (same GPU in the same kind of node), and give what a cold
     cost model computes."""
-    from amp_tui.core.costmodel.cost import clear_shared_caches
+    from amp_tui.core.costmodel.layer_times import clear_shared_caches
     from amp_tui.core.spec.scenario import load_scenario
 
     scn = load_scenario("paper-het-cluster")

@@ -24,301 +24,33 @@ The same arrays serve `evaluate` and the partition search, so a searched plan re
 
 from __future__ import annotations
 
-import threading
-from dataclasses import dataclass
 
 import numpy as np
 
-from amp_tui.core.spec.hardware import GPU
-from amp_tui.core.spec.knobs import Knobs, default_knobs
+from amp_tui.core.spec.knobs import Knobs
 from amp_tui.core.base.lazy import cached_property
-from amp_tui.core.costmodel.memory import (MemoryBreakdown, StateBytes, micro_batches_in_flight,
-                                 optimizer_traffic_per_param, state_bytes_per_param, zero3_gathered_params)
+from amp_tui.core.costmodel.memory import (MemoryBreakdown, StateBytes, optimizer_traffic_per_param, state_bytes_per_param)
 from amp_tui.core.costmodel.placement import Layout, Nodes, build_layout
 from amp_tui.core.spec.scenario import Scenario
 from amp_tui.core.spec.strategy import Strategy
-from amp_tui.core.costmodel.terms import compute as compute_terms
-from amp_tui.core.costmodel.terms import context as context_terms
 from amp_tui.core.costmodel.terms import sharding
-from amp_tui.core.base.units import format_bytes
+from amp_tui.core.costmodel.prediction import Prediction, StagePrediction, memory_reason
+from amp_tui.core.costmodel.layer_times import LayerTimes
 
 # Gradients are all-reduced in buckets of this size (PyTorch DDP's 25 MB; Megatron's are similar):
 # each bucket pays the ring's per-message latency.
 DP_BUCKET_BYTES = 25e6
 
 
-_SHARED_MODELS = 8     # (model, training, techniques, calibration) whose layer times are kept
-_shared: dict[tuple, tuple[object, dict]] = {}
-_shared_lock = threading.Lock()
-
-
-def _shared_layer_times(model, training, knobs, calibration) -> dict:
-    """The layer-time cache of one model, training, set of techniques and calibration, shared by
-    every cost model built for them (the newest few are kept). Keyed by the model's identity, and
-    holding the model so that the identity cannot be reused while the entry lives."""
-    key = (id(model), training, knobs, calibration)
-    with _shared_lock:        # the dashboard searches in a worker thread while the UI evaluates
-        entry = _shared.pop(key, None)
-        if entry is None or entry[0] is not model:
-            entry = (model, {})
-        _shared[key] = entry
-        while len(_shared) > _SHARED_MODELS:
-            del _shared[next(iter(_shared))]
-    return entry[1]
-
-
-def clear_shared_caches() -> None:
-    """Forget every shared layer-time cache (the benchmark times each search from cold)."""
-    with _shared_lock:
-        _shared.clear()
-
-
-class CostModel:
-    """Per-scenario caches of layer times and layouts; candidates are built from these."""
+class CostModel(LayerTimes):
+    """Per-scenario caches of layer times (LayerTimes) and layouts; candidates are built from these."""
 
     def __init__(self, scenario: Scenario, knobs: Knobs | None = None):
-        self.scenario = scenario
-        self.model = scenario.model
-        self.training = scenario.training
-        self.params = scenario.params
-        self.knobs = knobs or default_knobs(scenario.training)
-        self.gpus: list[GPU] = [group.gpu for group in scenario.cluster.nodes]
-        # Groups with the same GPU in the same kind of node share layer times (a measured tp > 1
-        # time is split by the node's link, and expert all-to-alls run over its GPUs and links),
-        # and so do the cost models of one model and training on other clusters (the parts of a
-        # cluster the idle-node search tries): the cache is keyed by the kind of node.
-        self._node_kind = [(g.gpu, g.gpus_per_node, g.intra_node_bandwidth, g.intra_link_class,
-                            g.inter_node_bandwidth, g.inter_link_class) for g in scenario.cluster.nodes]
-        self._layer_times = _shared_layer_times(self.model, self.training, self.knobs, scenario.calibration)
+        super().__init__(scenario, knobs)
         self._layouts: dict[tuple, Layout] = {}
         self._nodes: dict[tuple[int, ...], Nodes] = {}   # per placement order, shared by its layouts
         self._stage_links: dict[tuple, object] = {}      # build_layout's stage and boundary terms, every order's
-        cols = self.model.columns
-        tokens, width = compute_terms.layer_shapes(self.model, self.training.bytes_per_element)
-        self._work_per_sample = tokens * width    # kernel size at tp 1, micro-batch 1 (shapes as inferred)
-        self._output = cols["output_bytes"]
-        # Parameters per GPU before tp: expert parallelism keeps 1/ep of each MoE layer's experts.
-        self._params = cols["params"] - cols["expert_params"] * (1.0 - 1.0 / self.knobs.ep)
-        self._profiles = {}  # per-GPU / per-tp layer arrays: measured times, calibration, activations
         self.floor_cache: dict = {}  # the search's bound and memory terms shared between candidates
-
-    # -- layer times ------------------------------------------------------------------------
-    def _measured(self, gpu_name: str, tp: int) -> np.ndarray:
-        key = (gpu_name, tp)
-        if key not in self._profiles:
-            copies = self.model.copy_index
-            self._profiles[key] = np.array(
-                [t if (t := layer.profiled_time(gpu_name, tp, int(c))) is not None else np.nan
-                 for layer, c in zip(self.model.layers, copies)])
-        return self._profiles[key]
-
-    def _analytic_forward(self, gpu: GPU, tp: int, mbs: int | np.ndarray) -> np.ndarray:
-        return compute_terms.analytic_forward(self.model, gpu, self.training.precision, self.params,
-                                              tp, self.knobs.cp, self.knobs.sequence_parallel, mbs,
-                                              self.training.attention_kernel, self.training.fp8_scaling)
-
-    def _calibration(self, group: int) -> np.ndarray:
-        """Per layer, measured / analytic forward time at tp = 1, micro-batch 1 on this GPU (1 where
-        not measured): applied to the analytic time at other tp degrees, it keeps the
-        measurement's efficiency."""
-        key = ("calibration", self._node_kind[group])
-        if key not in self._profiles:
-            gpu = self.gpus[group]
-            base = self._measured(gpu.name, 1)
-            analytic = self._analytic_forward(gpu, 1, 1)
-            usable = ~np.isnan(base) & (analytic > 0)
-            self._profiles[key] = np.where(usable, np.where(usable, base, 1.0) / np.where(usable, analytic, 1.0), 1.0)
-        return self._profiles[key]
-
-    def layer_times(self, group: int, tp: int, mbs: int) -> tuple[np.ndarray, np.ndarray]:
-        """(compute seconds, tensor-parallel ring bytes) per layer per micro-batch, forward + backward,
-        on node group `group`'s GPU. The bytes still need the stage's link: see `stage_layer_times`."""
-        key = (self._node_kind[group], tp, mbs)
-        if key not in self._layer_times:
-            self.prepare_layer_times(group, tp, [mbs])
-        return self._layer_times[key]
-
-    def prepare_layer_times(self, group: int, tp: int, micro_batch_sizes: list[int]) -> None:
-        """Compute `layer_times` for several micro-batch sizes in one vectorised pass (rows are
-        micro-batch sizes; every element is computed as for one size alone)."""
-        kind = self._node_kind[group]
-        todo = [m for m in dict.fromkeys(micro_batch_sizes) if (kind, tp, m) not in self._layer_times]
-        if not todo:
-            return
-        mbs = np.array(todo, dtype=np.float64)[:, None]
-        gpu = self.gpus[group]
-        passes = self.knobs.forward_passes + 2.0     # and the backward's two
-        measured = self._measured(gpu.name, tp)
-        have = ~np.isnan(measured)
-        analytic = self._analytic_forward(gpu, tp, mbs)
-        if tp > 1:
-            analytic = analytic * self._calibration(group)
-        if have.any():
-            # A measured time scales to b samples like the efficiency model: fixed kernel overheads
-            # are paid once per micro-batch, so larger micro-batches run more efficiently.
-            work1 = self._work_per_sample / tp
-            kappa = np.where(work1 > 0, gpu.half_work / np.where(work1 > 0, work1, 1.0), 0.0)
-            known = np.where(have, measured, 0.0)
-            forward = np.where(have, known * (mbs + kappa) / (1.0 + kappa), analytic)
-            if tp > 1:
-                split, measured_comm = self._split_measured(group, tp, known, analytic, mbs, forward)
-                forward = np.where(have, split, forward)
-                measured_comm = np.where(have, measured_comm, 0.0)
-        else:
-            forward = analytic
-        comm_passes = passes - 1.0  # forward and backward all-reduces, forward again under recompute
-        ring = 2.0 * (tp - 1) / tp
-        tp_bytes = np.where(have, 0.0, self.model.columns["tp_comm_bytes"] * (comm_passes * mbs * ring / self.knobs.cp))
-        # Backward runs twice the forward's compute but only as many all-reduces: a measured
-        # time's communication counts once per pass that communicates, not three times.
-        # A measured forward's backward takes params `backward_ratio` forwards (2 by FLOPs).
-        measured_passes = passes - 2.0 + self.params("backward_ratio")
-        compute = np.where(have, measured_passes, passes) * forward \
-            + (comm_passes * measured_comm if have.any() and tp > 1 else 0.0)
-        if not have.all():   # flash attention's backward recomputes the scores (analytic layers only)
-            compute = compute + np.where(have, 0.0, compute_terms.flash_backward_time(
-                self.model, gpu, self.params, tp, self.knobs.cp, mbs, self.training.attention_kernel))
-        if self.knobs.ep > 1:    # tokens to their experts and back: forward, backward (and recomputed forward)
-            compute = compute + comm_passes * self._expert_alltoall(group, tp) * mbs
-        if self.knobs.recompute == "selective":   # attention scores and softmax run forward again
-            compute = compute + compute_terms.selective_recompute_time(self.model, gpu, self.training, self.params,
-                                                                       self.knobs, tp, mbs, forward)
-        for row, m in enumerate(todo):
-            self._layer_times[(kind, tp, m)] = (compute[row], tp_bytes[row])
-
-    def _expert_alltoall(self, group: int, tp: int) -> np.ndarray:
-        """Per layer, seconds of one pass's all-to-alls (dispatch + combine) per sample, over an
-        expert-parallel group laid out on this group's nodes (terms/experts.py)."""
-        from amp_tui.core.costmodel.terms.experts import alltoall_bytes_per_gpu, alltoall_seconds
-
-        node = self.scenario.cluster.nodes[group]
-        ep, cp = self.knobs.ep, self.knobs.cp
-        per_node = max(node.gpus_per_node // (tp * cp), 1)
-        seconds_per_byte = alltoall_seconds(
-            1.0, ep, min(ep, per_node), node.gpus_per_node,
-            node.intra_node_bandwidth * self.params("link_efficiency", node.intra_link_class),
-            node.inter_node_bandwidth * self.params("link_efficiency", node.inter_link_class))
-        return alltoall_bytes_per_gpu(self.model.columns["moe_alltoall_bytes"], 1, tp, cp) * seconds_per_byte
-
-    def _split_measured(self, group: int, tp: int, measured: np.ndarray, analytic: np.ndarray,
-                        mbs: np.ndarray, whole: np.ndarray) -> np.ndarray:
-        """A layer time measured at tp > 1 and micro-batch 1 holds compute and the tensor-parallel
-        all-reduces, which scale differently: the compute is the tp = 1 measurement carried to this
-        tp by the analytic model (`analytic`, per micro-batch size), the rest is communication,
-        paid as one latency per micro-batch plus the bytes of each sample over the node's link.
-        Scaling the whole measurement with the micro-batch would multiply a latency-bound
-        all-reduce by the micro-batch size. Returns (compute, communication) per forward pass.
-        Layers without a tp = 1 measurement keep `whole`, the measurement scaled by the efficiency
-        model, as compute."""
-        base = self._measured(self.gpus[group].name, 1)
-        compute1 = self._analytic_forward(self.gpus[group], tp, 1) * self._calibration(group)
-        compute_share = np.where(compute1 > 0, np.minimum(measured, compute1) / np.where(compute1 > 0, compute1, 1.0), 0.0)
-        comm1 = np.maximum(measured - compute1, 0.0)
-        node = self.scenario.cluster.nodes[group]
-        bandwidth = node.intra_node_bandwidth * self.params("link_efficiency", node.intra_link_class)
-        per_sample = np.minimum(comm1, self.model.columns["tp_comm_bytes"] * (2.0 * (tp - 1) / tp) / bandwidth)
-        without_base = np.isnan(base)
-        compute = np.where(without_base, whole, compute_share * analytic)
-        return compute, np.where(without_base, 0.0, (comm1 - per_sample) + per_sample * mbs)
-
-    @cached_property
-    def tp_exposed(self) -> float:
-        """The share of a layer's tensor-parallel communication left on its critical path: all of
-        it, or what overlapping it with the GEMMs leaves (training.tp_comm_overlap: the
-        collectives run in chunks beside the GEMMs they feed). Floors use it too."""
-        return 1.0 - self.params("tp_overlap") if self.training.tp_comm_overlap else 1.0
-
-    @cached_property
-    def tp_messages(self) -> np.ndarray:
-        """Per layer per sample-independent micro-batch: tensor-parallel collectives (each a ring
-        of 2 (tp - 1) steps): a Megatron block all-reduces twice per pass, another layer that
-        communicates once; forward, backward, and forward again under full recomputation."""
-        cols = self.model.columns
-        kinds = np.array([layer.kind == "block" for layer in self.model.layers])
-        per_pass = np.where(cols["tp_comm_bytes"] > 0, np.where(kinds, 2.0, 1.0), 0.0)
-        return per_pass * (self.knobs.forward_passes + 1.0)
-
-    def activation_arrays(self, tp: int) -> tuple[np.ndarray, np.ndarray]:
-        """Per sample of a micro-batch, per GPU at this tp: (prefix sums of the activation bytes each
-        layer keeps for backward, each layer's transient peak). Full recomputation keeps only each
-        layer's input, and recomputes one layer's full activations at a time."""
-        key = ("activations", tp)
-        if key not in self._profiles:
-            kept, peak = compute_terms.activation_terms(self.model, tp, self.knobs, self.training)
-            grow = 1.0 + self.params("memory_fragmentation")
-            self._profiles[key] = (np.concatenate([[0.0], np.cumsum(kept)]) * grow, peak * grow)
-        return self._profiles[key]
-
-    def ring_steps(self, group: int, tp: int, mbs: int) -> tuple[np.ndarray, np.ndarray]:
-        """Per layer on node group `group`'s GPU: ring attention's key-value bytes per step and one
-        step's forward attention seconds (terms/context.py)."""
-        key = ("ring", self._node_kind[group], tp, mbs)
-        if key not in self._profiles:
-            self._profiles[key] = context_terms.ring_steps(
-                self.model, self.gpus[group], self.training.precision, self.params, tp, self.knobs.cp, mbs,
-                self.training.attention_kernel)
-        return self._profiles[key]
-
-    def stage_times(self, groups: tuple[int, ...], tp_seconds_per_byte: float, tp: int,
-                    mbs: int, tp_latency: float = 0.0, shard: tuple[float, float] = (0.0, 0.0),
-                    cp_link: tuple[float, float] = (0.0, 0.0)) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Per layer on a stage served by node `groups` with this tensor-parallel link (s/byte and
-        per-message latency): (time, its communication part) on the slowest serving GPU type, and
-        prefix sums of the time, and the part of the time that is ZeRO-3's exposed parameter traffic.
-        `shard` (s/byte, latency) prices ZeRO-3's per-layer parameter all-gathers and gradient
-        reduce-scatters (on the HSDP shard ring under hybrid sharding), overlapped with the layer's
-        compute. `cp_link` (s/byte, latency) is the context-parallel ring's: what ring attention's
-        sends leave exposed counts as communication (terms/context.py)."""
-        key = ("stage", groups, tp_seconds_per_byte, tp, mbs, tp_latency, shard, cp_link)
-        if key not in self._profiles:
-            times = np.zeros(self.model.num_layers)
-            tp_part = np.zeros(self.model.num_layers)
-            shard_part = np.zeros(self.model.num_layers)
-            alpha = self.tp_messages * (2.0 * (tp - 1) * tp_latency) if tp > 1 else 0.0
-            collectives = compute_terms.zero3_collectives(self.training.framework, self.knobs.recompute)
-            sharded = compute_terms.zero3_layer_time(self._params, self.training.bytes_per_element, tp, shard,
-                                                     collectives) if shard[0] else None
-            for g in groups:
-                compute, tp_bytes = self.layer_times(g, tp, mbs)
-                # A measured time already holds its all-reduces, latency included (tp_bytes = 0).
-                comm = (tp_bytes * tp_seconds_per_byte + np.where(tp_bytes > 0, alpha, 0.0)) * self.tp_exposed
-                if self.knobs.cp > 1:
-                    comm = comm + context_terms.exposed_ring_time(
-                        *self.ring_steps(g, tp, mbs), self.knobs.cp, *cp_link,
-                        forward_passes=self.knobs.forward_passes)
-                total = compute + comm
-                exposed = 0.0
-                if sharded is not None:    # prefetched: the layer waits only for what compute does not hide
-                    exposed = np.maximum(sharded - compute, 0.0) + shard[1] * collectives
-                    total = total + exposed
-                slower = total > times
-                times = np.where(slower, total, times)
-                tp_part = np.where(slower, comm, tp_part)
-                shard_part = np.where(slower, exposed, shard_part)
-            self._profiles[key] = (times, tp_part, np.concatenate([[0.0], np.cumsum(times)]), shard_part)
-        return self._profiles[key]
-
-    def memory_arrays(self, tp: int, pp: int, mbs: int, num_micro_batches: int
-                      ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """See Candidate.memory_arrays."""
-        key = ("memory", tp, pp, mbs, num_micro_batches)
-        if key not in self._profiles:
-            per_micro_batch = ("activations", tp, mbs)
-            if per_micro_batch not in self._profiles:
-                prefix, peak = self.activation_arrays(tp)
-                peak = peak * mbs
-                if self.knobs.zero_stage >= 3:
-                    peak = peak + zero3_gathered_params(self._params / tp, self.training.framework) \
-                        * self.training.bytes_per_element
-                self._profiles[per_micro_batch] = (prefix * mbs, peak)
-            in_flight = ("in flight", pp, num_micro_batches)
-            if in_flight not in self._profiles:
-                schedule = self.training.schedule
-                counts = [micro_batches_in_flight(schedule, s, pp, num_micro_batches, self.knobs.virtual_stages)
-                          for s in range(pp)]
-                self._profiles[in_flight] = np.array(counts, dtype=np.float64)
-            self._profiles[key] = (*self._profiles[per_micro_batch], self._profiles[in_flight])
-        return self._profiles[key]
 
     def layout(self, tp: int, pp: int, dp: int, order: tuple[int, ...]) -> Layout:
         key = (tp, pp, dp, order)
@@ -342,129 +74,6 @@ class CostModel:
 
     def candidate(self, tp: int, pp: int, dp: int, mbs: int, order: tuple[int, ...]) -> "Candidate":
         return Candidate(self, self.layout(tp, pp, dp, order), mbs)
-
-
-@dataclass(frozen=True)
-class StagePrediction:
-    index: int
-    first_layer: int
-    last_layer: int
-    gpu: str                       # the GPU type that sets the pace (the slowest serving the stage)
-    gpu_types: tuple[str, ...]
-    compute_s: float               # per micro-batch, forward + backward, incl. tensor-parallel comm
-    tp_comm_s: float               # the tensor-parallel collectives (and ring attention's exposed sends) in compute_s
-    comm_s: float                  # pipeline sends per micro-batch, both neighbours, both directions
-    overhead_s: float              # the pipeline engine's fixed cost per micro-batch
-    stage_time_s: float            # compute_s + comm_s + overhead_s: busy time per micro-batch
-    dp_allreduce_s: float          # after the last micro-batch (incl. its per-bucket latency)
-    optimizer_step_s: float
-    memory: MemoryBreakdown
-    capacity_bytes: float
-    latency_s: float = 0.0         # per micro-batch, the per-message latency inside tp_comm_s and comm_s
-    shard_comm_s: float = 0.0      # the part of compute_s ZeRO-3's parameter traffic leaves exposed
-
-    @property
-    def fits(self) -> bool:
-        return self.memory.total_bytes <= self.capacity_bytes
-
-    def to_dict(self) -> dict:
-        return {
-            "stage": self.index, "first_layer": self.first_layer, "last_layer": self.last_layer,
-            "gpu": self.gpu, "gpu_types": list(self.gpu_types),
-            "compute_s": self.compute_s, "tp_comm_s": self.tp_comm_s, "shard_comm_s": self.shard_comm_s,
-            "comm_s": self.comm_s,
-            "overhead_s": self.overhead_s, "latency_s": self.latency_s,
-            "stage_time_s": self.stage_time_s, "dp_allreduce_s": self.dp_allreduce_s,
-            "optimizer_step_s": self.optimizer_step_s,
-            "memory_bytes": self.memory.total_bytes, "capacity_bytes": self.capacity_bytes,
-            "fits_memory": self.fits, "memory": self.memory.to_dict(),
-        }
-
-
-@dataclass(frozen=True)
-class Prediction:
-    strategy: Strategy              # with partition and placement filled in
-    num_micro_batches: int
-    iteration_time_s: float
-    samples_per_s: float
-    steady_state_s: float           # (B - 1) x the bottleneck stage's time
-    fill_drain_s: float             # one micro-batch through every stage and boundary
-    dp_and_optimizer_s: float       # the slowest stage's all-reduce + optimizer step
-    dp_allreduce_s: float           # the slowest stage's all-reduce alone
-    bubble_fraction: float          # share of the pipeline time a bottleneck GPU sits idle
-    fits_memory: bool
-    peak_memory_bytes: float
-    stages: tuple[StagePrediction, ...]
-    reason: str | None = None       # why it does not fit
-    cost_per_hour_usd: float | None = None            # see pricing.py; None: a used node has no price
-    cost_per_million_tokens_usd: float | None = None  # per million samples for a model without tokens
-    iteration_overhead_s: float = 0.0   # the fixed cost of every iteration
-    virtual_stages: int = 1         # interleaved chunks per pipeline rank (fill and drain / v)
-    # Under uneven batch shares (shares.py): each replica's pipeline time; the stages carry the slowest's.
-    replica_times_s: tuple[float, ...] | None = None
-
-    def time_terms(self) -> dict[str, float]:
-        """The iteration time as named terms that add up to it: each is what that kind of work
-        costs on the critical path, the bottleneck stage's share in the steady state plus every
-        stage's in the fill and drain, and the slowest stage's tail."""
-        B, v = self.num_micro_batches, self.virtual_stages
-        b = self.stages[self.bottleneck_stage]
-        tail = max(self.stages, key=lambda st: st.dp_allreduce_s + st.optimizer_step_s)
-
-        def path(per_stage) -> float:
-            return (B - 1) * per_stage(b) + sum(per_stage(st) for st in self.stages) / v
-
-        # Under HSDP the tail's all-reduce is the gradient shard's across replicas (terms/sharding.py).
-        allreduce = "HSDP replica all-reduce" if self.strategy.hsdp_shard else "data-parallel all-reduce"
-        return {
-            "compute": path(lambda st: st.compute_s - st.tp_comm_s - st.shard_comm_s),
-            "tensor-parallel comm": path(lambda st: st.tp_comm_s),
-            "ZeRO-3 all-gather/reduce-scatter": path(lambda st: st.shard_comm_s),
-            "pipeline sends": path(lambda st: st.comm_s / 2) + (B - 1) * b.comm_s / 2,
-            "pipeline engine overhead": path(lambda st: st.overhead_s),
-            allreduce: tail.dp_allreduce_s,
-            "optimizer step": tail.optimizer_step_s,
-            "per-iteration overhead": self.iteration_overhead_s,
-        }
-
-    @property
-    def latency_s(self) -> float:
-        """How much of the iteration is per-message latency (alpha terms) on the critical path."""
-        B, v = self.num_micro_batches, self.virtual_stages
-        b = self.stages[self.bottleneck_stage]
-        return (B - 1) * b.latency_s + sum(st.latency_s for st in self.stages) / v
-
-    @property
-    def tightest_stage(self) -> "StagePrediction":
-        """The stage using the largest share of its own GPUs' memory."""
-        return max(self.stages, key=lambda st: st.memory.total_bytes / st.capacity_bytes)
-
-    @property
-    def bottleneck_stage(self) -> int:
-        return max(range(len(self.stages)), key=lambda s: self.stages[s].stage_time_s)
-
-    def to_dict(self) -> dict:
-        out = self.strategy.to_dict()
-        out.update({
-            "num_micro_batches": self.num_micro_batches,
-            "iteration_time_s": self.iteration_time_s, "samples_per_s": self.samples_per_s,
-            "fits_memory": self.fits_memory, "peak_memory_bytes": self.peak_memory_bytes,
-            "dp_allreduce_s": self.dp_allreduce_s, "bubble_fraction": self.bubble_fraction,
-            "steady_state_s": self.steady_state_s, "fill_drain_s": self.fill_drain_s,
-            "dp_and_optimizer_s": self.dp_and_optimizer_s,
-            "iteration_overhead_s": self.iteration_overhead_s, "latency_s": self.latency_s,
-            "time_terms": self.time_terms(),
-        })
-        out.update({"gpus_used": self.strategy.num_gpus,
-                    "idle": [{"group": group, "nodes": nodes} for group, nodes in self.strategy.idle or ()],
-                    "cost_per_hour_usd": self.cost_per_hour_usd,
-                    "cost_per_million_tokens_usd": self.cost_per_million_tokens_usd})
-        if self.replica_times_s is not None:
-            out["replica_times_s"] = list(self.replica_times_s)
-        if self.reason:
-            out["reason"] = self.reason
-        out["stages"] = [stage.to_dict() for stage in self.stages]
-        return out
 
 
 class Candidate:
@@ -789,16 +398,6 @@ class Candidate:
             latency[:-1] += self.cut_latency
             latency[1:] += self.cut_latency
         return latency
-
-
-def memory_reason(stage: StagePrediction) -> str:
-    return over_capacity(stage.index, stage.first_layer, stage.last_layer, stage.gpu,
-                         stage.memory.total_bytes, stage.capacity_bytes)
-
-
-def over_capacity(stage: int, first_layer: int, last_layer: int, gpu: str, need: float, capacity: float) -> str:
-    return (f"stage {stage} (layers {first_layer}-{last_layer}, {gpu}) needs {format_bytes(need)} of "
-            f"{format_bytes(capacity)}: {format_bytes(need - capacity)} over")
 
 
 def exposed_allreduce(allreduce, compute, last, hidden_share: float):

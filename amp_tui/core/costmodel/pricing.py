@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from amp_tui.core.costmodel.cost import Prediction
+from amp_tui.core.costmodel.prediction import Prediction
 from amp_tui.core.spec.scenario import Scenario
 from amp_tui.core.spec.strategy import Strategy
 

@@ -23,7 +23,8 @@ from dataclasses import replace
 
 import numpy as np
 
-from amp_tui.core.costmodel.cost import Candidate, Prediction
+from amp_tui.core.costmodel.cost import Candidate
+from amp_tui.core.costmodel.prediction import Prediction
 from amp_tui.core.costmodel.terms import shares as share_terms
 
 

@@ -34,15 +34,8 @@ from functools import cached_property
 
 import numpy as np
 
-from amp_tui.core.costmodel.cost import (
-    DP_BUCKET_BYTES,
-    CostModel,
-    Prediction,
-    StagePrediction,
-    backward_overlap,
-    exposed_allreduce,
-    memory_reason,
-)
+from amp_tui.core.costmodel.cost import DP_BUCKET_BYTES, CostModel, backward_overlap, exposed_allreduce
+from amp_tui.core.costmodel.prediction import Prediction, StagePrediction, memory_reason
 from amp_tui.core.costmodel.memory import (
     MemoryBreakdown,
     optimizer_traffic_per_param,

@@ -24,7 +24,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from amp_tui.core.costmodel.cost import CostModel, Prediction
+from amp_tui.core.costmodel.cost import CostModel
+from amp_tui.core.costmodel.prediction import Prediction
 from amp_tui.core.spec.scenario import Scenario
 from amp_tui.core.base.units import format_bandwidth, format_bytes, format_seconds
 

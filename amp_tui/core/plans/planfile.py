@@ -26,7 +26,7 @@ from pathlib import Path
 import numpy as np
 
 from amp_tui import __version__
-from amp_tui.core.costmodel.cost import Prediction
+from amp_tui.core.costmodel.prediction import Prediction
 from amp_tui.core.base.errors import SpecError, one_line
 from amp_tui.core.spec.scenario import Scenario, load_scenario, parse_scenario, scenario_from_file
 from amp_tui.core.spec.strategy import Strategy, parse_strategy

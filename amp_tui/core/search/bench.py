@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from amp_tui.core.costmodel.cost import clear_shared_caches
+from amp_tui.core.costmodel.layer_times import clear_shared_caches
 from amp_tui.core.spec.scenario import load_scenario
 from amp_tui.core.search.search import search
 from amp_tui.core.search.subclusters import search_parts

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from amp_tui.core.costmodel.cost import CostModel, Prediction
+from amp_tui.core.costmodel.cost import CostModel
+from amp_tui.core.costmodel.prediction import Prediction
 from amp_tui.core.base.errors import SpecError
 from amp_tui.core.spec.knobs import resolve
 from amp_tui.core.base.limits import MAX_STRATEGIES

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from amp_tui.core.costmodel.cost import Prediction
+from amp_tui.core.costmodel.prediction import Prediction
 from amp_tui.core.base.errors import SpecError
 from amp_tui.core.spec.scenario import Scenario
 

@@ -17,7 +17,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from amp_tui.core.costmodel.cost import DP_BUCKET_BYTES, Candidate, CostModel, Prediction, over_capacity
+from amp_tui.core.costmodel.cost import DP_BUCKET_BYTES, Candidate, CostModel
+from amp_tui.core.costmodel.prediction import Prediction, over_capacity
 from amp_tui.core.base.errors import Cancelled
 from amp_tui.core.spec.knobs import Knobs, default_knobs, knob_choices
 from amp_tui.core.costmodel.memory import optimizer_traffic_per_param

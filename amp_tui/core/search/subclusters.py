@@ -61,7 +61,8 @@ from functools import partial
 
 import numpy as np
 
-from amp_tui.core.costmodel.cost import CostModel, Prediction, backward_overlap
+from amp_tui.core.costmodel.cost import CostModel, backward_overlap
+from amp_tui.core.costmodel.prediction import Prediction
 from amp_tui.core.base.errors import Cancelled
 from amp_tui.core.spec.knobs import knob_choices
 from amp_tui.core.costmodel.memory import optimizer_traffic_per_param, state_bytes_per_param

@@ -26,7 +26,8 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, replace
 
-from amp_tui.core.costmodel.cost import CostModel, Prediction
+from amp_tui.core.costmodel.cost import CostModel
+from amp_tui.core.costmodel.prediction import Prediction
 from amp_tui.core.base.errors import SpecError
 from amp_tui.core.spec.knobs import resolve
 from amp_tui.core.search.objective import Objective

@@ -10,7 +10,8 @@ import time
 from collections import Counter, defaultdict
 from dataclasses import dataclass, replace
 
-from amp_tui.core.costmodel.cost import CostModel, Prediction
+from amp_tui.core.costmodel.cost import CostModel
+from amp_tui.core.costmodel.prediction import Prediction
 from amp_tui.core.spec.scenario import AUTO
 from amp_tui.core.base.errors import SpecError
 from amp_tui.core.search.evaluate import evaluate

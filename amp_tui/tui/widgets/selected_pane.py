@@ -7,7 +7,7 @@ from textual.app import ComposeResult
 from textual.containers import VerticalScroll
 from textual.widgets import Static
 
-from amp_tui.core.costmodel.cost import Prediction
+from amp_tui.core.costmodel.prediction import Prediction
 from amp_tui.core.search.evaluate import evaluate
 from amp_tui.core.costmodel.pricing import cost_unit
 from amp_tui.core.search.search import Infeasible

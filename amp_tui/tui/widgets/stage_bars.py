@@ -5,7 +5,7 @@ from __future__ import annotations
 from rich.text import Text
 from textual.widget import Widget
 
-from amp_tui.core.costmodel.cost import Prediction
+from amp_tui.core.costmodel.prediction import Prediction
 from amp_tui.core.base.units import format_bytes
 from amp_tui.tui.format import format_seconds
 from amp_tui.tui.format import format_memory_pair

@@ -18,7 +18,7 @@ from textual.containers import Vertical
 from textual.widgets import DataTable, Static
 
 from amp_tui.core.plans.compare import mfu, tokens_per_s
-from amp_tui.core.costmodel.cost import Prediction
+from amp_tui.core.costmodel.prediction import Prediction
 from amp_tui.core.costmodel.placement import merge_runs
 from amp_tui.core.spec.scenario import Cluster
 from amp_tui.core.search.search import Infeasible, SearchResult

@@ -9,7 +9,7 @@ from __future__ import annotations
 from rich.text import Text
 from textual.widget import Widget
 
-from amp_tui.core.costmodel.cost import Prediction
+from amp_tui.core.costmodel.prediction import Prediction
 
 # (name, 256-colour index, Rich colour for the legend)
 PARTS = [

@@ -31,7 +31,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from amp_tui.core.spec.chunks import interleaved_chunks
-from amp_tui.core.costmodel.cost import CostModel, Prediction
+from amp_tui.core.costmodel.cost import CostModel
+from amp_tui.core.costmodel.prediction import Prediction
 from amp_tui.core.plans.exports.common import Export
 from amp_tui.core.plans.exports.common import comment as one_line_comment
 from amp_tui.core.plans.exports.common import num_micro_batches, summary
