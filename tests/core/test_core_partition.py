@@ -10,10 +10,12 @@ import pytest
 from hypothesis import assume, event, given, settings
 from hypothesis import strategies as st
 
-from amp_tui.core.search import partition
+from amp_tui.core.search import partition, segment_dp, segment_memory, tables
 from amp_tui.core.costmodel.cost import CostModel
 from amp_tui.core.spec.knobs import default_knobs
-from amp_tui.core.search.partition import SegmentTables, best_partition, partitions_fit
+from amp_tui.core.search.partition import best_partition
+from amp_tui.core.search.tables import SegmentTables, cheapest_sends
+from amp_tui.core.search.segment_memory import partitions_fit
 from amp_tui.core.spec.scenario import load_scenario, parse_scenario
 from amp_tui.core.search.search import enumerate_candidates
 from core_builders import brute_force, build, close, compositions, examples, layer, node, scenario_dicts
@@ -105,7 +107,7 @@ def check_upper_bound(candidate, bound_scale: float, lean: bool) -> None:
     expected_time, _ = brute_force(candidate)
     assume(expected_time is not None)
     bound = expected_time * bound_scale
-    with mock.patch.object(partition, "MAX_TABLE_CELLS", 0 if lean else partition.MAX_TABLE_CELLS):
+    with mock.patch.object(tables, "MAX_TABLE_CELLS", 0 if lean else tables.MAX_TABLE_CELLS):
         result = best_partition(candidate, upper_bound=bound)
     if expected_time < bound * (1 - 1e-9):
         assert result.partition is not None
@@ -126,11 +128,11 @@ def test_greedy_and_reachable_fits_equal_brute_force(candidate):
     """partitions_fit's two walks on their own (the even split settles most candidates before
     them): the greedy one is right whenever it settles, the exact one always."""
     expected = brute_force(candidate)[0] is not None
-    settled, fits = partition._greedy_fits(partition._SegmentMemory([candidate]), lambda: False)
+    settled, fits = segment_memory._greedy_fits(segment_memory._SegmentMemory([candidate]), lambda: False)
     event("greedy settles" if settled[0] else "greedy leaves open")
     if settled[0]:
         assert fits[0] == expected
-    assert partition._reachable_fits(partition._SegmentMemory([candidate]), lambda: False).tolist() == [expected]
+    assert segment_memory._reachable_fits(segment_memory._SegmentMemory([candidate]), lambda: False).tolist() == [expected]
 
 
 @settings(max_examples=examples(30), deadline=None)
@@ -248,7 +250,7 @@ def test_deep_pipelines_equal_brute_force(candidate):
 def test_lean_tables_equal_brute_force(candidate, chunk, cap):
     """Tables never held whole (as beyond MAX_TABLE_CELLS), computed a chunk of cells at a time
     in every DP, one or two stages included: the brute-force optimum."""
-    with (mock.patch.object(partition, "MAX_TABLE_CELLS", 0), mock.patch.object(partition, "LEAN_CHUNK_CELLS", chunk),
+    with (mock.patch.object(tables, "MAX_TABLE_CELLS", 0), mock.patch.object(segment_dp, "LEAN_CHUNK_CELLS", chunk),
           mock.patch.object(partition, "CAP_MIN_CELLS", 0 if cap else partition.CAP_MIN_CELLS)):
         _check(candidate)
 
@@ -271,7 +273,7 @@ def test_a_cap_below_a_stages_overhead_and_sends_leaves_no_band():
     candidate = CostModel(scn).candidate(*key)
     assert candidate.pp > 2
     tables = SegmentTables(candidate)
-    tables.tau_cap = candidate.micro_batch_overhead + partition._cheapest_sends(candidate).max() / 2
+    tables.tau_cap = candidate.micro_batch_overhead + cheapest_sends(candidate).max() / 2
     assert tables.cells == 0 and tables.empty
 
 
@@ -304,10 +306,10 @@ def test_even_split_memory_in_chunks_equals_all_at_once():
     cost = CostModel(scn)
     candidates = [cost.candidate(*key[:5]) for key in enumerate_candidates(scn)]
     candidates = (candidates * (600 // len(candidates) + 1))[:600]
-    with mock.patch.object(partition, "EVEN_SPLIT_CHUNK", 10**6):
-        need, capacity = partition.even_split_memory(candidates)
+    with mock.patch.object(segment_memory, "EVEN_SPLIT_CHUNK", 10**6):
+        need, capacity = segment_memory.even_split_memory(candidates)
     polls = []
-    chunked_need, chunked_capacity = partition.even_split_memory(candidates, lambda: polls.append(1) or False)
+    chunked_need, chunked_capacity = segment_memory.even_split_memory(candidates, lambda: polls.append(1) or False)
     assert len(polls) == 3
     assert np.array_equal(chunked_need, need) and np.array_equal(chunked_capacity, capacity)
     depth = np.array([c.pp for c in candidates])

@@ -23,7 +23,10 @@ from amp_tui.core.base.errors import Cancelled
 from amp_tui.core.spec.knobs import Knobs, default_knobs, knob_choices
 from amp_tui.core.costmodel.memory import optimizer_traffic_per_param
 from amp_tui.core.search.orders import NodeOrders, node_orders
-from amp_tui.core.search.partition import INF, SegmentTables, even_split_memory, partitions_fit, solve
+from amp_tui.core.search.partition import solve
+from amp_tui.core.search.tables import SegmentTables
+from amp_tui.core.search.segment_dp import INF
+from amp_tui.core.search.segment_memory import even_split_memory, partitions_fit
 from amp_tui.core.costmodel.pricing import priced
 from amp_tui.core.spec.scenario import Scenario
 from amp_tui.core.spec.strategy import Strategy, even_partition
