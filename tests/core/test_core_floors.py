@@ -10,12 +10,14 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from amp_tui.core.search import search as search_module
+from amp_tui.core.search import floors as floors_module
 from amp_tui.core.costmodel.cost import CostModel
 from amp_tui.core.spec.knobs import knob_choices
 from amp_tui.core.search.orders import MAX_LISTED
 from amp_tui.core.spec.scenario import parse_scenario
-from amp_tui.core.search.search import _order_free_floors, _time_floors, enumerate_candidates, search
+from amp_tui.core.search.search import enumerate_candidates, search
+from amp_tui.core.search.order_floors import order_free_floors
+from amp_tui.core.search.floors import time_floors
 from core_builders import IDEAL, brute_force, build, close, examples, layer, node, scenario_dict, scenario_dicts
 from test_core_subclusters import _check_against_brute_force
 
@@ -43,7 +45,7 @@ def _assert_floors_below_brute_force(scn) -> None:
         cost = CostModel(scn, knobs)
         candidates = [cost.candidate(*key) for key in enumerate_candidates(scn, knobs=knobs)]
         # (with a limit: the coupled floor too, as the search bounds a family's orders)
-        for candidate, floor in zip(candidates, _time_floors(candidates, lambda: False, limit=math.inf)):
+        for candidate, floor in zip(candidates, time_floors(candidates, lambda: False, limit=math.inf)):
             best, _ = brute_force(candidate)
             if best is not None:
                 assert floor <= best * (1 + 1e-9), (candidate.tp, candidate.pp, candidate.dp, candidate.mbs, floor, best)
@@ -121,7 +123,7 @@ def test_the_floors_leave_few_candidates_to_solve_on_a_large_cluster():
 @settings(max_examples=examples(25), deadline=None)
 @given(spec=heterogeneous(max_groups=4, max_layers=5))
 def test_the_order_free_floor_is_below_every_orders_best(spec):
-    """_order_free_floors bounds every node order of a (tp, pp, dp, micro-batch size) family."""
+    """order_free_floors bounds every node order of a (tp, pp, dp, micro-batch size) family."""
     spec["search"]["use_all_gpus"] = True
     _assert_order_free_floors_below_brute_force(parse_scenario(spec))
 
@@ -141,8 +143,8 @@ def _assert_order_free_floors_below_brute_force(scn) -> None:
         cost = CostModel(scn, knobs)
         keys = enumerate_candidates(scn, knobs=knobs)
         families = sorted({key[:4] for key in keys})
-        floors = dict(zip(families, _order_free_floors(cost, families, lambda: False)))
-        placed = dict(zip(families, _order_free_floors(cost, families, lambda: False, ends=True)))
+        floors = dict(zip(families, order_free_floors(cost, families, lambda: False)))
+        placed = dict(zip(families, order_free_floors(cost, families, lambda: False, ends=True)))
         for key in keys:
             best, _ = brute_force(cost.candidate(*key))
             if best is not None:
@@ -164,7 +166,7 @@ def test_the_order_free_floor_prices_a_tensor_parallel_send_as_the_cost_model_do
     cost = CostModel(scn)
     keys = [key for key in enumerate_candidates(scn) if key[:4] == (2, 4, 1, 1)]
     assert len(keys) == 2
-    (floor,) = _order_free_floors(cost, [(2, 4, 1, 1)], lambda: False)
+    (floor,) = order_free_floors(cost, [(2, 4, 1, 1)], lambda: False)
     assert floor <= min(brute_force(cost.candidate(*key))[0] for key in keys) * (1 + 1e-9)
 
 
@@ -239,7 +241,7 @@ def test_the_first_and_last_stages_hold_the_first_and_last_layers_in_the_floor()
     scn = build([node(count=2, gpu="V100")], layers, 8, calibration=IDEAL)
     cost = CostModel(scn)
     candidate = cost.candidate(1, 2, 1, 1, (0,))
-    (floor,) = _time_floors([candidate], lambda: False)
+    (floor,) = time_floors([candidate], lambda: False)
     best, partition = brute_force(candidate)
     assert partition in ((1, 5), (2, 4))
     assert best * (1 - 1e-6) <= floor <= best * (1 + 1e-9), (floor, best)
@@ -256,8 +258,8 @@ def test_the_family_floor_with_the_ends_placed_reaches_a_send_bound_pipeline():
     cost = CostModel(scn)
     keys = [key for key in enumerate_candidates(scn) if key[:4] == (1, 4, 1, 1)]
     best = min(brute_force(cost.candidate(*key))[0] for key in keys)
-    (placed,) = _order_free_floors(cost, [(1, 4, 1, 1)], lambda: False, ends=True)
-    (plain,) = _order_free_floors(cost, [(1, 4, 1, 1)], lambda: False)
+    (placed,) = order_free_floors(cost, [(1, 4, 1, 1)], lambda: False, ends=True)
+    (plain,) = order_free_floors(cost, [(1, 4, 1, 1)], lambda: False)
     assert best * (1 - 1e-6) <= placed <= best * (1 + 1e-9), (placed, best)
     assert plain < 0.7 * best
 
@@ -304,8 +306,8 @@ def test_the_coupled_floor_makes_the_slow_network_stage_all_reduce_what_the_slow
                 calibration=IDEAL, precision="fp16")
     candidate = CostModel(scn).candidate(1, 2, 2, 1, (0, 1))
     best, partition = brute_force(candidate)
-    (floor,) = _time_floors([candidate], lambda: False, limit=math.inf)
-    (uncoupled,) = _time_floors([candidate], lambda: False)
+    (floor,) = time_floors([candidate], lambda: False, limit=math.inf)
+    (uncoupled,) = time_floors([candidate], lambda: False)
     assert partition == (5, 1)
     assert 0.9 * best <= floor <= best * (1 + 1e-9), (floor, best)
     assert uncoupled < 0.4 * best, (uncoupled, best)
@@ -324,8 +326,8 @@ def test_a_slow_gpu_in_the_middle_of_the_pipeline_holds_a_block_in_the_floor(mon
                 calibration=IDEAL, precision="fp16")
     candidate = CostModel(scn).candidate(1, 3, 1, 1, (0, 1, 2))
     best, _ = brute_force(candidate)
-    (floor,) = _time_floors([candidate], lambda: False)
-    monkeypatch.setattr(search_module, "_lone_layers", lambda times: np.zeros(times.shape[:2]))
-    (anywhere,) = _time_floors([candidate], lambda: False)
+    (floor,) = time_floors([candidate], lambda: False)
+    monkeypatch.setattr(floors_module, "_lone_layers", lambda times: np.zeros(times.shape[:2]))
+    (anywhere,) = time_floors([candidate], lambda: False)
     assert 0.85 * best <= floor <= best * (1 + 1e-9), (floor, best)
     assert anywhere < 0.4 * best, (anywhere, best)

@@ -219,7 +219,7 @@ def test_memory_bound_counts_the_experts_one_gpu_keeps():
     """Mixtral 8x7B over ep 8 keeps an eighth of each MoE layer's experts per GPU: the search's
     necessary memory condition must not prune a candidate that has a fitting partition."""
     from amp_tui.core.search.partition import best_partition
-    from amp_tui.core.search.search import _memory_shortfall
+    from amp_tui.core.search.floors import memory_shortfall
 
     scn = parse_scenario({"name": "m", "cluster": {"nodes": [{"count": 4, "gpu": "H100", "gpus_per_node": 8,
                                                               "intra_node_bandwidth": "450 GB/s",
@@ -228,7 +228,7 @@ def test_memory_bound_counts_the_experts_one_gpu_keeps():
                           "training": {"global_batch_size": 32, "precision": "bf16", "recompute": "full"}})
     c = CostModel(scn, Knobs(recompute="full", ep=8)).candidate(4, 1, 8, 1, (0,))
     assert best_partition(c).partition is not None
-    assert _memory_shortfall(c) is None
+    assert memory_shortfall(c) is None
 
 
 def test_compare_reads_zero3_traffic_as_nothing_for_a_strategy_without_it():

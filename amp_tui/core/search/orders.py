@@ -11,7 +11,7 @@ permuting all groups, so a cluster written one node per group with few distinct 
 stays cheap. Beyond MAX_ORDERS distinct sequences, rank order and the groups sorted by GPU
 speed (both ways) are searched in full, and NodeOrders.complete says so. Up to MAX_LISTED
 sequences, the others are listed too (NodeOrders.rest): the search bounds each (tp, pp, dp,
-micro-batch size) family over every order at once (search._order_free_floors) and enumerates
+micro-batch size) family over every order at once (search.order_free_floors) and enumerates
 the family's other orders only when that bound can still beat the N-th best, so the ranking
 stays exact. Beyond that, the search bounds every order left out and says whether its ranking is
 exact all the same, or the gap.

@@ -183,7 +183,7 @@ def part_bounds(scenario: Scenario, rows: np.ndarray, cost: CostModel | None = N
     # all-reduce. Where nothing hides the all-reduce (backward_overlap 0) both add to the bound;
     # where backward hides up to h x its stage's compute (at most the bottleneck's M), the
     # optimizer step adds, or the bound with B - 1 - h steady steps gets both whole (as
-    # search._time_floors counts them).
+    # search.time_floors counts them).
     hidden = backward_overlap(cost)
     counted = plain and cost.knobs.zero_stage < 3 and not cost.knobs.hsdp_shard and cost.knobs.ep == 1
     memory_bandwidth = np.array([g.gpu.memory_bandwidth for g in groups])
