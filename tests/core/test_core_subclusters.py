@@ -21,7 +21,8 @@ from amp_tui.core.spec.presets import load_preset, preset_names
 from amp_tui.core.spec.scenario import load_scenario, parse_scenario
 from amp_tui.core.search.search import enumerate_candidates, search
 from amp_tui.core.spec.strategy import Strategy
-from amp_tui.core.search.subclusters import _core_thresholds, _held_tail_floor, _send_floors, _vectors, _whole_core_layers_floor, part_bounds, search_parts
+from amp_tui.core.search.subclusters import _vectors, search_parts
+from amp_tui.core.search.part_bounds import _core_thresholds, _held_tail_floor, _send_floors, _whole_core_layers_floor, part_bounds
 from amp_tui.core.costmodel.parts import part_scenario
 from core_builders import brute_force, close, examples, layer, node, node_groups, scenario_dicts, scenario_dict
 
