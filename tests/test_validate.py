@@ -184,8 +184,8 @@ def test_a_heterogeneous_run_becomes_one_node_group_per_gpu_type(mix):
 def test_gpus_of_mixed_clusters_are_in_the_catalog(label, name):
     """The cards heterogeneous-cluster papers mix: a run naming one is replayed on its figures."""
     from amp_tui.core.spec.hardware import gpu_catalog
-    from amp_tui.core.validation.runs import _catalog_gpu
-    assert _catalog_gpu(label) == name and name in gpu_catalog()
+    from amp_tui.core.validation.cluster_labels import catalog_gpu
+    assert catalog_gpu(label) == name and name in gpu_catalog()
 
 
 def test_a_card_without_bf16_refuses_it():
@@ -433,7 +433,7 @@ def test_validation_imports_no_ui_package():
 def test_trays_as_large_as_an_nvlink_domain_stay_nodes():
     """A run stating trays of 72 or more GPUs (no smaller domain divides them) keeps them as
     nodes instead of failing on an empty choice of domain."""
-    from amp_tui.core.validation.runs import _nvlink_domain
+    from amp_tui.core.validation.cluster_labels import _nvlink_domain
     assert _nvlink_domain(288, 144, "1600 Gbps", []) == (144, "1600 Gbps")
     assert _nvlink_domain(128, 4, "1600 Gbps", []) == (64, "25600 Gbps")
 

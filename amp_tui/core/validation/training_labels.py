@@ -1,0 +1,127 @@
+"""A measured run's training as its source labels it: framework, precision, recomputation, ZeRO
+stage, attention kernel, fused loss and tensor-parallel overlap read from free text, and the model's
+shape. Each assumption made where a label is silent goes into the run's notes.
+"""
+
+from __future__ import annotations
+
+from amp_tui.core.base.errors import SpecError
+from amp_tui.core.spec.scenario import AUTO
+
+
+def read_framework(label) -> str:
+    """Which conventions the run's trainer follows (scenario.FRAMEWORKS): the engine that holds and
+    reduces the gradients, DeepSpeed's when it is named beside Megatron-LM's model code."""
+    text = str(label or "").lower()
+    if "fsdp" in text or "torchtitan" in text or "composer" in text:
+        return "fsdp"
+    if "deepspeed" in text:
+        return "deepspeed"
+    return "megatron"
+
+
+def read_precision(label) -> str:
+    text = str(label or "").lower()
+    if "fp4" in text:
+        return "fp4"
+    if "fp8" in text or "float8" in text:
+        return "fp8"
+    if "bf16" in text or "bfloat16" in text:
+        return "bf16"
+    if "fp32" in text and "16" not in text:
+        return "fp32"
+    return "fp16"   # "mixed", "mixed fp16": Megatron-LM's fp16 mixed precision
+
+
+def read_recompute(label, notes: list[str]) -> str:
+    text = str(label or "").lower()
+    if text.startswith("selective") or "(selective)" in text:
+        return "selective"
+    if text.startswith("full"):
+        return "full"
+    if text == "no" or text.startswith("none"):
+        return "none"
+    # A recipe that does not say is tuned to fit: replay takes the fastest kind that fits.
+    notes.append(f"recomputation {label or 'not stated'}: the fastest of none, selective and full that fits")
+    return AUTO
+
+
+def read_attention_kernel(source: str, notes: list[str]) -> str:
+    """llm-foundry's MPT runs attention through the flash-attn 2 package (`attn_impl: flash`, or
+    Triton's flash attention for ALiBi); NeMo and Megatron-LM use Transformer Engine's fused
+    attention, torchtitan PyTorch's SDPA (cuDNN's kernel on Hopper)."""
+    if source == "llmfoundry":
+        notes.append("attention: llm-foundry's FlashAttention-2 kernels")
+        return "flash2"
+    return "fused"
+
+
+def read_fused_loss(source: str, notes: list[str]) -> bool:
+    """llm-foundry's MPT computes its loss with flash-attn's fused cross-entropy (its `loss_fn`
+    default, `fused_crossentropy`), which writes the gradient into the logits in place."""
+    if source == "llmfoundry":
+        notes.append("loss: llm-foundry's default fused cross-entropy")
+        return True
+    return False
+
+
+def read_tp_comm_overlap(run: dict, tp: int) -> bool:
+    """NeMo's recipes state TP communication overlap; torchtitan's async-TP rows say AsyncTP in
+    their id, notes or quoted row."""
+    text = " ".join(str(x) for x in ((run.get("training") or {}).get("notes"),
+                                     (run.get("source") or {}).get("quote"))).lower()
+    return tp > 1 and ("async_tp" in str(run.get("id")).lower()
+                       or any(word in text for word in ("tp comm overlap", "asynctp", "async tp")))
+
+
+def read_zero_stage(label) -> int:
+    text = str(label or "").lower()
+    if "shard_grad_op" in text or "params kept after forward" in text:
+        return 2
+    if "fsdp" in text or "zero-3" in text:
+        return 3
+    if "distributed optimizer" in text:
+        return 1
+    return 0
+
+
+def model_flops_per_token(model: dict) -> float:
+    """Training model FLOPs per token as NeMo counts them: 3 passes x 2 FLOPs per multiply-add of the
+    matrix multiplies, and attention's 12 l h s (causal masking not discounted)."""
+    try:
+        h, l, a, s = (int(model[k]) for k in ("hidden", "layers", "heads", "seq_len"))
+        kv, f, v = int(model.get("kv_heads") or a), int(model["ffn"]), int(model["vocab"])
+    except (KeyError, TypeError, ValueError):
+        return 0.0
+    if min(h, l, a, s, kv, f, v) <= 0:
+        return 0.0
+    gated = "llama" in str(model.get("name", "")).lower()
+    per_layer = 2 * h * h + 2 * h * (h * kv // a) + (3 if gated else 2) * h * f
+    return 6.0 * (l * per_layer + v * h) + 12.0 * l * h * s
+
+
+_FLASH_FREE_FRAMEWORKS = ("megatron-lm (2021", "megatron-lm (2022", "deepspeed pipeline")
+
+
+_VOCAB_NAMES = {"gpt-2 bpe": 50257}
+
+
+def model_spec(model: dict, training: dict, notes: list[str]) -> dict:
+    name = str(model.get("name") or "model")
+    family = "llama" if "llama" in name.lower() else "gpt"
+    vocab = model.get("vocab")
+    if not isinstance(vocab, int):
+        known = next((n for key, n in _VOCAB_NAMES.items() if key in str(vocab).lower()), None)
+        if known is None:
+            raise SpecError("model.vocab", vocab, "not a vocabulary size")
+        notes.append(f"vocabulary {vocab!r}: {known}")
+        vocab = known
+    framework = str(training.get("framework") or "").lower()
+    spec = {"family": family, "name": name, "hidden_size": model.get("hidden"), "num_layers": model.get("layers"),
+            "num_heads": model.get("heads"), "sequence_length": model.get("seq_len"), "vocab_size": vocab,
+            "flash_attention": not framework.startswith(_FLASH_FREE_FRAMEWORKS)}
+    if model.get("kv_heads"):
+        spec["num_kv_heads"] = model["kv_heads"]
+    if model.get("ffn"):
+        spec["ffn_hidden_size"] = model["ffn"]
+    return spec
