@@ -8,7 +8,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 
 CHECK = (
-    "import amp_tui.serving.result, amp_tui.serving.planfile, amp_tui.serving.cli, amp_tui.serving.bench; "
+    "import amp_tui.serving.result, amp_tui.serving.planfile, amp_tui.cli.serve, amp_tui.serving.bench; "
     "import sys; assert 'textual' not in sys.modules and 'rich' not in sys.modules, "
     "sorted(m for m in sys.modules if m.split('.')[0] in ('textual', 'rich'))"
 )

@@ -1,6 +1,6 @@
 """`amp-tui calibrate`: fit the cost model to runs measured on your cluster, or choose runs to measure.
 
-Its own module so that cli.py stays a dispatcher; the work is in amp_tui.core.calibration.calibrate.
+The work is in amp_tui.core.calibration.
 """
 
 from __future__ import annotations
@@ -9,6 +9,7 @@ import json
 import math
 from pathlib import Path
 
+from amp_tui.cli.output import placement_text, table
 from amp_tui.core.base.errors import SpecError
 
 HELP = "fit the cost model's parameters to runs measured on your cluster (or --suggest runs to measure)"
@@ -28,7 +29,7 @@ def add_parser(sub) -> None:
     ca.add_argument("--json", action="store_true", help="print JSON instead of tables")
 
 
-def cmd_calibrate(args) -> int:
+def run(args) -> int:
     from amp_tui.core.spec.scenario import load_scenario
 
     if args.output:
@@ -87,14 +88,13 @@ def _percent(log_ratio: float | None) -> str:
 
 
 def render_fit(result, source: str) -> str:
-    from amp_tui.cli import _table
     from amp_tui.core.base.units import format_bytes, format_seconds
 
     fit = result.fit
     fitted = [p for p in fit.parameters if p.fitted]
     idle = [p.name for p in fit.parameters if not p.fitted]
     out = [f"calibrated {result.scenario.name} from {len(fit.runs)} measured runs ({source})", ""]
-    out.append(_table(["parameter", "before", "after", "unit", "source"],
+    out.append(table(["parameter", "before", "after", "unit", "source"],
                       [[p.name, f"{p.before:.4g}", f"{p.after:.4g}", p.unit, p.source]
                        for p in fitted], {1, 2}))
     if idle:
@@ -111,7 +111,7 @@ def render_fit(result, source: str) -> str:
         if peaks:
             rows[-1].append("" if m.peak_memory_bytes is None else
                             f"{format_bytes(m.peak_memory_bytes)} / {format_bytes(run.predicted_peak_bytes)}")
-    out.append(_table(["run", "tp x pp x dp", "mbs", "measured", "predicted before", "after", "residual",
+    out.append(table(["run", "tp x pp x dp", "mbs", "measured", "predicted before", "after", "residual",
                        "leave-one-out"] + (["peak memory measured / after"] if peaks else []),
                       rows, {0, 2, 4, 5, 6, 7, 8}))
     out.append("")
@@ -138,7 +138,6 @@ def _partition_text(partition: tuple[int, ...]) -> str:
 
 
 def _suggest(args, scenario) -> int:
-    from amp_tui.cli import _placement_text, _table
     from amp_tui.core.calibration.calibrate import suggest_measurements
     from amp_tui.core.calibration.measurements import measurements_yaml
     from amp_tui.core.base.units import format_bytes, format_seconds
@@ -156,10 +155,10 @@ def _suggest(args, scenario) -> int:
         print(text, end="")
         return 0
     rows = [[str(m.index), m.strategy.label, str(m.strategy.micro_batch_size), format_seconds(t), format_bytes(peak),
-             _partition_text(m.strategy.partition), _placement_text(scenario, m.strategy)]
+             _partition_text(m.strategy.partition), placement_text(scenario, m.strategy)]
             for m, t, peak in picked]
     print(f"{len(picked)} runs to measure on {scenario.name} (cheap, and together they pin the parameters):")
-    print(_table(["run", "tp x pp x dp", "mbs", "predicted", "peak memory", "partition", "placement"],
+    print(table(["run", "tp x pp x dp", "mbs", "predicted", "peak memory", "partition", "placement"],
                  rows, {0, 2, 3, 4}))
     print(f"\nwrote {written}: fill in iteration_time_s, then `amp-tui calibrate {args.scenario} {written} "
           f"-o calibrated.yaml`")

@@ -6,11 +6,20 @@ import json
 import sys
 from pathlib import Path
 
+from amp_tui.cli.output import table
 from amp_tui.core.base.errors import SpecError
 from amp_tui.core.base.units import format_seconds
 
 
-def cmd_serve(args) -> int:
+def add_parser(sub) -> None:
+    se = sub.add_parser("serve", help="place a model for serving by max flow (Helix) and print it")
+    se.add_argument("scenario", metavar="SCENARIO", help="serving scenario preset or file, or a saved placement")
+    se.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    se.add_argument("--time-limit", type=float, default=10.0, metavar="S", help="search time limit in seconds (default 10)")
+    se.add_argument("--save", metavar="FILE.yaml", help="save the placement (reopen with serve or ui)")
+
+
+def run(args) -> int:
     from amp_tui.serving.planfile import open_serving, save_placement
     from amp_tui.serving.result import run_serve
 
@@ -44,7 +53,7 @@ def render(result) -> str:
         bar = _bar(a, k, model.num_layers)
         rows.append([result.machine_label(m), net.machine_region[m], f"{a}-{a + k - 1}" if k else "idle", str(k),
                      f"{net.capacity(m, k):,.0f}" if k else "-", f"{util[m]:.0%}" if k else "-", bar])
-    out.append(_table(["machine", "region", "layers", "n", "capacity", "used", "layers held"], rows, {3, 4, 5}))
+    out.append(table(["machine", "region", "layers", "n", "capacity", "used", "layers held"], rows, {3, 4, 5}))
     out += ["", "baselines (max flow of their placements):"]
     for name, (_, value) in result.baselines.items():
         if value > 0:
@@ -72,12 +81,3 @@ def _bar(first: int, count: int, layers: int, width: int = 40) -> str:
         if count and first < hi and first + count > lo:
             cells[c] = "#"
     return "|" + "".join(cells) + "|"
-
-
-def _table(headers: list[str], rows: list[list[str]], right: set[int]) -> str:
-    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(headers)]
-
-    def line(cells):
-        return "  ".join(c.rjust(w) if i in right else c.ljust(w) for i, (c, w) in enumerate(zip(cells, widths))).rstrip()
-
-    return "\n".join([line(headers), line(["-" * w for w in widths]), *(line(r) for r in rows)])

@@ -1,0 +1,92 @@
+"""`amp-tui plan`: search for the best strategies, print them, optionally save one as a plan."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from amp_tui.cli.output import json_text, render_search
+from amp_tui.cli.parser import whole_number
+from amp_tui.core.base.errors import SpecError
+
+
+def add_parser(sub) -> None:
+    pl = sub.add_parser("plan", help="search for the best strategies")
+    pl.add_argument("scenario", metavar="SCENARIO", help="scenario preset name or scenario file")
+    pl.add_argument("--top", type=whole_number, default=None, metavar="N", help="strategies to show (default: the scenario's search.top, 10)")
+    pl.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    pl.add_argument("--save", metavar="PLAN.yaml", help="save a strategy as a plan file")
+    pl.add_argument("--rank", type=whole_number, default=1, metavar="N", help="with --save: which ranked strategy (default 1)")
+    pl.add_argument("--force", action="store_true", help="with --save: overwrite an existing file")
+    pl.add_argument("--objective", choices=("time", "cost"), default="time",
+                    help="rank by iteration time (default) or by cost per token (needs prices)")
+    pl.add_argument("--budget", type=float, default=None, metavar="USD_PER_HOUR",
+                    help="only strategies whose nodes cost at most this many dollars per hour")
+    pl.add_argument("--use-all-gpus", action="store_true",
+                    help="never leave nodes idle (as search.use_all_gpus: true)")
+    pl.add_argument("--sensitivity", action="store_true",
+                    help="also rerun the search with each link, GPU speed and the batch size scaled")
+
+
+def run(args) -> int:
+    from dataclasses import replace
+
+    from amp_tui.core.search.objective import Objective
+    from amp_tui.core.plans.planfile import open_scenario
+    from amp_tui.core.search.subclusters import search_parts
+
+    if args.top is not None and args.top < 1:
+        raise SpecError("--top", args.top, "must be at least 1")
+    if args.rank < 1:
+        raise SpecError("--rank", args.rank, "must be at least 1")
+    if args.save is not None:
+        _check_save_target(args.save, args.force)
+    objective = Objective(args.objective, args.budget)
+    scenario = open_scenario(args.scenario)[0]     # a plan file is checked whole, not just its scenario
+    if args.use_all_gpus:
+        scenario = replace(scenario, search=replace(scenario.search, use_all_gpus=True))
+    top = max(args.top or scenario.search.top, args.rank if args.save else 1)
+    result, idle_search = search_parts(scenario, objective, top=top)
+    from amp_tui.core.search.uneven import improve
+
+    result, uneven = improve(scenario, result, objective)
+    saved = None
+    if args.save:
+        from amp_tui.core.plans.planfile import save_plan
+
+        if args.rank > len(result.strategies):
+            raise SpecError("--rank", args.rank, f"only {len(result.strategies)} feasible strategies were found")
+        saved = save_plan(args.save, scenario, result.strategies[args.rank - 1], overwrite=args.force)
+    shown = args.top or scenario.search.top     # the search may have ranked more, for --rank
+    if args.json:
+        from amp_tui.core.plans.confidence import confidence
+
+        print(json_text({**result.to_dict(top=shown), "uncertainty": confidence(scenario).band, "objective": objective.kind,
+                     "budget_usd_per_hour": objective.budget_usd_per_hour,
+                     "idle_search": idle_search.to_dict(), "uneven_search": uneven.to_dict()}))
+    else:
+        print(render_search(result, shown, objective, idle_search))
+        print(f"note: {uneven.note}")
+    if args.sensitivity:
+        from amp_tui.core.plans.sensitivity import render, sensitivity
+
+        print("\nwhat if the figures are off (each what-if reruns the search):", file=sys.stderr if args.json else sys.stdout)
+        print(render(sensitivity(scenario, result)), file=sys.stderr if args.json else sys.stdout)
+    if saved:
+        print(f"saved strategy {args.rank} to {saved}", file=sys.stderr if args.json else sys.stdout)
+    return 0
+
+
+def _check_save_target(save: str, force: bool) -> None:
+    """Refuse a --save target before the search, rather than after it."""
+    from amp_tui.core.base.yamlio import path_exists
+
+    path = Path(save)
+    if not save.strip():
+        raise SpecError("--save", save, "give the plan file's name")
+    if path.is_dir():
+        raise SpecError("--save", path, "is a folder; give the plan file's name")
+    if not force and path_exists(path):
+        raise SpecError("--save", path, "already exists (use --force to overwrite)")
+    if not path.parent.is_dir():
+        raise SpecError("--save", path, f"folder {str(path.parent)!r} does not exist")
