@@ -12,8 +12,6 @@ import os
 import sys
 import time
 from collections.abc import Iterable
-from dataclasses import replace
-from pathlib import Path
 
 from textual import events, work
 from textual.app import App, ComposeResult, SystemCommand
@@ -27,19 +25,16 @@ from textual.worker import Worker, WorkerState, get_current_worker
 from amp_tui.core.costmodel.prediction import Prediction
 from amp_tui.core.base.errors import Cancelled, SpecError
 from amp_tui.core.plans.planfile import open_scenario
-from amp_tui.core.spec.presets import load_preset
 from amp_tui.core.spec.scenario import Scenario, parse_scenario
 from amp_tui.core.search.objective import Objective
 from amp_tui.core.search.search import Infeasible, SearchResult
 from amp_tui.core.search.subclusters import search_parts
 from amp_tui.core.spec.strategy import Strategy
-from amp_tui.core.base.yamlio import atomic_write, dump_yaml
 from amp_tui.tui import edits
+from amp_tui.tui.actions.files import FileActions
+from amp_tui.tui.actions.results import ResultActions
+from amp_tui.tui.actions.views import ViewActions
 from amp_tui.tui.messages import EditRefused, ScenarioEdited, SearchDone, SearchProgress, StrategySelected
-from amp_tui.tui.screens.confirm import ConfirmScreen
-from amp_tui.tui.screens.help import HelpScreen
-from amp_tui.tui.screens.preset_picker import PresetPickerScreen
-from amp_tui.tui.screens.save_dialog import SaveDialog, default_plan_name, safe_file_stem
 from amp_tui.tui.widgets.cluster_pane import ClusterPane
 from amp_tui.tui.widgets.key_footer import KeyFooter
 from amp_tui.tui.widgets.model_pane import ModelPane
@@ -102,7 +97,7 @@ class Dashboard(Container):
             yield TrainingPane(id="training")
 
 
-class AmpApp(App):
+class AmpApp(FileActions, ResultActions, ViewActions, App):
     """`AmpApp(scenario)`; `show_timings=False` keeps times out of the status line (snapshots)."""
 
     CSS_PATH = "app.tcss"
@@ -222,60 +217,6 @@ class AmpApp(App):
         sentence = self.comparison_sentence()
         for table in self.query(StrategyTable):
             table.show_comparison(sentence)
-
-    # -- compare ---------------------------------------------------------------------------------
-    def entry_name(self, prediction: Prediction) -> str | None:
-        """'uniform 1x8x2' for the baseline row (so the sentence says which is which), else None."""
-        if self.result is not None and prediction is self.result.baseline:
-            return f"uniform {prediction.strategy.label}"
-        return None
-
-    def comparison(self):
-        """The pinned strategy against the cursor's, or None (nothing pinned, or the same one)."""
-        from amp_tui.core.plans.compare import compare
-
-        other = self.selected_prediction()
-        if self.pinned is None or other is None or self.result is None or other.strategy == self.pinned.strategy:
-            return None
-        key = (self.pinned, other, self.result)   # asked twice per cursor move: compute once
-        if self._comparison is None or any(a is not b for a, b in zip(self._comparison[0], key)):
-            self._comparison = (key, compare(self.pinned, other, self.result.scenario, self.entry_name(self.pinned),
-                                             self.entry_name(other)))
-        return self._comparison[1]
-
-    def comparison_sentence(self) -> str | None:
-        comparison = self.comparison()
-        return comparison.sentence if comparison is not None else None
-
-    def action_pin(self) -> None:
-        """p: pin the selected strategy (again: unpin); the Selected pane then compares."""
-        prediction = self.selected_prediction()
-        if self.pinned is not None and (prediction is None or prediction.strategy == self.pinned.strategy):
-            self.pinned = None
-            self.notify("Unpinned")
-        elif prediction is None:
-            self.notify("Select a feasible strategy to pin", severity="warning")
-            return
-        else:
-            self.pinned = prediction
-            self.notify(f"Pinned {prediction.strategy.label} mbs {prediction.strategy.micro_batch_size}: "
-                        "move the cursor to compare", markup=False)
-        for table in self.query(StrategyTable):
-            table.refill()
-        self._show_selected()
-
-    def _repin(self) -> None:
-        """A new search: the pinned strategy is predicted again on the new scenario (dropped with a
-        note if it no longer runs there)."""
-        if self.pinned is None or self.result is None:
-            return
-        from amp_tui.core.search.evaluate import evaluate
-
-        try:
-            self.pinned = evaluate(self.result.scenario, self.pinned.strategy)
-        except SpecError as error:
-            self.pinned = None
-            self.notify(f"Unpinned: the pinned strategy no longer runs ({error})", severity="warning", markup=False)
 
     # -- edits flowing up ------------------------------------------------------------------------
     def on_scenario_edited(self, message: ScenarioEdited) -> None:
@@ -435,14 +376,6 @@ class AmpApp(App):
             self.selected_index = message.index
             self._show_selected()
 
-    def action_toggle_infeasible(self) -> None:
-        self.show_infeasible = not self.show_infeasible
-        if self.selected_index >= len(self.entries()):
-            self.selected_index = 0
-        self._show_result()
-        if self.result is not None and not self.result.infeasible:
-            self.notify("Every strategy considered fits in memory")
-
     # -- navigation ------------------------------------------------------------------------------
     def action_go(self, number: int) -> None:
         self._focus_pane(number)
@@ -475,190 +408,11 @@ class AmpApp(App):
                 message = f"amp-tui: the unsaved edits could not be kept: {err}"
         self.exit(message=message)
 
-    def action_toggle_objective(self) -> None:
-        """o: rank by iteration time or by cost per token (which needs every node group's price)."""
-        wanted = Objective("cost" if self.objective.kind == "time" else "time", self.objective.budget_usd_per_hour)
-        try:
-            wanted.check(self.scenario)
-        except SpecError as err:
-            self.status.error = str(err)
-            self.notify(str(err), severity="error", markup=False)
-            return
-        self._rank_by(wanted)
-
-    def _rank_by(self, objective: Objective) -> None:
-        """Rerun the search ranked by `objective`, and say so."""
-        self.objective = objective
-        self.notify(f"ranking by {objective.describe()}", markup=False)
-        self.start_search(0.0)
-
-    def action_set_budget(self) -> None:
-        """b: rank only strategies whose nodes cost at most this many dollars per hour (empty: none)."""
-        from amp_tui.core.base.units import parse_number
-        from amp_tui.tui.screens.edit_value import EditValueScreen
-
-        budget = self.objective.budget_usd_per_hour
-        kind = self.objective.kind
-
-        def validate(text: str) -> Objective:
-            text = text.strip()
-            wanted = Objective(kind, None if text.lower() in ("", "none") else
-                               float(parse_number(text.removeprefix("$"), "budget", positive=True)))
-            wanted.check(self.scenario)         # a budget needs every node group's price
-            return wanted
-
-        def done(wanted: Objective | None) -> None:
-            if wanted is not None and wanted != self.objective:
-                self._rank_by(wanted)
-
-        self.push_screen(EditValueScreen("Budget, dollars per hour", "" if budget is None else f"{budget:g}", validate,
-                                         hint="Strategies whose nodes cost more per hour are left out; empty or "
-                                              "none: no budget."), done)
-
-    def action_serve_view(self) -> None:
-        """The Serve view (serving is a sibling of training: it keeps its own scenario)."""
-        from amp_tui.serving.spec import load_serving_scenario
-        from amp_tui.tui.screens.serve import DEFAULT_SERVING_SCENARIO, ServeScreen
-
-        self.push_screen(ServeScreen(load_serving_scenario(DEFAULT_SERVING_SCENARIO)))
-
-    def action_help(self) -> None:
-        self.push_screen(HelpScreen())
-
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         # While a dialog or the what-if view is open, keys belong to it (quit and the palette still work).
         if self.screen is not self.screen_stack[0] and action not in ("quit", "command_palette", "pop_screen"):
             return False
         return True
-
-    # -- presets ---------------------------------------------------------------------------------
-    def action_open_preset(self) -> None:
-        self.push_screen(PresetPickerScreen(), self._preset_picked)
-
-    def _preset_picked(self, picked: tuple[str, str] | None) -> None:
-        if picked is None:
-            return
-        kind, name = picked
-        try:
-            if kind == "scenarios":
-                scenario = parse_scenario(load_preset("scenarios", name))
-            elif kind == "clusters":
-                scenario = edits.use_cluster_preset(self.scenario, name)
-            else:
-                scenario = edits.use_model_preset(self.scenario, name)
-            if kind != "scenarios":   # the scenario's own name described the old cluster or model
-                scenario = replace(scenario, name=f"{scenario.cluster.name}-{scenario.model.name}", description="")
-        except SpecError as error:
-            self.refuse(str(error))
-            return
-        except Exception as error:  # pragma: no cover - a bug, shown rather than raised
-            self.refuse(f"{type(error).__name__}: {error}")
-            return
-        what = {"scenarios": "scenario", "clusters": "cluster", "models": "model"}[kind]
-        self.apply_scenario(scenario, f"{what} preset {name}")
-        self.notify(f"Loaded {what} preset {name}", markup=False)
-
-    # -- save and export -------------------------------------------------------------------------
-    def _prediction_to_save(self) -> Prediction | None:
-        prediction = self.selected_prediction()
-        if self.result is None or prediction is None:
-            self.notify("Select a feasible strategy first", severity="warning")
-            return None
-        if self.results_stale:
-            self.notify("The search for the latest edit is still running; try again when it is done",
-                        severity="warning")
-            return None
-        return prediction
-
-    def action_save_plan(self) -> None:
-        prediction = self._prediction_to_save()
-        if prediction is None:
-            return
-        scenario = self.result.scenario
-        default = default_plan_name(scenario.name, prediction.strategy.label)
-        what = f"{prediction.strategy.label}, micro-batch {prediction.strategy.micro_batch_size}"
-        self.push_screen(SaveDialog(default, what), self._confirm_overwrite(
-            lambda path, overwrite: self.write_plan(path, scenario, prediction, overwrite=overwrite)))
-
-    def action_save_scenario(self) -> None:
-        """ctrl+e: save the edited scenario itself as YAML (open it again with `amp-tui ui FILE`)."""
-        scenario = self.scenario
-        default = safe_file_stem(scenario.name, "scenario") + ".yaml"
-        self.push_screen(SaveDialog(default, scenario.name, kind="scenario"), self._confirm_overwrite(
-            lambda path, overwrite: self.write_scenario(path, scenario, overwrite=overwrite)))
-
-    def _confirm_overwrite(self, write):
-        """The save dialog's callback: write a new file, or ask before overwriting one."""
-        def chosen(path: Path | None) -> None:
-            if path is None:
-                return
-            if not path.exists():
-                write(path, False)
-                return
-
-            def answered(yes: bool | None) -> None:
-                if yes:
-                    write(path, True)
-                else:
-                    self.notify("Not saved: the file was kept", markup=False)
-            self.push_screen(ConfirmScreen(f"{path} already exists. Overwrite it?", "File exists"), answered)
-        return chosen
-
-    def write_plan(self, path: Path, scenario: Scenario, prediction: Prediction, *, overwrite: bool) -> Path | None:
-        from amp_tui.core.plans.planfile import save_plan   # on first save: keeps start-up fast
-
-        written = self._write_file(path, lambda: save_plan(path, scenario, prediction, overwrite=overwrite))
-        if written is not None:
-            self.notify(f"Saved plan to {written.resolve()}", title="Plan saved", markup=False)
-            if scenario == self.scenario:
-                self.saved_scenario = scenario   # a plan holds the whole scenario: nothing is lost
-        return written
-
-    def write_scenario(self, path: Path, scenario: Scenario, *, overwrite: bool) -> Path | None:
-        written = self._write_file(path, lambda: atomic_write(path, dump_yaml(scenario.to_dict()), overwrite=overwrite))
-        if written is not None:
-            self.saved_scenario = scenario
-            self.notify(f"Saved the scenario to {written.resolve()}", title="Scenario saved", markup=False)
-        return written
-
-    def _write_file(self, path: Path, write) -> Path | None:
-        """Run `write`; a refusal or a file-system error is shown, not raised."""
-        try:
-            return Path(write())
-        except SpecError as error:
-            self.notify(str(error), title="Not saved", severity="error", markup=False)
-        except OSError as error:
-            self.notify(f"{path}: {error.strerror or error}", title="Not saved", severity="error", markup=False)
-        except Exception as error:  # pragma: no cover - a bug, shown rather than raised
-            self.notify(f"{type(error).__name__}: {error}", title="Not saved", severity="error", markup=False)
-        return None
-
-    def action_what_if(self) -> None:
-        """w: the sensitivity view: does the top pick survive slower links or GPUs, another batch?"""
-        from amp_tui.tui.screens.sensitivity import SensitivityScreen
-
-        self.push_screen(SensitivityScreen(self.scenario))
-
-    def action_export(self) -> None:
-        try:
-            from amp_tui.tui.screens.export_picker import ExportScreen
-        except ImportError:  # pragma: no cover - the exports module ships with amp-tui
-            self.notify("Exports are not available in this build", severity="warning")
-            return
-        prediction = self._prediction_to_save()
-        if prediction is None:
-            return
-        self.push_screen(ExportScreen(self.result.scenario, prediction))
-
-    def action_calibrate(self) -> None:
-        """Fit the cost model to a measurements file and, when applied, plan with the fitted values."""
-        from amp_tui.tui.screens.calibrate import CalibrateScreen
-
-        def applied(scenario: Scenario | None) -> None:
-            if scenario is not None:
-                self.apply_scenario(scenario, "calibration")
-                self.notify(f"Calibrated: {scenario.calibration.source}", title="Calibration applied", markup=False)
-        self.push_screen(CalibrateScreen(self.scenario), applied)
 
     # -- command palette -------------------------------------------------------------------------
     def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
