@@ -1,1 +1,4 @@
-"""The Textual dashboard: a thin front end over amp_tui.core (see app.py)."""
+"""The Textual dashboard: a thin front end over amp_tui.core and amp_tui.serving (see app.py).
+
+May import: amp_tui, amp_tui.core, amp_tui.serving
+"""
