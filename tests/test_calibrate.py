@@ -22,18 +22,27 @@ import numpy as np
 import pytest
 
 from amp_tui.cli import main
-from amp_tui.core.calibration import calibrate as calibration
-from amp_tui.core.calibration.calibrate import (calibrate, calibrated_uncertainty, current_values, fit, information_log_det,
-                                    scenario_parameters, suggest, suggest_measurements, with_values)
 from amp_tui.core.base.errors import SpecError
-from amp_tui.core.search.evaluate import evaluate
-from amp_tui.core.calibration.measurements import Measurement, load_measurements, measurements_yaml, parse_measurements
-from amp_tui.core.spec.params import Calibration, bounds, prior
-from amp_tui.core.plans.planfile import load_plan, save_plan
-from amp_tui.core.spec.scenario import load_scenario, parse_scenario
-from amp_tui.core.search.search import search
-from amp_tui.core.spec.strategy import Strategy
 from amp_tui.core.base.yamlio import dump_yaml, load_yaml_file
+from amp_tui.core.calibration import calibrate as calibration
+from amp_tui.core.calibration.calibrate import (
+    calibrate,
+    calibrated_uncertainty,
+    current_values,
+    fit,
+    information_log_det,
+    scenario_parameters,
+    suggest,
+    suggest_measurements,
+    with_values,
+)
+from amp_tui.core.calibration.measurements import Measurement, load_measurements, measurements_yaml, parse_measurements
+from amp_tui.core.plans.planfile import load_plan, save_plan
+from amp_tui.core.search.evaluate import evaluate
+from amp_tui.core.search.search import search
+from amp_tui.core.spec.params import Calibration, bounds, prior
+from amp_tui.core.spec.scenario import load_scenario, parse_scenario
+from amp_tui.core.spec.strategy import Strategy
 
 # -- a synthetic model: 16 T4 GPUs over PCIe inside 4 nodes and Ethernet between them --------------
 
@@ -467,9 +476,9 @@ def test_calibrated_from_five_amp_runs_the_top_pick_is_the_measured_best():
     import random
 
     from amp_tui.core.calibration.calibrate import calibrate
+    from amp_tui.core.calibration.measurements import Measurement
     from amp_tui.core.costmodel.cost import CostModel
     from amp_tui.core.search.evaluate import evaluate
-    from amp_tui.core.calibration.measurements import Measurement
     from amp_tui.core.spec.scenario import load_scenario
     from amp_tui.core.validation.runs import load_runs, parse_run, source_key
 

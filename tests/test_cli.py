@@ -12,14 +12,14 @@ import pytest
 
 from amp_tui import __version__
 from amp_tui.cli import main
-from amp_tui.core.search.evaluate import evaluate
+from amp_tui.core.base.yamlio import dump_yaml
 from amp_tui.core.plans.planfile import load_plan
-from amp_tui.core.spec.presets import load_preset
-from amp_tui.core.spec.scenario import load_scenario
+from amp_tui.core.search.evaluate import evaluate
 from amp_tui.core.search.search import search
 from amp_tui.core.search.subclusters import search_parts
+from amp_tui.core.spec.presets import load_preset
+from amp_tui.core.spec.scenario import load_scenario
 from amp_tui.core.spec.strategy import Strategy
-from amp_tui.core.base.yamlio import dump_yaml
 
 PAPER = ("paper-homogeneous", "paper-het-cluster", "paper-het-model")
 STRATEGY_KEYS = ("tp", "pp", "dp", "micro_batch_size", "partition", "placement")

@@ -26,20 +26,25 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from amp_tui.core.costmodel.cost import CostModel
 from amp_tui.core.base.errors import SpecError
-from amp_tui.core.search.evaluate import evaluate
-from amp_tui.core.spec.knobs import resolve
+from amp_tui.core.costmodel.cost import CostModel
+from amp_tui.core.costmodel.placement import build_layout
 from amp_tui.core.plans.exports import EXPORT_FORMATS, export_plan
 from amp_tui.core.plans.exports.common import Export
 from amp_tui.core.plans.exports.deepspeed import deepspeed_zero_stage
-from amp_tui.core.plans.exports.megatron import (blocks_per_stage, expressible_splits, layer_partition, layout_string,
-                                           megatron_split)
-from amp_tui.core.costmodel.placement import build_layout
+from amp_tui.core.plans.exports.megatron import (
+    blocks_per_stage,
+    expressible_splits,
+    layer_partition,
+    layout_string,
+    megatron_split,
+)
 from amp_tui.core.plans.planfile import Plan, load_plan, save_plan
+from amp_tui.core.search.evaluate import evaluate
+from amp_tui.core.search.search import search
+from amp_tui.core.spec.knobs import resolve
 from amp_tui.core.spec.presets import load_preset, preset_names
 from amp_tui.core.spec.scenario import load_scenario, parse_scenario
-from amp_tui.core.search.search import search
 from amp_tui.core.spec.strategy import Strategy
 
 SCENARIOS = [name for name in preset_names("scenarios")

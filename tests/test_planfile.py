@@ -11,13 +11,12 @@ from hypothesis import strategies as st
 
 from amp_tui import __version__
 from amp_tui.core.base.errors import SpecError
+from amp_tui.core.base.yamlio import dump_yaml, load_yaml_file, load_yaml_text
+from amp_tui.core.plans.planfile import PLAN_FORMAT, Plan, is_plan, load_plan, plan_dict, prediction_changes, save_plan
 from amp_tui.core.search.evaluate import evaluate
-from amp_tui.core.plans.planfile import (PLAN_FORMAT, Plan, is_plan, load_plan, plan_dict, prediction_changes,
-                                   save_plan)
+from amp_tui.core.search.search import search
 from amp_tui.core.spec.presets import load_preset, preset_names
 from amp_tui.core.spec.scenario import load_scenario
-from amp_tui.core.search.search import search
-from amp_tui.core.base.yamlio import dump_yaml, load_yaml_file, load_yaml_text
 
 SCENARIOS = [name for name in preset_names("scenarios")
              if not name.startswith("bench-") and "training" in load_preset("scenarios", name)]

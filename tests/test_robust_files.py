@@ -18,11 +18,11 @@ from amp_tui.cli import main
 from amp_tui.core.base import atomic
 from amp_tui.core.base.atomic import atomic_write, write_files
 from amp_tui.core.base.errors import SpecError
+from amp_tui.core.base.yamlio import dump_yaml, load_yaml_text
 from amp_tui.core.plans.exports import EXPORT_FORMATS, export_plan
 from amp_tui.core.plans.planfile import load_plan, save_plan
-from amp_tui.core.spec.scenario import load_scenario
 from amp_tui.core.search.search import search
-from amp_tui.core.base.yamlio import dump_yaml, load_yaml_text
+from amp_tui.core.spec.scenario import load_scenario
 
 HOSTILE = "x\n)\ntouch PWNED\nY=("
 

@@ -7,11 +7,11 @@ import json
 import pytest
 
 from amp_tui.cli import main
-from amp_tui.core.search.evaluate import evaluate
+from amp_tui.core.base.yamlio import dump_yaml
 from amp_tui.core.plans.planfile import load_plan, save_plan
+from amp_tui.core.search.evaluate import evaluate
 from amp_tui.core.spec.scenario import load_scenario
 from amp_tui.core.spec.strategy import Strategy
-from amp_tui.core.base.yamlio import dump_yaml
 
 SCENARIO = "mixed-h100-a100-llama3-8b"      # 16 H100 then 16 A100 80 GB
 SHARES = [12] * 16 + [4] * 16

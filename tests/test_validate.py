@@ -13,11 +13,19 @@ from amp_tui.cli import main
 from amp_tui.core.search.evaluate import evaluate
 from amp_tui.core.spec.scenario import load_scenario, parse_scenario
 from amp_tui.core.validation import metrics
-from amp_tui.core.validation.bands import (BANDS_FILE, band_class, compute_bands, load_bands, uncertainty,
-                                           write_bands)
+from amp_tui.core.validation.bands import BANDS_FILE, band_class, compute_bands, load_bands, uncertainty, write_bands
 from amp_tui.core.validation.replay import report, run_validation
-from amp_tui.core.validation.runs import (AMP_OTHER, HONOURED, RUNS_FILE, SOURCE_KEYS, is_model_gap, load_cases,
-                                          load_runs, source_key, unsupported)
+from amp_tui.core.validation.runs import (
+    AMP_OTHER,
+    HONOURED,
+    RUNS_FILE,
+    SOURCE_KEYS,
+    is_model_gap,
+    load_cases,
+    load_runs,
+    source_key,
+    unsupported,
+)
 
 # Today's figures on the public set plus a small margin: MAPE and top-pick ceilings (fractions,
 # ratios) and Spearman floors per source and for the macro average, and the least runs each must replay (so that a

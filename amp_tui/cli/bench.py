@@ -17,10 +17,9 @@ def add_parser(sub) -> None:
 
 
 def run(args) -> int:
+    from amp_tui.core.base.limits import MAX_BENCH_RUNS
     from amp_tui.core.search.bench import BENCHMARKS, render_bench, run_bench
     from amp_tui.serving.bench import SERVING_BENCHMARKS, render_serving_bench, run_serving_bench
-
-    from amp_tui.core.base.limits import MAX_BENCH_RUNS
 
     if not 1 <= args.runs <= MAX_BENCH_RUNS:
         raise SpecError("--runs", args.runs, f"must be 1 to {MAX_BENCH_RUNS}")

@@ -138,9 +138,9 @@ def _partition_text(partition: tuple[int, ...]) -> str:
 
 
 def _suggest(args, scenario) -> int:
+    from amp_tui.core.base.units import format_bytes, format_seconds
     from amp_tui.core.calibration.calibrate import suggest_measurements
     from amp_tui.core.calibration.measurements import measurements_yaml
-    from amp_tui.core.base.units import format_bytes, format_seconds
 
     picked = suggest_measurements(scenario, args.suggest)
     header = SUGGEST_HEADER.format(name=scenario.name, count=args.suggest, scenario=args.scenario)

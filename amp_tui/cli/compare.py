@@ -14,11 +14,11 @@ def add_parser(sub) -> None:
 
 
 def run(args) -> int:
-    from amp_tui.core.plans.compare import compare
-    from amp_tui.core.costmodel.cost import CostModel
-    from amp_tui.core.search.evaluate import evaluate, parse_strategy_list
-    from amp_tui.core.plans.planfile import open_scenario
     from amp_tui.core.base.yamlio import load_yaml_file
+    from amp_tui.core.costmodel.cost import CostModel
+    from amp_tui.core.plans.compare import compare
+    from amp_tui.core.plans.planfile import open_scenario
+    from amp_tui.core.search.evaluate import evaluate, parse_strategy_list
 
     scenario, plan = open_scenario(args.scenario)
     strategies = ([plan.strategy] if plan is not None else []) + parse_strategy_list(

@@ -15,9 +15,9 @@ def add_parser(sub) -> None:
 
 
 def run(args) -> int:
-    from amp_tui.core.search.evaluate import evaluate, parse_strategy_list
-    from amp_tui.core.plans.planfile import open_scenario, prediction_changes
     from amp_tui.core.base.yamlio import load_yaml_file
+    from amp_tui.core.plans.planfile import open_scenario, prediction_changes
+    from amp_tui.core.search.evaluate import evaluate, parse_strategy_list
 
     scenario, plan = open_scenario(args.scenario)
     if plan is not None and not args.strategies:

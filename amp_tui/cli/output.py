@@ -140,8 +140,8 @@ def _stagetable(p) -> str:
 
 
 def render_search(result, top: int, objective=None, idle_search=None) -> str:
-    from amp_tui.core.search.orders import ORDERS_NOTE
     from amp_tui.core.base.units import format_seconds
+    from amp_tui.core.search.orders import ORDERS_NOTE
 
     st = result.stats
     scenario = result.scenario

@@ -31,8 +31,8 @@ def add_parser(sub) -> None:
 def run(args) -> int:
     from dataclasses import replace
 
-    from amp_tui.core.search.objective import Objective
     from amp_tui.core.plans.planfile import open_scenario
+    from amp_tui.core.search.objective import Objective
     from amp_tui.core.search.subclusters import search_parts
 
     if args.top is not None and args.top < 1:

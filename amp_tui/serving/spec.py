@@ -16,12 +16,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from amp_tui.core.base.errors import SpecError
+from amp_tui.core.base.units import parse_bandwidth, parse_int, parse_number
+from amp_tui.core.base.yamlio import load_yaml_file
 from amp_tui.core.spec.hardware import GPU
 from amp_tui.core.spec.model import Model, parse_model
 from amp_tui.core.spec.presets import load_preset, preset_names
 from amp_tui.core.spec.scenario import PRECISIONS, Cluster, parse_cluster
-from amp_tui.core.base.units import parse_bandwidth, parse_int, parse_number
-from amp_tui.core.base.yamlio import load_yaml_file
 
 DEFAULT_REGION = "default"
 TOKEN_ID_BYTES = 2           # what Helix sends per token between the coordinator and a machine

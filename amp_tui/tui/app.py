@@ -22,13 +22,13 @@ from textual.screen import Screen
 from textual.widgets import DataTable, TabbedContent, TabPane
 from textual.worker import Worker, WorkerState, get_current_worker
 
-from amp_tui.core.costmodel.prediction import Prediction
 from amp_tui.core.base.errors import Cancelled, SpecError
+from amp_tui.core.costmodel.prediction import Prediction
 from amp_tui.core.plans.planfile import open_scenario
-from amp_tui.core.spec.scenario import Scenario, parse_scenario
 from amp_tui.core.search.objective import Objective
 from amp_tui.core.search.search import Infeasible, SearchResult
 from amp_tui.core.search.subclusters import search_parts
+from amp_tui.core.spec.scenario import Scenario, parse_scenario
 from amp_tui.core.spec.strategy import Strategy
 from amp_tui.tui import edits
 from amp_tui.tui.actions.files import FileActions

@@ -12,11 +12,11 @@ from dataclasses import replace
 
 from amp_tui.core.base.errors import SpecError
 from amp_tui.core.base.limits import MAX_LAYERS
+from amp_tui.core.base.units import parse_int
 from amp_tui.core.spec.hardware import instance_catalog
 from amp_tui.core.spec.model import Model
-from amp_tui.core.spec.scenario import Scenario, parse_scenario
 from amp_tui.core.spec.presets import load_preset
-from amp_tui.core.base.units import parse_int
+from amp_tui.core.spec.scenario import Scenario, parse_scenario
 
 # Explicit-layer models may carry these shape keys beside their layers (see core/spec/model.py).
 EXPLICIT_SHAPE_KEYS = ("hidden_size", "num_layers", "num_heads", "vocab_size", "ffn_hidden_size", "num_kv_heads")
@@ -281,8 +281,8 @@ def plausibility_warning(scenario: Scenario, before: Scenario | None = None) -> 
 
 
 def _implausible(scenario: Scenario) -> list[str]:
-    from amp_tui.core.search.search import divisors
     from amp_tui.core.base.units import format_bandwidth
+    from amp_tui.core.search.search import divisors
 
     out = []
     for index, group in enumerate(scenario.cluster.nodes):

@@ -6,8 +6,8 @@ from collections.abc import Callable
 
 from textual.message import Message
 
-from amp_tui.core.spec.scenario import Scenario
 from amp_tui.core.search.search import SearchResult
+from amp_tui.core.spec.scenario import Scenario
 
 
 class ScenarioEdited(Message):

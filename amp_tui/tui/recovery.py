@@ -9,8 +9,8 @@ import time
 from pathlib import Path
 
 from amp_tui.core.base.atomic import atomic_write
-from amp_tui.core.spec.scenario import Scenario
 from amp_tui.core.base.yamlio import dump_yaml
+from amp_tui.core.spec.scenario import Scenario
 
 
 def recovery_folder() -> Path:

@@ -91,8 +91,8 @@ def brute_force_over_knobs(scn) -> dict:
     """{(tp, pp, dp, mbs, order, knobs): best time} over every technique combination the search
     tries, every candidate and every partition that fits."""
     from amp_tui.core.costmodel.cost import CostModel
-    from amp_tui.core.spec.knobs import knob_choices
     from amp_tui.core.search.search import enumerate_candidates
+    from amp_tui.core.spec.knobs import knob_choices
 
     best = {}
     for knobs in knob_choices(scn.training, scn.model):

@@ -4,12 +4,12 @@ of the 16-bit peak; Transformer Engine's fused attention runs at a GEMM's effici
 import numpy as np
 import pytest
 
-from amp_tui.core.costmodel.cost import CostModel
 from amp_tui.core.base.errors import SpecError
-from amp_tui.core.spec.hardware import gpu_catalog, parse_gpu
-from amp_tui.core.spec.scenario import parse_scenario
-from amp_tui.core.spec.params import ModelParams
+from amp_tui.core.costmodel.cost import CostModel
 from amp_tui.core.costmodel.terms.compute import attention_core, matmul_efficiency
+from amp_tui.core.spec.hardware import gpu_catalog, parse_gpu
+from amp_tui.core.spec.params import ModelParams
+from amp_tui.core.spec.scenario import parse_scenario
 
 
 def scenario(gpu: str, kernel: str | None, seq: int = 32768, flash: bool = True):

@@ -3,8 +3,8 @@
 from hypothesis import given
 from hypothesis import strategies as st
 
-from amp_tui.core.spec.chunks import interleaved_chunks, rank_partition
 from amp_tui.core.search.evaluate import evaluate
+from amp_tui.core.spec.chunks import interleaved_chunks, rank_partition
 from amp_tui.core.spec.scenario import load_scenario
 from amp_tui.core.spec.strategy import Strategy, parse_strategy
 

@@ -6,9 +6,9 @@ from dataclasses import replace
 
 import pytest
 
-from amp_tui.core.plans.compare import compare, explain, mfu, time_terms, tokens_per_s, Row
-from amp_tui.core.spec.scenario import load_scenario
+from amp_tui.core.plans.compare import Row, compare, explain, mfu, time_terms, tokens_per_s
 from amp_tui.core.search.search import search
+from amp_tui.core.spec.scenario import load_scenario
 
 
 @pytest.fixture(scope="module")

@@ -3,16 +3,16 @@ attention's exposed sends (terms/context.py), by hand."""
 
 import numpy as np
 import pytest
+from core_builders import IDEAL
 
 from amp_tui.core.costmodel.cost import CostModel
-from amp_tui.core.search.evaluate import evaluate
-from amp_tui.core.spec.knobs import resolve
 from amp_tui.core.costmodel.placement import Nodes
-from amp_tui.core.spec.scenario import parse_scenario
-from amp_tui.core.spec.strategy import Strategy
 from amp_tui.core.costmodel.terms.compute import attention_forward_time
 from amp_tui.core.costmodel.terms.context import exposed_ring_time, ring_steps
-from core_builders import IDEAL
+from amp_tui.core.search.evaluate import evaluate
+from amp_tui.core.spec.knobs import resolve
+from amp_tui.core.spec.scenario import parse_scenario
+from amp_tui.core.spec.strategy import Strategy
 
 
 def gpt(nodes: int = 1, network: str = "200 Gbps"):

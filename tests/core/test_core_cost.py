@@ -8,17 +8,18 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from amp_tui.core.costmodel.cost import CostModel
-from amp_tui.core.search.evaluate import evaluate
-from amp_tui.core.spec.knobs import resolve
-from amp_tui.core.spec.hardware import gpu_catalog
-from amp_tui.core.spec.params import FAMILIES
 from amp_tui.core.costmodel.terms.compute import layer_shapes
+from amp_tui.core.search.evaluate import evaluate
+from amp_tui.core.spec.hardware import gpu_catalog
+from amp_tui.core.spec.knobs import resolve
+from amp_tui.core.spec.params import FAMILIES
 
 GEMM_HALF_DIM = FAMILIES["gemm_half_dim"].default
-from amp_tui.core.spec.scenario import parse_scenario
-from amp_tui.core.search.search import enumerate_candidates
-from amp_tui.core.spec.strategy import Strategy
 from core_builders import GBPS, IDEAL, build, close, examples, layer, node, scenario_dicts, with_change
+
+from amp_tui.core.search.search import enumerate_candidates
+from amp_tui.core.spec.scenario import parse_scenario
+from amp_tui.core.spec.strategy import Strategy
 
 V100 = gpu_catalog()["V100"]
 T4 = gpu_catalog()["T4"]

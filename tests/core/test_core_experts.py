@@ -6,12 +6,16 @@ from __future__ import annotations
 import pytest
 
 from amp_tui.core.base.errors import SpecError
+from amp_tui.core.costmodel.terms.experts import (
+    alltoall_bytes_per_gpu,
+    alltoall_seconds,
+    expert_params_per_gpu,
+    expert_state_bytes_per_gpu,
+)
 from amp_tui.core.spec.model import parse_model
 from amp_tui.core.spec.scenario import load_scenario, parse_scenario
 from amp_tui.core.spec.strategy import Strategy, parse_strategy
 from amp_tui.core.spec.validity import _validate_ep, validate_strategy
-from amp_tui.core.costmodel.terms.experts import (alltoall_bytes_per_gpu, alltoall_seconds, expert_params_per_gpu,
-                                        expert_state_bytes_per_gpu)
 
 TINY = {"family": "llama", "hidden_size": 8, "num_layers": 2, "num_heads": 2, "num_kv_heads": 1,
         "ffn_hidden_size": 16, "sequence_length": 4, "vocab_size": 32}

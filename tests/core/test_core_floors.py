@@ -7,19 +7,19 @@ idle nodes) equals brute force."""
 import math
 
 import numpy as np
+from core_builders import IDEAL, brute_force, build, close, examples, layer, node, scenario_dict, scenario_dicts
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-from amp_tui.core.search import floors as floors_module
-from amp_tui.core.costmodel.cost import CostModel
-from amp_tui.core.spec.knobs import knob_choices
-from amp_tui.core.search.orders import MAX_LISTED
-from amp_tui.core.spec.scenario import parse_scenario
-from amp_tui.core.search.search import enumerate_candidates, search
-from amp_tui.core.search.order_floors import order_free_floors
-from amp_tui.core.search.floors import time_floors
-from core_builders import IDEAL, brute_force, build, close, examples, layer, node, scenario_dict, scenario_dicts
 from test_core_subclusters import _check_against_brute_force
+
+from amp_tui.core.costmodel.cost import CostModel
+from amp_tui.core.search import floors as floors_module
+from amp_tui.core.search.floors import time_floors
+from amp_tui.core.search.order_floors import order_free_floors
+from amp_tui.core.search.orders import MAX_LISTED
+from amp_tui.core.search.search import enumerate_candidates, search
+from amp_tui.core.spec.knobs import knob_choices
+from amp_tui.core.spec.scenario import parse_scenario
 
 KINDS = ("embedding", "block", "head", "other")
 

@@ -7,8 +7,8 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from amp_tui.core.costmodel.cost import CostModel
 from amp_tui.core.base.errors import SpecError
+from amp_tui.core.costmodel.cost import CostModel
 from amp_tui.core.spec.params import Calibration
 from amp_tui.core.spec.scenario import parse_scenario
 from amp_tui.core.validation.runs import load_runs, parse_run

@@ -5,18 +5,18 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from core_builders import GBPS, IDEAL, brute_force_over_knobs, close, examples, scenario_dicts
 from hypothesis import given, settings
 
-from amp_tui.core.costmodel.cost import CostModel
 from amp_tui.core.base.errors import SpecError
+from amp_tui.core.costmodel.cost import CostModel
+from amp_tui.core.costmodel.terms.sharding import sharding_group
 from amp_tui.core.search.evaluate import evaluate
+from amp_tui.core.search.search import enumerate_candidates, search
 from amp_tui.core.spec.knobs import Knobs, describe, expert_choices, knob_choices
 from amp_tui.core.spec.scenario import parse_scenario
-from amp_tui.core.search.search import enumerate_candidates, search
 from amp_tui.core.spec.strategy import Strategy, parse_strategy
 from amp_tui.core.spec.validity import validate_strategy
-from amp_tui.core.costmodel.terms.sharding import sharding_group
-from core_builders import GBPS, IDEAL, brute_force_over_knobs, close, examples, scenario_dicts
 
 INTRA, INTER = 300.0, 100.0    # GB/s inside a node, Gbps per node across
 
@@ -218,8 +218,8 @@ def test_compare_names_the_zero3_traffic_apart_from_tensor_parallelism():
 def test_memory_bound_counts_the_experts_one_gpu_keeps():
     """Mixtral 8x7B over ep 8 keeps an eighth of each MoE layer's experts per GPU: the search's
     necessary memory condition must not prune a candidate that has a fitting partition."""
-    from amp_tui.core.search.partition import best_partition
     from amp_tui.core.search.floors import memory_shortfall
+    from amp_tui.core.search.partition import best_partition
 
     scn = parse_scenario({"name": "m", "cluster": {"nodes": [{"count": 4, "gpu": "H100", "gpus_per_node": 8,
                                                               "intra_node_bandwidth": "450 GB/s",

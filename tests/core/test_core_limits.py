@@ -10,8 +10,8 @@ import pytest
 
 from amp_tui.core.base.errors import SpecError
 from amp_tui.core.base.limits import MAX_FILE_BYTES, MAX_GPUS, MAX_LAYERS, MAX_YAML_DEPTH
-from amp_tui.core.spec.scenario import load_scenario, parse_scenario
 from amp_tui.core.base.yamlio import load_yaml_file, load_yaml_text
+from amp_tui.core.spec.scenario import load_scenario, parse_scenario
 
 BASE = load_scenario("paper-het-cluster").to_dict()
 

@@ -4,8 +4,8 @@ through one interface share its achieved bandwidth (link_efficiency)."""
 import numpy as np
 import pytest
 
-from amp_tui.core.spec.params import FAMILIES
 from amp_tui.core.costmodel.placement import Nodes
+from amp_tui.core.spec.params import FAMILIES
 from amp_tui.core.spec.scenario import load_scenario
 
 LINE = 50e9 / 8          # g4dn.12xlarge: 50 Gbps

@@ -2,15 +2,15 @@
 tiny explicit-layer model, plus properties on generated ones."""
 
 import pytest
+from core_builders import IDEAL, build, examples, layer, node, scenario_dicts
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
+from amp_tui.core.base.units import format_bytes
 from amp_tui.core.costmodel.cost import CostModel
 from amp_tui.core.costmodel.memory import micro_batches_in_flight, state_bytes_per_param
-from amp_tui.core.spec.scenario import parse_scenario
 from amp_tui.core.search.search import divisors, enumerate_candidates
-from amp_tui.core.base.units import format_bytes
-from core_builders import IDEAL, build, examples, layer, node, scenario_dicts
+from amp_tui.core.spec.scenario import parse_scenario
 
 # Four uneven layers: (params, activation bytes, replicated part, output bytes, workspace bytes)
 LAYERS = [

@@ -4,13 +4,13 @@ order that gives it (checked against all permutations), without permuting every 
 import itertools
 
 import pytest
+from core_builders import build, examples, layer
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from amp_tui.core.search.orders import MAX_LISTED, MAX_ORDERS, node_orders
 from amp_tui.core.costmodel.placement import node_order
+from amp_tui.core.search.orders import MAX_LISTED, MAX_ORDERS, node_orders
 from amp_tui.core.search.search import enumerate_candidates, search
-from core_builders import build, examples, layer
 
 A = {"gpu": "V100", "gpus_per_node": 1, "intra_node_bandwidth": 100, "inter_node_bandwidth": 10}
 B = {"gpu": "T4", "gpus_per_node": 1, "intra_node_bandwidth": 50, "inter_node_bandwidth": 50}

@@ -7,18 +7,18 @@ from unittest import mock
 
 import numpy as np
 import pytest
+from core_builders import brute_force, build, close, compositions, examples, layer, node, scenario_dicts
 from hypothesis import assume, event, given, settings
 from hypothesis import strategies as st
 
-from amp_tui.core.search import partition, segment_dp, segment_memory, tables
 from amp_tui.core.costmodel.cost import CostModel
-from amp_tui.core.spec.knobs import default_knobs
+from amp_tui.core.search import partition, segment_dp, segment_memory, tables
 from amp_tui.core.search.partition import best_partition
-from amp_tui.core.search.tables import SegmentTables, cheapest_sends
-from amp_tui.core.search.segment_memory import partitions_fit
-from amp_tui.core.spec.scenario import load_scenario, parse_scenario
 from amp_tui.core.search.search import enumerate_candidates
-from core_builders import brute_force, build, close, compositions, examples, layer, node, scenario_dicts
+from amp_tui.core.search.segment_memory import partitions_fit
+from amp_tui.core.search.tables import SegmentTables, cheapest_sends
+from amp_tui.core.spec.knobs import default_knobs
+from amp_tui.core.spec.scenario import load_scenario, parse_scenario
 
 
 def test_compositions_helper():

@@ -5,16 +5,16 @@ large for brute force, with uneven layers, heterogeneous stages and binding memo
 import math
 
 import pytest
+from core_builders import close, compositions, examples, scenario_dicts
 from hypothesis import assume, event, given, settings
 from hypothesis import strategies as st
 
 from amp_tui.core.costmodel.cost import CostModel
 from amp_tui.core.search.partition import _bottleneck_exceeds, _solve_by_enumeration, _sum_and_tail_floors, solve
-from amp_tui.core.search.tables import SegmentTables
-from amp_tui.core.search.segment_dp import INF
-from amp_tui.core.spec.scenario import load_scenario, parse_scenario
 from amp_tui.core.search.search import enumerate_candidates
-from core_builders import close, compositions, examples, scenario_dicts
+from amp_tui.core.search.segment_dp import INF
+from amp_tui.core.search.tables import SegmentTables
+from amp_tui.core.spec.scenario import load_scenario, parse_scenario
 
 
 def reference_solve(tables: SegmentTables, upper_bound: float = INF) -> tuple[float, tuple[int, ...] | None]:

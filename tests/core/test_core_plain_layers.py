@@ -5,8 +5,8 @@ infers the tokens and width the efficiency model needs, and ranks as it does fro
 import pytest
 
 from amp_tui.core.search.evaluate import evaluate
-from amp_tui.core.spec.scenario import load_scenario, parse_scenario
 from amp_tui.core.search.search import search
+from amp_tui.core.spec.scenario import load_scenario, parse_scenario
 from amp_tui.core.spec.strategy import Strategy
 from amp_tui.core.validation.replay import run_validation
 from amp_tui.core.validation.runs import AMP_SCENARIO, load_runs, parse_run, source_key

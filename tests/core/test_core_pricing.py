@@ -3,15 +3,15 @@
 import math
 
 import pytest
+from core_builders import layer, node, scenario_dict
 
 from amp_tui.core.base.errors import SpecError
-from amp_tui.core.search.evaluate import evaluate
-from amp_tui.core.spec.hardware import instance_catalog
 from amp_tui.core.costmodel.pricing import cost_per_hour_usd, cost_unit, priced
-from amp_tui.core.spec.scenario import load_scenario, parse_scenario
+from amp_tui.core.search.evaluate import evaluate
 from amp_tui.core.search.search import search
+from amp_tui.core.spec.hardware import instance_catalog
+from amp_tui.core.spec.scenario import load_scenario, parse_scenario
 from amp_tui.core.spec.strategy import Strategy
-from core_builders import layer, node, scenario_dict
 
 PRICED = ("g4dn.12xlarge", "g4dn.metal", "p3.2xlarge", "p3.8xlarge", "p3.16xlarge", "p3dn.24xlarge",
           "p4d.24xlarge", "p4de.24xlarge", "p5.48xlarge", "g5.12xlarge", "g5.48xlarge", "g6.12xlarge",

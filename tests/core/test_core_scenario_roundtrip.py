@@ -2,10 +2,10 @@
 
 import numpy as np
 import pytest
+from core_builders import with_change
 
 from amp_tui.core.spec.presets import load_preset, preset_names
 from amp_tui.core.spec.scenario import load_scenario, parse_scenario
-from core_builders import with_change
 
 SCENARIOS = [n for n in preset_names("scenarios") if "training" in load_preset("scenarios", n)]  # serving ones: tests/serving
 

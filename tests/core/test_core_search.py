@@ -6,18 +6,18 @@ import math
 
 import numpy as np
 import pytest
+from core_builders import brute_force, build, close, examples, layer, node, scenario_dicts
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from amp_tui.core.costmodel.cost import CostModel
 from amp_tui.core.base.errors import Cancelled
+from amp_tui.core.costmodel.cost import CostModel
 from amp_tui.core.search.evaluate import evaluate
-from amp_tui.core.spec.scenario import load_scenario, parse_scenario
 from amp_tui.core.search.orders import node_orders
 from amp_tui.core.search.search import enumerate_candidates, search
+from amp_tui.core.spec.scenario import load_scenario, parse_scenario
 from amp_tui.core.spec.strategy import Strategy, even_partition
 from amp_tui.core.spec.validity import validate_strategy
-from core_builders import brute_force, build, close, examples, layer, node, scenario_dicts
 
 
 def _key(strategy: Strategy) -> tuple:

@@ -5,10 +5,18 @@ from __future__ import annotations
 import pytest
 
 from amp_tui.core.base.errors import Cancelled, SpecError
-from amp_tui.core.spec.scenario import load_scenario
+from amp_tui.core.plans.sensitivity import (
+    Case,
+    Sensitivity,
+    _scale_batch,
+    _scale_gpu,
+    _scale_group,
+    knobs,
+    render,
+    sensitivity,
+)
 from amp_tui.core.search.search import search
-from amp_tui.core.plans.sensitivity import (Case, Sensitivity, _scale_batch, _scale_gpu, _scale_group, knobs, render,
-                                      sensitivity)
+from amp_tui.core.spec.scenario import load_scenario
 
 
 @pytest.fixture(scope="module")

@@ -5,19 +5,19 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
+from core_builders import GBPS, IDEAL, brute_force_over_knobs, build, close, examples, layer, node, scenario_dicts
 from hypothesis import given, settings
 
-from amp_tui.core.costmodel.cost import CostModel
 from amp_tui.core.base.errors import SpecError
+from amp_tui.core.costmodel.cost import CostModel
+from amp_tui.core.costmodel.terms.compute import attention_core
 from amp_tui.core.search.evaluate import evaluate
+from amp_tui.core.search.search import search
 from amp_tui.core.spec.knobs import Knobs, knob_choices, resolve
 from amp_tui.core.spec.presets import load_preset
 from amp_tui.core.spec.scenario import parse_scenario
-from amp_tui.core.search.search import search
 from amp_tui.core.spec.strategy import Strategy
 from amp_tui.core.spec.validity import validate_strategy
-from amp_tui.core.costmodel.terms.compute import attention_core
-from core_builders import GBPS, IDEAL, brute_force_over_knobs, build, close, examples, layer, node, scenario_dicts
 
 LAYER = dict(params=1e6, flops=1e9, activation_bytes=1e6, output_bytes=4e6, tokens=1024, width=1024)
 
@@ -283,7 +283,12 @@ def _llama_block(precision: str, gpu: str = "H100"):
 def test_low_precision_runs_linear_layers_at_its_peak_and_the_attention_core_in_bf16(precision, gpu):
     """By hand on one block: linear FLOPs at the fp8 (NVFP4) peak x fp8_efficiency
     (fp4_efficiency), attention FLOPs at bf16; activations kept as Transformer Engine's casts."""
-    from amp_tui.core.costmodel.terms.compute import FP8_ACTIVATION_SHARE, activation_terms, analytic_forward, matmul_efficiency
+    from amp_tui.core.costmodel.terms.compute import (
+        FP8_ACTIVATION_SHARE,
+        activation_terms,
+        analytic_forward,
+        matmul_efficiency,
+    )
     scn, gpu, params, model = _llama_block(precision, gpu)
     assert precision in gpu.precisions and gpu.peak_flops(precision) > gpu.peak_flops("bf16")
     low, bf16 = (analytic_forward(model, gpu, p, params, 1, 1, False, 1.0) for p in (precision, "bf16"))

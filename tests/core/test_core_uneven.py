@@ -10,15 +10,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from amp_tui.core.costmodel.cost import CostModel
 from amp_tui.core.base.errors import SpecError
-from amp_tui.core.search.evaluate import evaluate
-from amp_tui.core.spec.scenario import load_scenario, parse_scenario
+from amp_tui.core.costmodel.cost import CostModel
 from amp_tui.core.costmodel.shares import ReplicaTimes, best_shares, predict_with_shares
 from amp_tui.core.costmodel.stagewise import StageWise
+from amp_tui.core.costmodel.terms import shares as terms
+from amp_tui.core.search.evaluate import evaluate
+from amp_tui.core.spec.scenario import load_scenario, parse_scenario
 from amp_tui.core.spec.strategy import Strategy, parse_strategy
 from amp_tui.core.spec.validity import validate_strategy
-from amp_tui.core.costmodel.terms import shares as terms
 from tests.core.core_builders import (
     IDEAL,
     brute_force,

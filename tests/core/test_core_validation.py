@@ -4,13 +4,13 @@
 from dataclasses import replace
 
 import pytest
+from core_builders import with_change
 
 from amp_tui.core.base.errors import SpecError
 from amp_tui.core.search.evaluate import evaluate
 from amp_tui.core.spec.scenario import load_scenario, parse_scenario
 from amp_tui.core.spec.strategy import Strategy, parse_strategy
 from amp_tui.core.spec.validity import validate_strategy
-from core_builders import with_change
 
 # Explicit layers (gpt2-medium with measured profiles), two node groups given by instance.
 HET = load_scenario("paper-het-cluster").to_dict()

@@ -25,11 +25,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from amp_tui.cli import main
+from amp_tui.core.base.yamlio import dump_yaml, load_yaml_text
 from amp_tui.core.plans.exports import export_plan
 from amp_tui.core.plans.planfile import load_plan, save_plan
-from amp_tui.core.spec.scenario import load_scenario
 from amp_tui.core.search.search import search
-from amp_tui.core.base.yamlio import dump_yaml, load_yaml_text
+from amp_tui.core.spec.scenario import load_scenario
 
 CORPUS = Path(__file__).parent / "corpus"
 BASE = load_scenario("paper-homogeneous").to_dict()

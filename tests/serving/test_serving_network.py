@@ -2,11 +2,11 @@
 
 import numpy as np
 import pytest
+from serving_builders import scenario
 
 from amp_tui.serving.network import build_network, coverage, max_flow
-from amp_tui.serving.routes import decompose
 from amp_tui.serving.placement import Placement
-from serving_builders import scenario
+from amp_tui.serving.routes import decompose
 
 
 def test_two_stage_pipeline_with_parallel_machines():

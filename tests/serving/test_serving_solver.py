@@ -4,10 +4,10 @@ import itertools
 
 import numpy as np
 import pytest
+from serving_builders import scenario
 
 from amp_tui.serving.network import build_network, max_flow
 from amp_tui.serving.solver import solve, upper_bound
-from serving_builders import scenario
 
 
 def _brute_force(net) -> float:

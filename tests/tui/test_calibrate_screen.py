@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from textual.widgets import Button, DataTable, Input
 
+from amp_tui.core.base.yamlio import dump_yaml
 from amp_tui.core.calibration import calibrate as calibration
 from amp_tui.core.search.evaluate import evaluate
 from amp_tui.core.search.search import search
-from amp_tui.core.base.yamlio import dump_yaml
 from amp_tui.tui.screens.calibrate import CalibrateScreen
 
 from .conftest import settle

@@ -7,14 +7,13 @@ from pathlib import Path
 import pytest
 from textual.widgets import DataTable, Input, SelectionList
 
-from amp_tui.core.spec.scenario import load_scenario
 from amp_tui.core.base.yamlio import load_yaml_file
+from amp_tui.core.spec.scenario import load_scenario
 from amp_tui.tui.screens.column_picker import ColumnPickerScreen
 from amp_tui.tui.screens.edit_value import EditValueScreen
 from amp_tui.tui.screens.sensitivity import SensitivityScreen, WhatIfChart
 from amp_tui.tui.widgets.compare_view import CompareView
-from amp_tui.tui.widgets.strategy_table import (StrategyTable, abbreviate_partition, abbreviate_placement,
-                                                has_prices)
+from amp_tui.tui.widgets.strategy_table import StrategyTable, abbreviate_partition, abbreviate_placement, has_prices
 
 from .conftest import settle
 

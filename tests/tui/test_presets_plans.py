@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from textual.widgets import Input
 
-from amp_tui.core.spec.scenario import load_scenario, parse_scenario
 from amp_tui.core.base.yamlio import load_yaml_file
+from amp_tui.core.spec.scenario import load_scenario, parse_scenario
 from amp_tui.tui.app import AmpApp, load_target
 from amp_tui.tui.screens.confirm import ConfirmScreen
 from amp_tui.tui.screens.preset_picker import PresetPickerScreen
@@ -174,8 +174,9 @@ async def test_infeasible_strategies_on_request(make_app):
 
 async def test_export_shows_text_and_writes_files(make_app, tmp_path):
     pytest.importorskip("amp_tui.core.plans.exports")
-    from amp_tui.tui.screens.export_picker import ExportScreen
     from textual.widgets import TextArea
+
+    from amp_tui.tui.screens.export_picker import ExportScreen
 
     app = make_app("paper-het-cluster")
     async with app.run_test(size=(120, 40)) as pilot:

@@ -6,8 +6,8 @@ from dataclasses import replace
 
 import pytest
 
-from amp_tui.core.spec.scenario import load_scenario
 from amp_tui.core.search.search import search
+from amp_tui.core.spec.scenario import load_scenario
 from amp_tui.tui.edits import set_layer_field
 from amp_tui.tui.screens.save_dialog import default_plan_name
 from amp_tui.tui.widgets.stage_bars import stage_lines

@@ -24,14 +24,14 @@ from datetime import datetime, timezone
 import numpy as np
 from scipy.optimize import least_squares
 
-from amp_tui.core.costmodel.cost import CostModel
 from amp_tui.core.base.errors import SpecError
-from amp_tui.core.search.evaluate import evaluate
+from amp_tui.core.base.units import format_bytes
 from amp_tui.core.calibration.measurements import Measurement
+from amp_tui.core.costmodel.cost import CostModel
+from amp_tui.core.search.evaluate import evaluate
 from amp_tui.core.spec.params import Calibration, bounds, parameter_names, prior, split_name
 from amp_tui.core.spec.scenario import Scenario
 from amp_tui.core.spec.strategy import KNOB_FIELDS
-from amp_tui.core.base.units import format_bytes
 
 Predict = Callable[[dict[str, float], Measurement], tuple[float, float]]
 
@@ -393,9 +393,9 @@ def suggest_measurements(scenario: Scenario, count: int) -> list[tuple[Measureme
     """`count` runs worth measuring, each (run with iteration_time_s blank, predicted seconds,
     predicted peak bytes): feasible strategies of the search's enumeration with their best
     partition, chosen by `suggest`."""
-    from amp_tui.core.spec.knobs import fixed_knobs, resolve
     from amp_tui.core.search.partition import best_partition
     from amp_tui.core.search.search import enumerate_candidates
+    from amp_tui.core.spec.knobs import fixed_knobs, resolve
 
     if count < 1:
         raise SpecError("--suggest", count, "must be at least 1")

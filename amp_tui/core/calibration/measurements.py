@@ -19,11 +19,11 @@ from pathlib import Path
 import yaml
 
 from amp_tui.core.base.errors import SpecError
+from amp_tui.core.base.units import parse_bytes, parse_number
+from amp_tui.core.base.yamlio import load_yaml_file
 from amp_tui.core.spec.scenario import Scenario
 from amp_tui.core.spec.strategy import KNOB_FIELDS, Strategy, parse_strategy
 from amp_tui.core.spec.validity import validate_strategy
-from amp_tui.core.base.units import parse_bytes, parse_number
-from amp_tui.core.base.yamlio import load_yaml_file
 
 MEASURED_FIELDS = ("iteration_time_s", "peak_memory", "out_of_memory")
 STRATEGY_FIELDS = ("tp", "pp", "dp", "micro_batch_size", "partition", "placement", *KNOB_FIELDS)

@@ -24,18 +24,22 @@ The same arrays serve `evaluate` and the partition search, so a searched plan re
 
 from __future__ import annotations
 
-
 import numpy as np
 
-from amp_tui.core.spec.knobs import Knobs
 from amp_tui.core.base.lazy import cached_property
-from amp_tui.core.costmodel.memory import (MemoryBreakdown, StateBytes, optimizer_traffic_per_param, state_bytes_per_param)
+from amp_tui.core.costmodel.layer_times import LayerTimes
+from amp_tui.core.costmodel.memory import (
+    MemoryBreakdown,
+    StateBytes,
+    optimizer_traffic_per_param,
+    state_bytes_per_param,
+)
 from amp_tui.core.costmodel.placement import Layout, Nodes, build_layout
+from amp_tui.core.costmodel.prediction import Prediction, StagePrediction, memory_reason
+from amp_tui.core.costmodel.terms import sharding
+from amp_tui.core.spec.knobs import Knobs
 from amp_tui.core.spec.scenario import Scenario
 from amp_tui.core.spec.strategy import Strategy
-from amp_tui.core.costmodel.terms import sharding
-from amp_tui.core.costmodel.prediction import Prediction, StagePrediction, memory_reason
-from amp_tui.core.costmodel.layer_times import LayerTimes
 
 # Gradients are all-reduced in buckets of this size (PyTorch DDP's 25 MB; Megatron's are similar):
 # each bucket pays the ring's per-message latency.

@@ -8,12 +8,11 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from amp_tui.core.costmodel.prediction import Prediction
 from amp_tui.core.costmodel.placement import placement_label
+from amp_tui.core.costmodel.prediction import Prediction
 from amp_tui.core.costmodel.pricing import priced, used_nodes
 from amp_tui.core.spec.scenario import Scenario
 from amp_tui.core.spec.strategy import Strategy
-
 
 
 def part_scenario(scenario: Scenario, counts) -> tuple[Scenario, tuple[int, ...]]:

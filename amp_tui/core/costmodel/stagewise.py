@@ -35,16 +35,16 @@ from functools import cached_property
 import numpy as np
 
 from amp_tui.core.costmodel.cost import DP_BUCKET_BYTES, CostModel, backward_overlap, exposed_allreduce
-from amp_tui.core.costmodel.prediction import Prediction, StagePrediction, memory_reason
 from amp_tui.core.costmodel.memory import (
     MemoryBreakdown,
     optimizer_traffic_per_param,
     state_bytes_per_param,
 )
 from amp_tui.core.costmodel.placement import Nodes
+from amp_tui.core.costmodel.prediction import Prediction, StagePrediction, memory_reason
+from amp_tui.core.costmodel.terms.sharding import zero3_ring
 from amp_tui.core.spec.scenario import Scenario
 from amp_tui.core.spec.strategy import Strategy
-from amp_tui.core.costmodel.terms.sharding import zero3_ring
 
 INF = float("inf")
 MAX_SOLVES = 4000     # DPs per partition search before settling for the best found (then not exact)

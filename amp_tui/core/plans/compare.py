@@ -24,10 +24,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from amp_tui.core.base.units import format_bandwidth, format_bytes, format_seconds
 from amp_tui.core.costmodel.cost import CostModel
 from amp_tui.core.costmodel.prediction import Prediction
 from amp_tui.core.spec.scenario import Scenario
-from amp_tui.core.base.units import format_bandwidth, format_bytes, format_seconds
 
 # A contributor is named in the sentence when it is at least this share of the largest difference.
 NAMED_SHARE = 0.25

@@ -26,13 +26,13 @@ from pathlib import Path
 import numpy as np
 
 from amp_tui import __version__
-from amp_tui.core.costmodel.prediction import Prediction
 from amp_tui.core.base.errors import SpecError, one_line
+from amp_tui.core.base.units import format_bytes
+from amp_tui.core.base.yamlio import atomic_write, dump_yaml, load_yaml_file
+from amp_tui.core.costmodel.prediction import Prediction
 from amp_tui.core.spec.scenario import Scenario, load_scenario, parse_scenario, scenario_from_file
 from amp_tui.core.spec.strategy import Strategy, parse_strategy
 from amp_tui.core.spec.validity import validate_strategy
-from amp_tui.core.base.units import format_bytes
-from amp_tui.core.base.yamlio import atomic_write, dump_yaml, load_yaml_file
 
 PLAN_FORMAT = "amp-tui/plan/1"
 _FORMAT_PREFIX = "amp-tui/plan/"

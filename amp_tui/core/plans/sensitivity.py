@@ -13,12 +13,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
+from amp_tui.core.base.errors import Cancelled, SpecError
 from amp_tui.core.costmodel.cost import CostModel
 from amp_tui.core.costmodel.prediction import Prediction
-from amp_tui.core.base.errors import Cancelled, SpecError
 from amp_tui.core.search.evaluate import evaluate
-from amp_tui.core.spec.scenario import Scenario
 from amp_tui.core.search.search import SearchResult, search
+from amp_tui.core.spec.scenario import Scenario
 from amp_tui.core.spec.strategy import Strategy
 
 SPEED_FACTORS = (0.5, 0.8, 0.9, 1.1, 1.2, 1.5)

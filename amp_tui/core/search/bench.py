@@ -12,10 +12,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from amp_tui.core.costmodel.layer_times import clear_shared_caches
-from amp_tui.core.spec.scenario import load_scenario
 from amp_tui.core.search.search import search
 from amp_tui.core.search.subclusters import search_parts
-
+from amp_tui.core.spec.scenario import load_scenario
 
 CANCEL_TARGET_S = 0.050   # a cancelled search returns within this long of the check turning true
 # reference_work's median on the 2-core development VM in its fastest phase, where the README's

@@ -2,18 +2,17 @@
 
 from __future__ import annotations
 
-from amp_tui.core.costmodel.cost import CostModel
-from amp_tui.core.costmodel.prediction import Prediction
 from amp_tui.core.base.errors import SpecError
-from amp_tui.core.spec.knobs import resolve
 from amp_tui.core.base.limits import MAX_STRATEGIES
-from amp_tui.core.costmodel.pricing import priced
+from amp_tui.core.costmodel.cost import CostModel
+from amp_tui.core.costmodel.parts import part_scenario, to_part, to_whole
+from amp_tui.core.costmodel.prediction import Prediction
+from amp_tui.core.costmodel.pricing import priced, used_nodes
+from amp_tui.core.costmodel.shares import predict_with_shares
+from amp_tui.core.spec.knobs import resolve
 from amp_tui.core.spec.scenario import Scenario
 from amp_tui.core.spec.strategy import Strategy, even_partition, parse_strategy
 from amp_tui.core.spec.validity import validate_strategy
-from amp_tui.core.costmodel.pricing import used_nodes
-from amp_tui.core.costmodel.parts import part_scenario, to_part, to_whole
-from amp_tui.core.costmodel.shares import predict_with_shares
 
 
 def rank_order(scenario: Scenario) -> tuple[int, ...]:

@@ -12,8 +12,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from amp_tui.core.costmodel.prediction import Prediction
 from amp_tui.core.base.errors import SpecError
+from amp_tui.core.costmodel.prediction import Prediction
 from amp_tui.core.spec.scenario import Scenario
 
 OBJECTIVES = ("time", "cost")

@@ -55,12 +55,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from amp_tui.core.costmodel.cost import Candidate
 from amp_tui.core.base.errors import Cancelled
-from amp_tui.core.spec.strategy import even_partition
-from amp_tui.core.search.segment_memory import partition_fits, partitions_fit
+from amp_tui.core.costmodel.cost import Candidate
 from amp_tui.core.search.segment_dp import INF
+from amp_tui.core.search.segment_memory import partition_fits, partitions_fit
 from amp_tui.core.search.tables import SegmentTables, cheapest_sends
+from amp_tui.core.spec.strategy import even_partition
 
 CAP_MIN_CELLS = 2**16      # smaller tables cost less than the even split's time, to cap them with
 REBUILD_SHARE = 0.5        # solve cuts its tables again at its first partitions' time if they shrink this much

@@ -35,14 +35,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from amp_tui.core.costmodel.cost import CostModel
-from amp_tui.core.costmodel.prediction import Prediction
 from amp_tui.core.base.errors import Cancelled
-from amp_tui.core.search.objective import Objective
-from amp_tui.core.spec.scenario import Scenario
-from amp_tui.core.search.search import SearchResult, SearchStats, search
+from amp_tui.core.costmodel.cost import CostModel
 from amp_tui.core.costmodel.parts import part_scenario, to_whole
+from amp_tui.core.costmodel.prediction import Prediction
+from amp_tui.core.search.objective import Objective
 from amp_tui.core.search.part_bounds import part_bounds
+from amp_tui.core.search.search import SearchResult, SearchStats, search
+from amp_tui.core.spec.scenario import Scenario
 
 MAX_PARTS = 200_000     # node-count vectors bounded in full
 MAX_SEARCHES = 32       # parts searched before settling for the best found and a stated gap ...

@@ -26,14 +26,14 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, replace
 
+from amp_tui.core.base.errors import SpecError
 from amp_tui.core.costmodel.cost import CostModel
 from amp_tui.core.costmodel.prediction import Prediction
-from amp_tui.core.base.errors import SpecError
-from amp_tui.core.spec.knobs import resolve
-from amp_tui.core.search.objective import Objective
 from amp_tui.core.costmodel.pricing import priced, used_nodes
-from amp_tui.core.spec.scenario import Scenario
+from amp_tui.core.search.objective import Objective
 from amp_tui.core.search.search import SearchResult
+from amp_tui.core.spec.knobs import resolve
+from amp_tui.core.spec.scenario import Scenario
 
 INF = float("inf")
 
@@ -191,11 +191,11 @@ def _per_stage(scenario: Scenario, cost: CostModel, strategy, time_s: float) -> 
 
 def _shares_beyond(scenario: Scenario, best: Prediction) -> tuple[list[Prediction], int]:
     """Strategies with batch shares among candidates whose replicas run on different GPU types."""
+    from amp_tui.core.costmodel.parts import part_scenario, to_part, to_whole
+    from amp_tui.core.costmodel.shares import best_shares, predict_with_shares, replicas_differ
     from amp_tui.core.search.orders import NodeOrders
     from amp_tui.core.search.partition import best_partition
     from amp_tui.core.search.search import enumerate_candidates
-    from amp_tui.core.costmodel.shares import best_shares, predict_with_shares, replicas_differ
-    from amp_tui.core.costmodel.parts import part_scenario, to_part, to_whole
 
     if best.strategy.per_stage or best.strategy.batch_shares:
         return [], 0

@@ -15,8 +15,8 @@ experts and back (all-to-all dispatch and combine) under expert parallelism.
 from __future__ import annotations
 
 from amp_tui.core.base.errors import SpecError
-from amp_tui.core.spec.layers import LOSS_WORKSPACE_PER_LOGIT, Layer
 from amp_tui.core.base.units import parse_int
+from amp_tui.core.spec.layers import LOSS_WORKSPACE_PER_LOGIT, Layer
 
 FAMILIES = ("gpt", "llama", "bert")
 

@@ -6,8 +6,8 @@ from dataclasses import dataclass
 
 from amp_tui.core.base.errors import SpecError
 from amp_tui.core.base.limits import MAX_TEXT_CHARS, check_name
-from amp_tui.core.spec.presets import catalog
 from amp_tui.core.base.units import exact_bandwidth, exact_bytes, parse_bandwidth, parse_bytes, parse_number
+from amp_tui.core.spec.presets import catalog
 
 
 @dataclass(frozen=True)

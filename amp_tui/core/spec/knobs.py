@@ -8,8 +8,8 @@ states them or inherits the training section's. `Knobs` is the resolved set the 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 import math
+from dataclasses import dataclass
 from itertools import product
 
 from amp_tui.core.spec.model import Model

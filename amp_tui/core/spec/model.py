@@ -16,10 +16,10 @@ import numpy as np
 
 from amp_tui.core.base.errors import SpecError
 from amp_tui.core.base.limits import MAX_LAYERS, MAX_TEXT_CHARS, check_figure, check_name
-from amp_tui.core.spec.presets import load_preset
 from amp_tui.core.base.units import parse_bytes, parse_int, parse_number
 from amp_tui.core.spec.families import FAMILIES, build_family
-from amp_tui.core.spec.layers import LAYER_KINDS, LOSS_WORKSPACE_PER_LOGIT, Layer, LAYER_NUMBERS, REQUIRED_NUMBERS
+from amp_tui.core.spec.layers import LAYER_KINDS, LAYER_NUMBERS, LOSS_WORKSPACE_PER_LOGIT, REQUIRED_NUMBERS, Layer
+from amp_tui.core.spec.presets import load_preset
 
 
 @dataclass(frozen=True)

@@ -9,13 +9,13 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from amp_tui.core.base.errors import SpecError
-from amp_tui.core.spec.hardware import GPU, gpu_catalog, instance_catalog, parse_gpu
 from amp_tui.core.base.limits import MAX_GPUS, MAX_TEXT_CHARS, check_name
+from amp_tui.core.base.units import exact_bandwidth, exact_bytes, parse_bandwidth, parse_bytes, parse_int, parse_number
+from amp_tui.core.base.yamlio import load_yaml_file, path_exists
+from amp_tui.core.spec.hardware import GPU, gpu_catalog, instance_catalog, parse_gpu
 from amp_tui.core.spec.model import Model, parse_model
 from amp_tui.core.spec.params import FRAMEWORKS, LINK_CLASSES, Calibration, ModelParams, parse_calibration
 from amp_tui.core.spec.presets import load_preset, preset_names
-from amp_tui.core.base.units import exact_bandwidth, exact_bytes, parse_bandwidth, parse_bytes, parse_int, parse_number
-from amp_tui.core.base.yamlio import load_yaml_file, path_exists
 
 # Bytes per element of weights and activations; fp8 and fp4 (NVFP4) train with bf16 tensors and
 # low-precision matrix multiplies.

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from amp_tui.core.spec.chunks import interleaved_chunks, rank_partition
 from amp_tui.core.base.errors import SpecError
 from amp_tui.core.base.limits import MAX_WHOLE_NUMBER
-from amp_tui.core.spec.scenario import RECOMPUTE, ZERO_STAGES
 from amp_tui.core.base.units import parse_int
+from amp_tui.core.spec.chunks import interleaved_chunks, rank_partition
+from amp_tui.core.spec.scenario import RECOMPUTE, ZERO_STAGES
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,6 @@ from amp_tui.core.spec.scenario import Scenario
 from amp_tui.core.spec.strategy import Strategy
 
 
-
 def validate_strategy(scenario: Scenario, strategy: Strategy, field: str = "strategy") -> None:
     """Raise SpecError (field, value, what is allowed) unless the strategy can run on the scenario."""
     gpus = used_gpus(scenario, strategy, field)

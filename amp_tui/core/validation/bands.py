@@ -14,10 +14,10 @@ from functools import cache
 from pathlib import Path
 
 from amp_tui.core.base.errors import SpecError
+from amp_tui.core.base.yamlio import atomic_write, dump_yaml, load_yaml_file
 from amp_tui.core.spec.scenario import Scenario
 from amp_tui.core.validation import metrics
 from amp_tui.core.validation.replay import Replayed, Validation
-from amp_tui.core.base.yamlio import atomic_write, dump_yaml, load_yaml_file
 
 BANDS_FILE = Path(__file__).resolve().parent.parent.parent / "data" / "error_bands.yaml"
 QUANTILE = 0.68

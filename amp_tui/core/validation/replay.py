@@ -10,11 +10,11 @@ import time
 from collections import Counter, defaultdict
 from dataclasses import dataclass, replace
 
+from amp_tui.core.base.errors import SpecError
 from amp_tui.core.costmodel.cost import CostModel
 from amp_tui.core.costmodel.prediction import Prediction
-from amp_tui.core.spec.scenario import AUTO
-from amp_tui.core.base.errors import SpecError
 from amp_tui.core.search.evaluate import evaluate
+from amp_tui.core.spec.scenario import AUTO
 from amp_tui.core.validation import metrics
 from amp_tui.core.validation.runs import SOURCE_KEYS, ReplayCase, is_model_gap, load_cases, unsupported
 

@@ -18,14 +18,24 @@ from pathlib import Path
 import yaml
 
 from amp_tui.core.base.errors import SpecError, one_line
-from amp_tui.core.spec.hardware import instance_catalog
 from amp_tui.core.base.limits import MAX_GPUS, MAX_RUNS_FILE_BYTES
-from amp_tui.core.spec.scenario import AUTO, Scenario, load_scenario, parse_scenario
-from amp_tui.core.spec.strategy import Strategy, even_partition, per_stage_degrees, varying_degrees
 from amp_tui.core.base.units import parse_int
 from amp_tui.core.base.yamlio import read_text_file
+from amp_tui.core.spec.hardware import instance_catalog
+from amp_tui.core.spec.scenario import AUTO, Scenario, load_scenario, parse_scenario
+from amp_tui.core.spec.strategy import Strategy, even_partition, per_stage_degrees, varying_degrees
 from amp_tui.core.validation.cluster_labels import catalog_gpu, cluster_spec, gpu_mix
-from amp_tui.core.validation.training_labels import read_attention_kernel, read_framework, read_fused_loss, model_flops_per_token, model_spec, read_precision, read_recompute, read_tp_comm_overlap, read_zero_stage
+from amp_tui.core.validation.training_labels import (
+    model_flops_per_token,
+    model_spec,
+    read_attention_kernel,
+    read_framework,
+    read_fused_loss,
+    read_precision,
+    read_recompute,
+    read_tp_comm_overlap,
+    read_zero_stage,
+)
 
 # What the cost model honours today, per technique. The harness maps every run's techniques in
 # full; widening one of these sets (e.g. adding "fp8" or 3) is all it takes to replay the runs

@@ -93,7 +93,7 @@ class FileActions:
         return chosen
 
     def write_plan(self, path: Path, scenario: Scenario, prediction: Prediction, *, overwrite: bool) -> Path | None:
-        from amp_tui.core.plans.planfile import save_plan   # on first save: keeps start-up fast
+        from amp_tui.core.plans.planfile import save_plan  # on first save: keeps start-up fast
 
         written = self._write_file(path, lambda: save_plan(path, scenario, prediction, overwrite=overwrite))
         if written is not None:

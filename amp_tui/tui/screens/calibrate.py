@@ -18,11 +18,11 @@ from textual.screen import ModalScreen
 from textual.widgets import Button, DataTable, Input, Static
 from textual.worker import Worker, WorkerState
 
-from amp_tui.core.calibration.calibrate import Calibrated, calibrate, calibrated_uncertainty
 from amp_tui.core.base.errors import SpecError
+from amp_tui.core.base.units import format_seconds
+from amp_tui.core.calibration.calibrate import Calibrated, calibrate, calibrated_uncertainty
 from amp_tui.core.calibration.measurements import load_measurements
 from amp_tui.core.spec.scenario import Scenario
-from amp_tui.core.base.units import format_seconds
 
 
 def _percent(log_ratio: float | None) -> str:

@@ -12,15 +12,15 @@ from textual.screen import ModalScreen
 from textual.widgets import Footer, OptionList, Static, TextArea
 from textual.widgets.option_list import Option
 
-from amp_tui.core.costmodel.prediction import Prediction
 from amp_tui.core.base.errors import SpecError
+from amp_tui.core.base.yamlio import atomic_write
+from amp_tui.core.costmodel.prediction import Prediction
 from amp_tui.core.plans.exports import EXPORT_FORMATS, export_plan
 from amp_tui.core.plans.exports.common import Export
 from amp_tui.core.plans.planfile import Plan
 from amp_tui.core.spec.scenario import Scenario
-from amp_tui.core.base.yamlio import atomic_write
-from amp_tui.tui.screens.confirm import ConfirmScreen
 from amp_tui.tui.format import format_seconds
+from amp_tui.tui.screens.confirm import ConfirmScreen
 from amp_tui.tui.screens.edit_value import EditValueScreen
 
 FORMAT_HELP = {
@@ -62,8 +62,13 @@ def megatron_split_warning(plan: Plan, prediction: Prediction) -> str | None:
     instead and how much slower it is predicted to be; None when it runs the plan's own."""
     try:
         from amp_tui.core.costmodel.cost import CostModel
-        from amp_tui.core.plans.exports.megatron import (blocks_per_stage, has_megatron_shape, layer_partition,
-                                                   megatron_split, nearest_split)
+        from amp_tui.core.plans.exports.megatron import (
+            blocks_per_stage,
+            has_megatron_shape,
+            layer_partition,
+            megatron_split,
+            nearest_split,
+        )
     except ImportError:  # pragma: no cover - the megatron export ships with amp-tui
         return None
     scenario, s = plan.scenario, plan.strategy

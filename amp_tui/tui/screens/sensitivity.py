@@ -15,8 +15,8 @@ from textual.widgets import DataTable, Static
 from textual.worker import Worker, WorkerState, get_current_worker
 
 from amp_tui.core.base.errors import Cancelled
-from amp_tui.core.spec.scenario import Scenario
 from amp_tui.core.plans.sensitivity import Sensitivity, pick_label, sensitivity
+from amp_tui.core.spec.scenario import Scenario
 from amp_tui.tui.format import cell, format_seconds
 from amp_tui.tui.widgets.key_footer import KeyFooter
 from amp_tui.tui.widgets.table import Table

@@ -167,8 +167,8 @@ def serving_target(target: str | None):
     """(scenario, placement) when `target` names a serving-only scenario or a saved placement, else None."""
     from pathlib import Path
 
-    from amp_tui.core.spec.presets import load_preset, preset_names
     from amp_tui.core.base.yamlio import load_yaml_file
+    from amp_tui.core.spec.presets import load_preset, preset_names
     from amp_tui.serving.planfile import is_placement_file, open_serving
 
     if not target:

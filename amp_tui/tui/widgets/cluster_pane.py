@@ -9,9 +9,9 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.widgets import DataTable, Static
 
+from amp_tui.core.base.units import format_bandwidth, format_bytes, parse_bandwidth
 from amp_tui.core.spec.hardware import gpu_catalog, instance_catalog
 from amp_tui.core.spec.scenario import NodeGroup, parse_node_group
-from amp_tui.core.base.units import format_bandwidth, format_bytes, parse_bandwidth
 from amp_tui.tui import edits
 from amp_tui.tui.format import cell
 from amp_tui.tui.screens.picker import PickItem

@@ -8,11 +8,10 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.widgets import DataTable, Static
 
-from amp_tui.core.spec.layers import LAYER_KINDS, Layer
 from amp_tui.core.base.units import format_bytes
-from amp_tui.tui.format import format_seconds
+from amp_tui.core.spec.layers import LAYER_KINDS, Layer
 from amp_tui.tui import edits
-from amp_tui.tui.format import cell, format_count, format_flops
+from amp_tui.tui.format import cell, format_count, format_flops, format_seconds
 from amp_tui.tui.screens.picker import PickItem
 from amp_tui.tui.widgets.pane import ScenarioPane
 from amp_tui.tui.widgets.table import Table

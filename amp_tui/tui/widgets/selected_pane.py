@@ -8,8 +8,8 @@ from textual.containers import VerticalScroll
 from textual.widgets import Static
 
 from amp_tui.core.costmodel.prediction import Prediction
-from amp_tui.core.search.evaluate import evaluate
 from amp_tui.core.costmodel.pricing import cost_unit
+from amp_tui.core.search.evaluate import evaluate
 from amp_tui.core.search.search import Infeasible
 from amp_tui.core.spec.strategy import Strategy
 from amp_tui.tui.format import format_seconds

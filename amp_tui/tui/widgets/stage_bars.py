@@ -5,10 +5,9 @@ from __future__ import annotations
 from rich.text import Text
 from textual.widget import Widget
 
-from amp_tui.core.costmodel.prediction import Prediction
 from amp_tui.core.base.units import format_bytes
-from amp_tui.tui.format import format_seconds
-from amp_tui.tui.format import format_memory_pair
+from amp_tui.core.costmodel.prediction import Prediction
+from amp_tui.tui.format import format_memory_pair, format_seconds
 
 COMPUTE = "color(33)"
 COMM = "color(214)"

@@ -17,11 +17,11 @@ from textual.binding import Binding
 from textual.containers import Vertical
 from textual.widgets import DataTable, Static
 
-from amp_tui.core.plans.compare import mfu, tokens_per_s
-from amp_tui.core.costmodel.prediction import Prediction
 from amp_tui.core.costmodel.placement import merge_runs
-from amp_tui.core.spec.scenario import Cluster
+from amp_tui.core.costmodel.prediction import Prediction
+from amp_tui.core.plans.compare import mfu, tokens_per_s
 from amp_tui.core.search.search import Infeasible, SearchResult
+from amp_tui.core.spec.scenario import Cluster
 from amp_tui.tui.format import cell, format_memory_pair, format_seconds
 from amp_tui.tui.messages import StrategySelected
 from amp_tui.tui.widgets.table import Table

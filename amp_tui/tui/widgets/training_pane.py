@@ -9,6 +9,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.widgets import DataTable, Static
 
+from amp_tui.core.base.units import format_bytes
 from amp_tui.core.spec.params import FRAMEWORKS
 from amp_tui.core.spec.scenario import (
     ATTENTION_KERNELS,
@@ -22,7 +23,6 @@ from amp_tui.core.spec.scenario import (
     ZERO_STAGES,
     Scenario,
 )
-from amp_tui.core.base.units import format_bytes
 from amp_tui.tui import edits
 from amp_tui.tui.format import cell
 from amp_tui.tui.screens.picker import PickItem

@@ -22,10 +22,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from amp_tui.core.costmodel.terms.compute import attention_forward_time, core_precision
 from amp_tui.core.spec.hardware import GPU
 from amp_tui.core.spec.model import Model
 from amp_tui.core.spec.params import ModelParams
-from amp_tui.core.costmodel.terms.compute import attention_forward_time, core_precision
 
 BACKWARD_WORK = 2.5     # flash attention's backward over its forward (compute.flash_backward_time)
 

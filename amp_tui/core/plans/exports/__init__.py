@@ -11,10 +11,10 @@ from __future__ import annotations
 import dataclasses
 
 from amp_tui.core.base.errors import SpecError
-from amp_tui.core.search.evaluate import evaluate
-from amp_tui.core.plans.planfile import Plan, prediction_changes
 from amp_tui.core.plans.exports import deepspeed, megatron, rankmap, torchrun, torchtitan
 from amp_tui.core.plans.exports.common import Export
+from amp_tui.core.plans.planfile import Plan, prediction_changes
+from amp_tui.core.search.evaluate import evaluate
 
 EXPORT_FORMATS = ("megatron", "deepspeed", "torchrun", "rankmap", "torchtitan")
 
@@ -75,8 +75,8 @@ def _used_nodes_only(plan: Plan) -> tuple[Plan, str]:
     note saying so and how node groups are numbered in the files."""
     from dataclasses import replace
 
-    from amp_tui.core.costmodel.pricing import used_nodes
     from amp_tui.core.costmodel.parts import part_scenario, to_part
+    from amp_tui.core.costmodel.pricing import used_nodes
 
     counts = used_nodes(plan.scenario, plan.strategy)
     scenario, kept = part_scenario(plan.scenario, counts)

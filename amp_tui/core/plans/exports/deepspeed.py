@@ -25,10 +25,16 @@ from __future__ import annotations
 import json
 
 from amp_tui.core.base.errors import SpecError
-from amp_tui.core.plans.exports.common import Export
-from amp_tui.core.plans.exports.common import nodes, num_micro_batches, python_string_text, stage_bounds, summary
-from amp_tui.core.spec.knobs import Knobs, resolve
+from amp_tui.core.plans.exports.common import (
+    Export,
+    nodes,
+    num_micro_batches,
+    python_string_text,
+    stage_bounds,
+    summary,
+)
 from amp_tui.core.plans.planfile import Plan
+from amp_tui.core.spec.knobs import Knobs, resolve
 
 _MODULE_TEMPLATE = '''"""DeepSpeed PipelineModule with the stage boundaries of an amp-tui plan.
 

@@ -30,15 +30,14 @@ import shlex
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from amp_tui.core.spec.chunks import interleaved_chunks
 from amp_tui.core.costmodel.cost import CostModel
 from amp_tui.core.costmodel.prediction import Prediction
-from amp_tui.core.plans.exports.common import Export
+from amp_tui.core.plans.exports.common import Export, num_micro_batches, summary
 from amp_tui.core.plans.exports.common import comment as one_line_comment
-from amp_tui.core.plans.exports.common import num_micro_batches, summary
+from amp_tui.core.plans.planfile import Plan
+from amp_tui.core.spec.chunks import interleaved_chunks
 from amp_tui.core.spec.knobs import Knobs, resolve
 from amp_tui.core.spec.model import Model
-from amp_tui.core.plans.planfile import Plan
 
 FIRST_FLAG = "--decoder-first-pipeline-num-layers"
 LAST_FLAG = "--decoder-last-pipeline-num-layers"

@@ -6,8 +6,7 @@ import csv
 import io
 import json
 
-from amp_tui.core.plans.exports.common import Export
-from amp_tui.core.plans.exports.common import layout, nodes, rank_coordinates, stage_bounds, summary
+from amp_tui.core.plans.exports.common import Export, layout, nodes, rank_coordinates, stage_bounds, summary
 from amp_tui.core.plans.planfile import Plan
 
 COLUMNS = ("rank", "node", "hostname", "node_group", "instance", "gpu", "local_gpu", "stage", "dp_replica",

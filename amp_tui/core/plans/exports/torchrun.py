@@ -9,8 +9,7 @@ so the lines use the static backend.
 
 from __future__ import annotations
 
-from amp_tui.core.plans.exports.common import Export
-from amp_tui.core.plans.exports.common import nodes, summary
+from amp_tui.core.plans.exports.common import Export, nodes, summary
 from amp_tui.core.plans.planfile import Plan
 
 MASTER_PORT = 29500

@@ -22,10 +22,9 @@ from __future__ import annotations
 import math
 
 from amp_tui.core.base.errors import SpecError
-from amp_tui.core.plans.exports.common import Export
-from amp_tui.core.plans.exports.common import num_micro_batches, summary
-from amp_tui.core.spec.knobs import Knobs, resolve
+from amp_tui.core.plans.exports.common import Export, num_micro_batches, summary
 from amp_tui.core.plans.planfile import Plan
+from amp_tui.core.spec.knobs import Knobs, resolve
 
 FILE = "torchtitan_job.toml"
 STEPS = 10000   # torchtitan's default; the plan does not say how long to train
