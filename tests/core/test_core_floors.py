@@ -1,8 +1,8 @@
-"""search.py's lower bounds: every candidate's floor is at most its best partition (brute force),
-with the memory caps, the core-layer slow-down and the bottleneck coupled with the all-reduce tail
-in play (mixed layer kinds, binding memory, slow networks), and
-the search over every node order and every part of small heterogeneous clusters (3 to 5 groups,
-idle nodes) equals brute force."""
+"""The search's lower bounds (floors.py, order_floors.py): every candidate's floor is at most its best
+partition (brute force), with the memory caps, the core-layer slow-down and the bottleneck coupled
+with the all-reduce tail in play (mixed layer kinds, binding memory, slow networks), and the search
+over every node order and every part of small heterogeneous clusters (3 to 5 groups, idle nodes)
+equals brute force."""
 
 import math
 

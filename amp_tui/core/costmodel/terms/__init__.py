@@ -1,5 +1,5 @@
 """The cost model's terms, one family per module, pure functions each checked by hand in its
-tests; core/costmodel/cost.py composes them.
+tests; core/costmodel/layer_times.py and cost.py compose them.
 
   compute.py   a layer's forward time from its matrix shapes, recomputation, activations kept
                under each technique (sequence/context parallelism, recomputation), ZeRO-3's
