@@ -1,4 +1,4 @@
-"""The limits amp-tui enforces on its input, in one place (the README's "Limits" section lists them).
+"""The limits amp-tui enforces on its input, in one place (docs/limits.md lists them).
 
 Each limit sits far beyond any real training job, so that a legitimate scenario never meets one,
 while every accepted input is planned in seconds and well under 2 GB of memory. Inputs beyond a

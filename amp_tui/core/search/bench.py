@@ -17,7 +17,7 @@ from amp_tui.core.search.subclusters import search_parts
 from amp_tui.core.spec.scenario import load_scenario
 
 CANCEL_TARGET_S = 0.050   # a cancelled search returns within this long of the check turning true
-# reference_work's median on the 2-core development VM in its fastest phase, where the README's
+# reference_work's median on the 2-core development VM in its fastest phase, where docs/benchmarks.md's
 # figures were taken (2026-11-27; the same VM ran it in 9.2 to 15.9 ms within ten minutes).
 REFERENCE_WORK_S = 0.0092
 

@@ -52,7 +52,7 @@ FAMILIES: dict[str, Family] = {family.name: family for family in (
            keyed_by="gpu"),
     # ethernet: one NCCL connection over TCP sockets reaches about half the line rate (AWS caps one
     # flow at 5 to 10 Gbps), set from physics in link_flow_share; several flows through one
-    # interface together reach 0.7, fitted to AMP's runs, whose pipelines send 4 flows per NIC (README).
+    # interface together reach 0.7, fitted to AMP's runs, whose pipelines send 4 flows per NIC (docs/cost-model.md).
     Family("link_efficiency", {"nvlink": 1.0, "pcie": 0.95, "infiniband": 1.0, "ethernet": 0.7, "*": 0.95},
            0.05, 1.0, 0.4, "x", "achieved fraction of the catalog bandwidth for collectives and sends",
            keyed_by="link"),
