@@ -33,7 +33,7 @@ def run(args) -> int:
 
     from amp_tui.core.plans.planfile import open_scenario
     from amp_tui.core.search.objective import Objective
-    from amp_tui.core.search.subclusters import search_parts
+    from amp_tui.core.search.planner import find_plans
 
     if args.top is not None and args.top < 1:
         raise SpecError("--top", args.top, "must be at least 1")
@@ -46,10 +46,8 @@ def run(args) -> int:
     if args.use_all_gpus:
         scenario = replace(scenario, search=replace(scenario.search, use_all_gpus=True))
     top = max(args.top or scenario.search.top, args.rank if args.save else 1)
-    result, idle_search = search_parts(scenario, objective, top=top)
-    from amp_tui.core.search.uneven import improve
-
-    result, uneven = improve(scenario, result, objective)
+    plans = find_plans(scenario, objective, top=top)
+    result, idle_search, uneven = plans.result, plans.idle_search, plans.uneven
     saved = None
     if args.save:
         from amp_tui.core.plans.planfile import save_plan

@@ -13,9 +13,9 @@ from hypothesis import strategies as st
 from test_core_subclusters import _check_against_brute_force
 
 from amp_tui.core.costmodel.cost import CostModel
-from amp_tui.core.search import floors as floors_module
-from amp_tui.core.search.floors import time_floors
-from amp_tui.core.search.order_floors import order_free_floors
+from amp_tui.core.search.bounds import floors as floors_module
+from amp_tui.core.search.bounds.floors import time_floors
+from amp_tui.core.search.bounds.order_floors import order_free_floors
 from amp_tui.core.search.orders import MAX_LISTED
 from amp_tui.core.search.search import enumerate_candidates, search
 from amp_tui.core.spec.knobs import knob_choices

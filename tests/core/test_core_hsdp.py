@@ -218,8 +218,8 @@ def test_compare_names_the_zero3_traffic_apart_from_tensor_parallelism():
 def test_memory_bound_counts_the_experts_one_gpu_keeps():
     """Mixtral 8x7B over ep 8 keeps an eighth of each MoE layer's experts per GPU: the search's
     necessary memory condition must not prune a candidate that has a fitting partition."""
-    from amp_tui.core.search.floors import memory_shortfall
-    from amp_tui.core.search.partition import best_partition
+    from amp_tui.core.search.bounds.floors import memory_shortfall
+    from amp_tui.core.search.partition.walk import best_partition
 
     scn = parse_scenario({"name": "m", "cluster": {"nodes": [{"count": 4, "gpu": "H100", "gpus_per_node": 8,
                                                               "intra_node_bandwidth": "450 GB/s",

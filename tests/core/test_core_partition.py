@@ -12,11 +12,14 @@ from hypothesis import assume, event, given, settings
 from hypothesis import strategies as st
 
 from amp_tui.core.costmodel.cost import CostModel
-from amp_tui.core.search import partition, segment_dp, segment_memory, tables
-from amp_tui.core.search.partition import best_partition
+from amp_tui.core.search.partition import dp as segment_dp
+from amp_tui.core.search.partition import memory as segment_memory
+from amp_tui.core.search.partition import tables
+from amp_tui.core.search.partition import walk as partition
+from amp_tui.core.search.partition.memory import partitions_fit
+from amp_tui.core.search.partition.tables import SegmentTables, cheapest_sends
+from amp_tui.core.search.partition.walk import best_partition
 from amp_tui.core.search.search import enumerate_candidates
-from amp_tui.core.search.segment_memory import partitions_fit
-from amp_tui.core.search.tables import SegmentTables, cheapest_sends
 from amp_tui.core.spec.knobs import default_knobs
 from amp_tui.core.spec.scenario import load_scenario, parse_scenario
 

@@ -10,10 +10,10 @@ from hypothesis import assume, event, given, settings
 from hypothesis import strategies as st
 
 from amp_tui.core.costmodel.cost import CostModel
-from amp_tui.core.search.partition import _bottleneck_exceeds, _solve_by_enumeration, _sum_and_tail_floors, solve
+from amp_tui.core.search.partition.dp import INF
+from amp_tui.core.search.partition.tables import SegmentTables
+from amp_tui.core.search.partition.walk import _bottleneck_exceeds, _solve_by_enumeration, _sum_and_tail_floors, solve
 from amp_tui.core.search.search import enumerate_candidates
-from amp_tui.core.search.segment_dp import INF
-from amp_tui.core.search.tables import SegmentTables
 from amp_tui.core.spec.scenario import load_scenario, parse_scenario
 
 

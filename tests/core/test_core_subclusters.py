@@ -17,15 +17,15 @@ from amp_tui.core.costmodel.parts import part_scenario
 from amp_tui.core.costmodel.placement import Nodes, build_layout
 from amp_tui.core.plans.exports import export_plan
 from amp_tui.core.plans.planfile import Plan
-from amp_tui.core.search.evaluate import evaluate
-from amp_tui.core.search.objective import Objective
-from amp_tui.core.search.part_bounds import (
+from amp_tui.core.search.bounds.part_bounds import (
     _core_thresholds,
     _held_tail_floor,
     _send_floors,
     _whole_core_layers_floor,
     part_bounds,
 )
+from amp_tui.core.search.evaluate import evaluate
+from amp_tui.core.search.objective import Objective
 from amp_tui.core.search.search import enumerate_candidates, search
 from amp_tui.core.search.subclusters import _vectors, search_parts
 from amp_tui.core.spec.presets import load_preset, preset_names

@@ -393,7 +393,7 @@ def suggest_measurements(scenario: Scenario, count: int) -> list[tuple[Measureme
     """`count` runs worth measuring, each (run with iteration_time_s blank, predicted seconds,
     predicted peak bytes): feasible strategies of the search's enumeration with their best
     partition, chosen by `suggest`."""
-    from amp_tui.core.search.partition import best_partition
+    from amp_tui.core.search.partition.walk import best_partition
     from amp_tui.core.search.search import enumerate_candidates
     from amp_tui.core.spec.knobs import fixed_knobs, resolve
 

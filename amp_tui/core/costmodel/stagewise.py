@@ -20,7 +20,7 @@ Terms, per stage, as in cost.py but with the stage's own degrees:
   iteration = (B - 1) max_s tau_s + sum_s g_s + max_s E_s + fixed, as in cost.py.
 
 `best_partition` finds the partition minimising it exactly (walks over the largest E and the
-bottleneck tau, each step a min-sum DP over (stage, end layer); see partition.py for the argument),
+bottleneck tau, each step a min-sum DP over (stage, end layer); see search/partition/walk.py for the argument),
 checked against brute force in tests/core/test_stagewise.py. Interleaving, expert parallelism and
 uneven batch shares are not combined with per-stage degrees.
 """

@@ -40,7 +40,7 @@ def evaluate(scenario: Scenario, strategy: Strategy, cost: CostModel | None = No
     candidate = cost.candidate(strategy.tp, strategy.pp, strategy.dp, strategy.micro_batch_size, order)
     partition = strategy.partition
     if partition is None:
-        from amp_tui.core.search.partition import best_partition
+        from amp_tui.core.search.partition.walk import best_partition
 
         partition = best_partition(candidate).partition or even_partition(candidate.num_layers, strategy.pp)
     return priced(scenario, candidate.predict(partition))
@@ -68,7 +68,7 @@ def evaluate_with_idle(scenario: Scenario, strategy: Strategy, field: str = "str
 
 def evaluate_shares(cost: CostModel, strategy, order: tuple[int, ...]) -> Prediction:
     """`evaluate` for a strategy with batch_shares (validated)."""
-    from amp_tui.core.search.partition import best_partition
+    from amp_tui.core.search.partition.walk import best_partition
 
     candidate = cost.candidate(strategy.tp, strategy.pp, strategy.dp, strategy.micro_batch_size, order)
     candidate.num_micro_batches = max(strategy.batch_shares) // strategy.micro_batch_size

@@ -21,13 +21,13 @@ from amp_tui.core.base.errors import Cancelled
 from amp_tui.core.costmodel.cost import Candidate, CostModel
 from amp_tui.core.costmodel.prediction import Prediction, over_capacity
 from amp_tui.core.costmodel.pricing import priced
-from amp_tui.core.search.floors import REFINE_BATCH, REFINE_MIN_LAYERS, memory_shortfall, time_floors
-from amp_tui.core.search.order_floors import expand_family, family_entries, order_free_floors
+from amp_tui.core.search.bounds.floors import REFINE_BATCH, REFINE_MIN_LAYERS, memory_shortfall, time_floors
+from amp_tui.core.search.bounds.order_floors import expand_family, family_entries, order_free_floors
 from amp_tui.core.search.orders import NodeOrders, node_orders
-from amp_tui.core.search.partition import solve
-from amp_tui.core.search.segment_dp import INF
-from amp_tui.core.search.segment_memory import even_split_memory, partitions_fit
-from amp_tui.core.search.tables import SegmentTables
+from amp_tui.core.search.partition.dp import INF
+from amp_tui.core.search.partition.memory import even_split_memory, partitions_fit
+from amp_tui.core.search.partition.tables import SegmentTables
+from amp_tui.core.search.partition.walk import solve
 from amp_tui.core.spec.knobs import Knobs, default_knobs, knob_choices
 from amp_tui.core.spec.scenario import Scenario
 from amp_tui.core.spec.strategy import Strategy, even_partition

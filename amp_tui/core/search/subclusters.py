@@ -39,8 +39,8 @@ from amp_tui.core.base.errors import Cancelled
 from amp_tui.core.costmodel.cost import CostModel
 from amp_tui.core.costmodel.parts import part_scenario, to_whole
 from amp_tui.core.costmodel.prediction import Prediction
+from amp_tui.core.search.bounds.part_bounds import part_bounds
 from amp_tui.core.search.objective import Objective
-from amp_tui.core.search.part_bounds import part_bounds
 from amp_tui.core.search.search import SearchResult, SearchStats, search
 from amp_tui.core.spec.scenario import Scenario
 

@@ -194,7 +194,7 @@ def _shares_beyond(scenario: Scenario, best: Prediction) -> tuple[list[Predictio
     from amp_tui.core.costmodel.parts import part_scenario, to_part, to_whole
     from amp_tui.core.costmodel.shares import best_shares, predict_with_shares, replicas_differ
     from amp_tui.core.search.orders import NodeOrders
-    from amp_tui.core.search.partition import best_partition
+    from amp_tui.core.search.partition.walk import best_partition
     from amp_tui.core.search.search import enumerate_candidates
 
     if best.strategy.per_stage or best.strategy.batch_shares:

@@ -1,6 +1,6 @@
 """Segment tables: every segment of layers a partition may give a stage, with its cost terms
 (g, tau, E) and whether it fits in memory, cut before they are built to the rows and lengths that
-can matter (the reasoning is in partition.py's docstring). The DPs over them are segment_dp.py's.
+can matter (the reasoning is in walk.py's docstring). The DPs over them are dp.py's.
 """
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ import numpy as np
 
 from amp_tui.core.base.lazy import cached_property
 from amp_tui.core.costmodel.cost import Candidate
-from amp_tui.core.search.segment_dp import INF, SegmentDP, band_limits
-from amp_tui.core.search.segment_memory import segment_need
+from amp_tui.core.search.partition.dp import INF, SegmentDP, band_limits
+from amp_tui.core.search.partition.memory import segment_need
 
 MAX_TABLE_CELLS = 2**22    # larger segment tables are lean: never held whole (SegmentTables.lean)
 

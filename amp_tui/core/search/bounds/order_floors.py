@@ -13,7 +13,7 @@ import numpy as np
 from amp_tui.core.base.errors import Cancelled
 from amp_tui.core.costmodel.cost import DP_BUCKET_BYTES, Candidate, CostModel
 from amp_tui.core.costmodel.memory import optimizer_traffic_per_param
-from amp_tui.core.search.floors import (
+from amp_tui.core.search.bounds.floors import (
     FLOOR_BATCH,
     REFINE_MIN_LAYERS,
     layer_thresholds,

@@ -1,4 +1,4 @@
-"""The dynamic programs of the partition walk (partition.py) over a candidate's segment tables.
+"""The dynamic programs of the partition walk (walk.py) over a candidate's segment tables.
 
 Each DP combines stage after stage the allowed segments' cost (sum of g, or largest tau or E),
 reading every segment start of a stage through one strided view of the previous stage's values;

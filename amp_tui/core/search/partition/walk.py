@@ -57,9 +57,9 @@ import numpy as np
 
 from amp_tui.core.base.errors import Cancelled
 from amp_tui.core.costmodel.cost import Candidate
-from amp_tui.core.search.segment_dp import INF
-from amp_tui.core.search.segment_memory import partition_fits, partitions_fit
-from amp_tui.core.search.tables import SegmentTables, cheapest_sends
+from amp_tui.core.search.partition.dp import INF
+from amp_tui.core.search.partition.memory import partition_fits, partitions_fit
+from amp_tui.core.search.partition.tables import SegmentTables, cheapest_sends
 from amp_tui.core.spec.strategy import even_partition
 
 CAP_MIN_CELLS = 2**16      # smaller tables cost less than the even split's time, to cap them with
