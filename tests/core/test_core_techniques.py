@@ -39,16 +39,22 @@ def test_pipeline_send_pays_link_efficiency_and_latency():
 
 
 def test_tensor_parallel_collectives_pay_latency_per_ring_step():
-    """A block all-reduces twice per pass, forward and backward: 4 rings of 2 (tp - 1) steps."""
-    alpha = 1e-4
+    """A block all-reduces twice per pass, forward and backward: 4 calls of 2 (tp - 1) hops. At
+    0.5 MB a call and 100 us a hop (Simple's), NCCL's tuning model picks LL: its base latency
+    (6.6 / 8.4 of Simple's), 0.18 of the hop latency per hop, half the bus bandwidth."""
+    alpha, base = 1e-4, 8.4e-6
     block = layer(kind="block", tp_comm_bytes=1e6, **LAYER)
     scn = build([node(1, "V100", 4, intra=100, inter=10)], [block], 1,
-                calibration=ideal_with(**{"link_latency_s.pcie": alpha}))
+                calibration=ideal_with(**{"link_latency_s.pcie": alpha, "collective_base_s": base}))
     p = CostModel(scn).candidate(4, 1, 1, 1, (0,)).predict((1,))
-    ring = 2 * (4 - 1) / 4
-    expected = 2 * 1e6 * ring / (100 * GBPS) + 4 * 2 * (4 - 1) * alpha
-    assert p.stages[0].tp_comm_s == pytest.approx(expected, rel=1e-12)
-    assert p.stages[0].latency_s == pytest.approx(4 * 2 * 3 * alpha, rel=1e-12)
+    wire = 0.5e6 * 2 * (4 - 1) / 4                       # one call's bytes over the ring
+    latency = 6.6 / 8.4 * base + 2 * (4 - 1) * 0.18 * alpha
+    simple = base + 2 * (4 - 1) * alpha + wire / (100 * GBPS)
+    assert latency + wire / (0.5 * 100 * GBPS) < simple        # (LL is NCCL's pick here)
+    assert p.stages[0].tp_comm_s == pytest.approx(4 * (latency + wire / (0.5 * 100 * GBPS)), rel=1e-12)
+    assert p.stages[0].tp_latency_s == pytest.approx(4 * latency, rel=1e-12)
+    assert p.stages[0].latency_s == pytest.approx(4 * latency, rel=1e-12)
+    assert p.time_terms()["tensor-parallel latency"] == pytest.approx(4 * latency, rel=1e-12)
 
 
 def test_fixed_costs_per_micro_batch_and_per_iteration():

@@ -185,6 +185,16 @@ class Candidate:
         return np.array([row[3] for row in self._stage_rows])
 
     @cached_property
+    def stage_host_times(self) -> np.ndarray:
+        """(pp, L): per stage per layer, what the host's issue time adds beyond the GPU's (terms/host.py)."""
+        return np.array([row[4] for row in self._stage_rows])
+
+    @cached_property
+    def stage_tp_latency_times(self) -> np.ndarray:
+        """(pp, L): per stage per layer, the tensor-parallel collectives' latency (terms/collectives.py)."""
+        return np.array([row[5] for row in self._stage_rows])
+
+    @cached_property
     def time_prefix(self) -> np.ndarray:
         """(pp, L + 1): prefix sums of each stage's per-layer times."""
         return np.array([row[2] for row in self._stage_rows])
@@ -364,6 +374,8 @@ class Candidate:
                 gpu=gpus[slowest].name, gpu_types=tuple(dict.fromkeys(gpus[g].name for g in groups)),
                 compute_s=compute, tp_comm_s=float(tp_part[s, i:j].sum()), comm_s=comm,
                 shard_comm_s=float(self.stage_shard_times[s, i:j].sum()),
+                host_s=float(self.stage_host_times[s, i:j].sum()),
+                tp_latency_s=float(self.stage_tp_latency_times[s, i:j].sum()),
                 overhead_s=self.micro_batch_overhead, stage_time_s=busy,
                 dp_allreduce_s=dp_allreduce, optimizer_step_s=optimizer_step,
                 memory=MemoryBreakdown(*memory, reserve_bytes=reserve), capacity_bytes=capacity,
@@ -391,13 +403,9 @@ class Candidate:
 
     def _latency_per_stage(self, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
         """Per stage per micro-batch: tensor-parallel collectives' and pipeline sends' latency."""
-        latency = np.zeros(self.pp)
-        if self.tp > 1:
-            for s, groups in enumerate(self.layout.stage_groups):
-                # a layer measured on the stage's GPU holds its all-reduces, latency included
-                _, tp_bytes = self.cost.layer_times(groups[0], self.tp, self.mbs)
-                messages = np.where(tp_bytes > 0, self.cost.tp_messages, 0.0)[starts[s]:ends[s]].sum()
-                latency[s] += messages * 2.0 * (self.tp - 1) * self.layout.stage_tp_latency[s]
+        # (a layer measured on the stage's GPU holds its all-reduces, latency included: none here)
+        latency = np.array([float(self.stage_tp_latency_times[s, i:j].sum()) for s, (i, j) in
+                            enumerate(zip(starts.tolist(), ends.tolist()))])
         if self.pp > 1:
             latency[:-1] += self.cut_latency
             latency[1:] += self.cut_latency

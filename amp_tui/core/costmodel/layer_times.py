@@ -15,8 +15,11 @@ import numpy as np
 
 from amp_tui.core.base.lazy import cached_property
 from amp_tui.core.costmodel.memory import micro_batches_in_flight, zero3_gathered_params
+from amp_tui.core.costmodel.terms import collectives as collective_terms
 from amp_tui.core.costmodel.terms import compute as compute_terms
 from amp_tui.core.costmodel.terms import context as context_terms
+from amp_tui.core.costmodel.terms import host as host_terms
+from amp_tui.core.spec.frameworks import execution_key, execution_profile
 from amp_tui.core.spec.hardware import GPU
 from amp_tui.core.spec.knobs import Knobs, default_knobs
 from amp_tui.core.spec.scenario import Scenario
@@ -75,6 +78,9 @@ class LayerTimes:
         # Parameters per GPU before tp: expert parallelism keeps 1/ep of each MoE layer's experts.
         self._params = cols["params"] - cols["expert_params"] * (1.0 - 1.0 / self.knobs.ep)
         self._profiles = {}  # per-GPU / per-tp layer arrays: measured times, calibration, activations
+        # The execution profile (spec/frameworks.py): the framework's, or compiled execution's.
+        self.profile_key = execution_key(self.training.framework, self.training.compile)
+        self.execution = execution_profile(self.training.framework, self.training.compile)
 
     # -- layer times ------------------------------------------------------------------------
     def _measured(self, gpu_name: str, tp: int) -> np.ndarray:
@@ -89,7 +95,8 @@ class LayerTimes:
     def _analytic_forward(self, gpu: GPU, tp: int, mbs: int | np.ndarray) -> np.ndarray:
         return compute_terms.analytic_forward(self.model, gpu, self.training.precision, self.params,
                                               tp, self.knobs.cp, self.knobs.sequence_parallel, mbs,
-                                              self.training.attention_kernel, self.training.fp8_scaling)
+                                              self.training.attention_kernel, self.training.fp8_scaling,
+                                              self.execution.elementwise_traffic)
 
     def _calibration(self, group: int) -> np.ndarray:
         """Per layer, measured / analytic forward time at tp = 1, micro-batch 1 on this GPU (1 where
@@ -236,29 +243,52 @@ class LayerTimes:
                 self.training.attention_kernel)
         return self._profiles[key]
 
+    def host_times(self, gpu_name: str, tp: int, zero3_collectives: float = 0.0) -> np.ndarray:
+        """Per layer per micro-batch on a GPU type at this tp: the host's time to issue the layer's
+        kernels and collectives (terms/host.py); 0 for a layer with a measured time, which holds it."""
+        key = ("host", gpu_name, tp, zero3_collectives)
+        if key not in self._profiles:
+            collectives = (self.tp_messages if tp > 1 else 0.0) + zero3_collectives
+            host = host_terms.host_issue_time(self.model, self.params, self.profile_key, self.knobs.forward_passes,
+                                              collectives * (self.model.columns["flops"] > 0))
+            self._profiles[key] = np.where(np.isnan(self._measured(gpu_name, tp)), host, 0.0)
+        return self._profiles[key]
+
+    def bound_times(self, group: int, tp: int, mbs: int, tp_comm_seconds_per_byte: float) -> np.ndarray:
+        """Per layer, a lower bound on its time on node group `group`'s GPU whatever stage it falls
+        in, for the search's floors: compute and the tensor-parallel bytes at `tp_comm_seconds_per_byte`
+        (the fastest link's, overlap applied), or the host's issue time where that is longer."""
+        compute, tp_bytes = self.layer_times(group, tp, mbs)
+        return np.maximum(compute + tp_bytes * tp_comm_seconds_per_byte, self.host_times(self.gpus[group].name, tp))
+
     def stage_times(self, groups: tuple[int, ...], tp_seconds_per_byte: float, tp: int,
                     mbs: int, tp_latency: float = 0.0, shard: tuple[float, float] = (0.0, 0.0),
-                    cp_link: tuple[float, float] = (0.0, 0.0)) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+                    cp_link: tuple[float, float] = (0.0, 0.0)) -> tuple[np.ndarray, ...]:
         """Per layer on a stage served by node `groups` with this tensor-parallel link (s/byte and
-        per-message latency): (time, its communication part) on the slowest serving GPU type, and
-        prefix sums of the time, and the part of the time that is ZeRO-3's exposed parameter traffic.
-        `shard` (s/byte, latency) prices ZeRO-3's per-layer parameter all-gathers and gradient
-        reduce-scatters (on the HSDP shard ring under hybrid sharding), overlapped with the layer's
-        compute. `cp_link` (s/byte, latency) is the context-parallel ring's: what ring attention's
-        sends leave exposed counts as communication (terms/context.py)."""
+        per-hop latency), on the slowest serving GPU type: (time, its tensor-parallel and ring
+        attention communication, prefix sums of the time, the part that is ZeRO-3's exposed
+        parameter traffic, the part the host's issue time adds, the tensor-parallel collectives'
+        latency inside the communication). `shard` (s/byte, latency) prices ZeRO-3's per-layer
+        parameter all-gathers and gradient reduce-scatters (on the HSDP shard ring under hybrid
+        sharding), overlapped with the layer's compute. `cp_link` (s/byte, latency) is the
+        context-parallel ring's: what ring attention's sends leave exposed counts as
+        communication (terms/context.py). A layer takes the longer of its GPU time and the host's
+        time to issue it (terms/host.py); tensor-parallel collectives pay NCCL's latency by
+        protocol (terms/collectives.py)."""
         key = ("stage", groups, tp_seconds_per_byte, tp, mbs, tp_latency, shard, cp_link)
         if key not in self._profiles:
-            times = np.zeros(self.model.num_layers)
-            tp_part = np.zeros(self.model.num_layers)
-            shard_part = np.zeros(self.model.num_layers)
-            alpha = self.tp_messages * (2.0 * (tp - 1) * tp_latency) if tp > 1 else 0.0
+            layers = self.model.num_layers
+            times, tp_part, shard_part, host_part, latency_part = (np.zeros(layers) for _ in range(5))
             collectives = compute_terms.zero3_collectives(self.training.framework, self.knobs.recompute)
             sharded = compute_terms.zero3_layer_time(self._params, self.training.bytes_per_element, tp, shard,
                                                      collectives) if shard[0] else None
             for g in groups:
                 compute, tp_bytes = self.layer_times(g, tp, mbs)
                 # A measured time already holds its all-reduces, latency included (tp_bytes = 0).
-                comm = (tp_bytes * tp_seconds_per_byte + np.where(tp_bytes > 0, alpha, 0.0)) * self.tp_exposed
+                latency, bandwidth = collective_terms.tp_collective_time(
+                    tp_bytes, self.tp_messages, tp, tp_seconds_per_byte, tp_latency, self.params("collective_base_s"))
+                latency = latency * self.tp_exposed
+                comm = latency + bandwidth * self.tp_exposed
                 if self.knobs.cp > 1:
                     comm = comm + context_terms.exposed_ring_time(
                         *self.ring_steps(g, tp, mbs), self.knobs.cp, *cp_link,
@@ -268,11 +298,17 @@ class LayerTimes:
                 if sharded is not None:    # prefetched: the layer waits only for what compute does not hide
                     exposed = np.maximum(sharded - compute, 0.0) + shard[1] * collectives
                     total = total + exposed
+                host = host_terms.exposed_host_time(
+                    self.host_times(self.gpus[g].name, tp, collectives if sharded is not None else 0.0), total)
+                total = total + host
                 slower = total > times
                 times = np.where(slower, total, times)
                 tp_part = np.where(slower, comm, tp_part)
                 shard_part = np.where(slower, exposed, shard_part)
-            self._profiles[key] = (times, tp_part, np.concatenate([[0.0], np.cumsum(times)]), shard_part)
+                host_part = np.where(slower, host, host_part)
+                latency_part = np.where(slower, latency, latency_part)
+            self._profiles[key] = (times, tp_part, np.concatenate([[0.0], np.cumsum(times)]), shard_part,
+                                   host_part, latency_part)
         return self._profiles[key]
 
     def memory_arrays(self, tp: int, pp: int, mbs: int, num_micro_batches: int

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from amp_tui.core.spec.frameworks import uses_pytorch_fsdp
 from amp_tui.core.spec.scenario import Training
 
 # Bytes the optimizer step reads and writes per parameter (it is memory-bound).
@@ -41,7 +42,7 @@ def state_bytes_per_param(training: Training, dp: int, zero_stage: int | None = 
     stage = training.zero_stage if zero_stage is None else zero_stage
     e = training.bytes_per_element
     optimizer = training.state_bytes_per_param - 2 * e   # what is neither weights nor gradients
-    if stage >= 3 and pp > 1 and training.framework == "fsdp":
+    if stage >= 3 and pp > 1 and uses_pytorch_fsdp(training.framework):
         return StateBytes(weights=e + e / dp, gradients=max(e, 4) + e / dp, optimizer=optimizer / dp)
     return StateBytes(
         weights=e / dp if stage >= 3 else e,
@@ -61,7 +62,7 @@ def zero3_gathered_params(layer_params, framework: str):
     PyTorch FSDP gathers a whole wrapped block, prefetches the next and holds its unsharded
     gradient: 3 layers. DeepSpeed (and Megatron-FSDP) gather module by module up to a bound on the
     live parameters and reduce gradients in buckets: a 5-billion-parameter layer does not sit whole."""
-    if framework == "fsdp":
+    if uses_pytorch_fsdp(framework):
         return 3.0 * layer_params
     return np.minimum(2.0 * layer_params, ZERO3_MAX_LIVE_PARAMS) + np.minimum(layer_params, ZERO3_REDUCE_BUCKET)
 

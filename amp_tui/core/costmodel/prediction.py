@@ -30,6 +30,8 @@ class StagePrediction:
     capacity_bytes: float
     latency_s: float = 0.0         # per micro-batch, the per-message latency inside tp_comm_s and comm_s
     shard_comm_s: float = 0.0      # the part of compute_s ZeRO-3's parameter traffic leaves exposed
+    host_s: float = 0.0            # the part of compute_s the host's kernel issue adds beyond the GPU's time
+    tp_latency_s: float = 0.0      # the part of tp_comm_s that is NCCL's per-call latency
 
     @property
     def fits(self) -> bool:
@@ -40,6 +42,7 @@ class StagePrediction:
             "stage": self.index, "first_layer": self.first_layer, "last_layer": self.last_layer,
             "gpu": self.gpu, "gpu_types": list(self.gpu_types),
             "compute_s": self.compute_s, "tp_comm_s": self.tp_comm_s, "shard_comm_s": self.shard_comm_s,
+            "host_s": self.host_s, "tp_latency_s": self.tp_latency_s,
             "comm_s": self.comm_s,
             "overhead_s": self.overhead_s, "latency_s": self.latency_s,
             "stage_time_s": self.stage_time_s, "dp_allreduce_s": self.dp_allreduce_s,
@@ -85,8 +88,10 @@ class Prediction:
         # Under HSDP the tail's all-reduce is the gradient shard's across replicas (terms/sharding.py).
         allreduce = "HSDP replica all-reduce" if self.strategy.hsdp_shard else "data-parallel all-reduce"
         return {
-            "compute": path(lambda st: st.compute_s - st.tp_comm_s - st.shard_comm_s),
-            "tensor-parallel comm": path(lambda st: st.tp_comm_s),
+            "compute": path(lambda st: st.compute_s - st.tp_comm_s - st.shard_comm_s - st.host_s),
+            "kernel issue (host)": path(lambda st: st.host_s),
+            "tensor-parallel comm": path(lambda st: st.tp_comm_s - st.tp_latency_s),
+            "tensor-parallel latency": path(lambda st: st.tp_latency_s),
             "ZeRO-3 all-gather/reduce-scatter": path(lambda st: st.shard_comm_s),
             "pipeline sends": path(lambda st: st.comm_s / 2) + (B - 1) * b.comm_s / 2,
             "pipeline engine overhead": path(lambda st: st.overhead_s),

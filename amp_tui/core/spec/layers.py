@@ -73,5 +73,5 @@ class Layer:
 
 # The cross-entropy's transient buffers per logit, as the GPT family writes them (families.py):
 # three fp32 copies of the logits (upcast, softmax, gradient); each framework holds a share of
-# them (terms/compute.py LOSS_BUFFERS).
+# them (spec/frameworks.py, FrameworkProfile.loss_buffers).
 LOSS_WORKSPACE_PER_LOGIT = 12

@@ -19,12 +19,19 @@ from dataclasses import dataclass
 
 from amp_tui.core.base.errors import SpecError
 from amp_tui.core.base.units import parse_number
+from amp_tui.core.spec.frameworks import FRAMEWORKS, PROFILES
 
 # Link classes: what a GPU-to-GPU path runs over. Each reaches its own fraction of the nominal
 # (catalog) bandwidth and pays its own per-message latency.
 LINK_CLASSES = ("nvlink", "pcie", "infiniband", "ethernet")
-# Training frameworks differ in what they allocate and what they overlap (scenario.Training.framework).
-FRAMEWORKS = ("megatron", "deepspeed", "fsdp")
+# Training frameworks (frameworks.FRAMEWORKS) differ in what they allocate and what they overlap
+# (scenario.Training.framework); execution profiles (frameworks.PROFILES: the frameworks, and
+# compiled execution) in the host time it takes to issue their kernels.
+
+
+def _by_profile(field: str) -> dict[str, float]:
+    """A profile-keyed family's defaults: each execution profile's figure (eager PyTorch's for '*')."""
+    return {**{key: getattr(p, field) for key, p in PROFILES.items()}, "*": getattr(PROFILES["pytorch"], field)}
 
 
 @dataclass(frozen=True)
@@ -38,7 +45,7 @@ class Family:
     prior_sigma: float      # in natural-log units: how far calibration may stray without evidence
     unit: str
     doc: str
-    keyed_by: str = ""      # "gpu", "link", "framework", or "" for a single value
+    keyed_by: str = ""      # "gpu", "link", "framework", "profile", or "" for a single value
 
     def default_for(self, key: str) -> float:
         if isinstance(self.default, dict):
@@ -63,7 +70,13 @@ FAMILIES: dict[str, Family] = {family.name: family for family in (
            0.0, 5e-3, 1.0, "s", "per-message latency (the alpha term) of one step of a collective or one send "
            "(kept in the classes' physical order, RDMA below TCP, so that a slower link is never faster)",
            keyed_by="link"),
-    Family("dp_overlap", {"megatron": 0.45, "deepspeed": 0.0, "fsdp": 0.88, "*": 0.0}, 0.0, 1.0, 1.0, "x",
+    # pytorch: DDP's bucketed reducer, and PyTorch FSDP, overlap as FSDP trainers do (not fitted).
+    # NCCL's tuning model (src/graph/tuning.cc): a ring's base latency per call under its Simple
+    # protocol; LL's and LL128's in NCCL's ratios to it (terms/collectives.py). Not fitted.
+    Family("collective_base_s", 8.4e-6, 0.0, 1e-3, 0.5, "s",
+           "base latency of one collective call (NCCL's Simple protocol; LL and LL128 in NCCL's ratios)"),
+    Family("dp_overlap", {"megatron": 0.45, "deepspeed": 0.0, "fsdp": 0.88, "pytorch": 0.88, "*": 0.0},
+           0.0, 1.0, 1.0, "x",
            "share of the last micro-batch's backward pass that hides the gradient all-reduce "
            "(bucketed reduction as gradients become ready; DeepSpeed's pipeline engine reduces after)",
            keyed_by="framework"),
@@ -89,6 +102,16 @@ FAMILIES: dict[str, Family] = {family.name: family for family in (
            "weight gradients; memory-bound kernels and GEMM shapes move it)"),
     Family("layer_floor_s", 26e-6, 0.0, 2e-3, 1.0, "s",
            "kernel-launch floor of one layer's forward pass: a latency-bound layer takes at least this"),
+    # Set from microbenchmarks, not fitted (frameworks.py): what the host spends issuing one
+    # transformer block's kernels; a layer takes at least this, whatever its FLOPs (terms/host.py).
+    Family("host_forward_s", _by_profile("host_forward_s"), 0.0, 0.05, 0.5, "s",
+           "host time to issue one transformer block's forward kernels (Python, dispatcher, autocast)",
+           keyed_by="profile"),
+    Family("host_backward_s", _by_profile("host_backward_s"), 0.0, 0.05, 0.5, "s",
+           "host time to issue one transformer block's backward kernels (the autograd engine)",
+           keyed_by="profile"),
+    Family("collective_host_s", _by_profile("collective_host_s"), 0.0, 0.01, 0.5, "s",
+           "host time to issue one collective (c10d and NCCL's enqueue)", keyed_by="profile"),
     Family("micro_batch_overhead_s", 0.5e-3, 0.0, 0.1, 1.0, "s",
            "the pipeline engine's fixed cost per micro-batch on each stage (scheduling, P2P setup)"),
     Family("iteration_overhead_s", 0.010, 0.0, 5.0, 1.5, "s",
@@ -144,11 +167,13 @@ def check_name(name: object, field: str) -> str:
         raise SpecError(field, name, f"unknown link class; known: {', '.join(LINK_CLASSES)}")
     if family.keyed_by == "framework" and key not in FRAMEWORKS:
         raise SpecError(field, name, f"unknown framework; known: {', '.join(FRAMEWORKS)}")
+    if family.keyed_by == "profile" and key not in PROFILES:
+        raise SpecError(field, name, f"unknown framework profile; known: {', '.join(PROFILES)}")
     return name
 
 
 def _example(family: Family) -> str:
-    return {"gpu": "V100", "link": "ethernet"}.get(family.keyed_by, "fsdp")
+    return {"gpu": "V100", "link": "ethernet", "profile": "pytorch"}.get(family.keyed_by, "fsdp")
 
 
 def parse_calibration(value: object, field: str = "calibration") -> Calibration:
@@ -200,11 +225,14 @@ class ModelParams:
         return "calibrated" if name in self._fitted else "default"
 
 
-def parameter_names(gpu_names: list[str], link_classes: list[str], framework: str = "megatron") -> list[str]:
-    """Every parameter a scenario with these GPU types, link classes and framework uses."""
+def parameter_names(gpu_names: list[str], link_classes: list[str], framework: str = "megatron",
+                    profile: str | None = None) -> list[str]:
+    """Every parameter a scenario with these GPU types, link classes, framework and execution
+    profile (frameworks.execution_key; the framework's own by default) uses."""
     names = []
     for family in FAMILIES.values():
-        keys = {"gpu": gpu_names, "link": link_classes, "framework": [framework]}.get(family.keyed_by, [""])
+        keys = {"gpu": gpu_names, "link": link_classes, "framework": [framework],
+                "profile": [profile or framework]}.get(family.keyed_by, [""])
         names += [f"{family.name}.{key}" if key else family.name for key in dict.fromkeys(keys)]
     return names
 

@@ -12,9 +12,10 @@ from amp_tui.core.base.errors import SpecError
 from amp_tui.core.base.limits import MAX_GPUS, MAX_TEXT_CHARS, check_name
 from amp_tui.core.base.units import exact_bandwidth, exact_bytes, parse_bandwidth, parse_bytes, parse_int, parse_number
 from amp_tui.core.base.yamlio import load_yaml_file, path_exists
+from amp_tui.core.spec.frameworks import COMPILE_MODES, FRAMEWORKS
 from amp_tui.core.spec.hardware import GPU, gpu_catalog, instance_catalog, parse_gpu
 from amp_tui.core.spec.model import Model, parse_model
-from amp_tui.core.spec.params import FRAMEWORKS, LINK_CLASSES, Calibration, ModelParams, parse_calibration
+from amp_tui.core.spec.params import LINK_CLASSES, Calibration, ModelParams, parse_calibration
 from amp_tui.core.spec.presets import load_preset, preset_names
 
 # Bytes per element of weights and activations; fp8 and fp4 (NVFP4) train with bf16 tensors and
@@ -138,7 +139,10 @@ class Training:
     data_parallel_shard: int | str = "full"
     # Expert-parallel degree for a mixture-of-experts model, or AUTO (the search chooses; 1 for a dense model).
     expert_parallel: int | str = AUTO
-    framework: str = "megatron"         # params.FRAMEWORKS: what it allocates and overlaps
+    framework: str = "megatron"         # frameworks.FRAMEWORKS: what it allocates, overlaps and launches
+    # torch.compile (frameworks.COMPILE_MODES): False (eager), True (Inductor: fused element-wise
+    # kernels, fewer launches, fewer saved activations), "cudagraphs" (mode="reduce-overhead").
+    compile: bool | str = False
     fused_loss: bool = False            # a fused cross-entropy: no fp32 copies of the logits
     tp_comm_overlap: bool = False       # tensor-parallel collectives pipelined with the GEMMs (TE userbuffers, async TP)
     # The attention core's kernels (ATTENTION_KERNELS): "fused" (Transformer Engine / cuDNN,
@@ -170,7 +174,8 @@ class Training:
                 "context_parallel": self.context_parallel, "virtual_stages": self.virtual_stages,
                 **({"data_parallel_shard": self.data_parallel_shard} if self.data_parallel_shard != FULL_SHARD else {}),
                 **({"expert_parallel": self.expert_parallel} if self.expert_parallel != AUTO else {}),
-                "framework": self.framework, "fused_loss": self.fused_loss,
+                "framework": self.framework, **({"compile": self.compile} if self.compile else {}),
+                "fused_loss": self.fused_loss,
                 "tp_comm_overlap": self.tp_comm_overlap, "runtime_reserve": exact_bytes(self.runtime_reserve_bytes),
                 **({"attention_kernel": self.attention_kernel} if self.attention_kernel != "fused" else {}),
                 **({"fp8_scaling": self.fp8_scaling} if self.fp8_scaling != "tensorwise" else {}),
@@ -236,6 +241,14 @@ def _choice(value: object, options: tuple, field_name: str):
 
 def _auto_or_int(value: object, field_name: str) -> int | str:
     return AUTO if value == AUTO else parse_int(value, field_name)
+
+
+def _compile_mode(value: object, field_name: str) -> bool | str:
+    """false, true or cudagraphs (YAML's 1 is not a compile mode)."""
+    if not (isinstance(value, bool) or value in COMPILE_MODES[2:]):
+        raise SpecError(field_name, value, "expected false, true (torch.compile) or cudagraphs "
+                                           "(torch.compile with mode='reduce-overhead')")
+    return value
 
 
 def _bool(value: object, field_name: str) -> bool:
@@ -312,7 +325,7 @@ def parse_training(value: object, field_name: str = "training") -> Training:
     allowed = {"global_batch_size", "precision", "optimizer", "schedule", "recompute", "zero_stage", "runtime_reserve",
                "state_bytes_per_param", "sequence_parallel", "context_parallel", "virtual_stages", "framework",
                "data_parallel_shard", "expert_parallel", "fused_loss", "tp_comm_overlap", "attention_kernel",
-               "fp8_scaling"}
+               "fp8_scaling", "compile"}
     _check_keys(value, allowed, field_name, "training")
     if "global_batch_size" not in value:
         raise SpecError(f"{field_name}.global_batch_size", None, "required")
@@ -348,6 +361,7 @@ def parse_training(value: object, field_name: str = "training") -> Training:
                              _auto_or_int(value["data_parallel_shard"], f"{field_name}.data_parallel_shard")),
         expert_parallel=_auto_or_int(value.get("expert_parallel", AUTO), f"{field_name}.expert_parallel"),
         framework=_choice(value.get("framework", "megatron"), FRAMEWORKS, f"{field_name}.framework"),
+        compile=_compile_mode(value.get("compile", False), f"{field_name}.compile"),
         fused_loss=_bool(value.get("fused_loss", False), f"{field_name}.fused_loss"),
         tp_comm_overlap=_bool(value.get("tp_comm_overlap", False), f"{field_name}.tp_comm_overlap"),
         attention_kernel=_choice(value.get("attention_kernel", "fused"), ATTENTION_KERNELS,

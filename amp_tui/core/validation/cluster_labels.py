@@ -12,19 +12,21 @@ from amp_tui.core.base.limits import MAX_GPUS
 from amp_tui.core.base.units import parse_bandwidth, parse_int
 from amp_tui.core.spec.hardware import gpu_catalog, instance_catalog
 
-# Catalog GPU per run label, first match wins.
-_GPU_LABELS = (("GB300", "GB300"), ("GB200", "GB200"), ("B200", "B200"), ("GH200", "GH200"), ("H200", "H200"),
-               (r"\bH20\b", "H20"), ("H100.*PCIe", "H100-PCIe"), ("H100.*96.*500 ?W", "H100-96GB-500W"),
-               ("H100|H800", "H100"), ("A100.*40GB", "A100-40GB"),
-               ("A100|A800", "A100-80GB"), ("4090", "RTX-4090"), ("3090", "RTX-3090"), ("3080", "RTX-3080"),
-               ("RTX 6000 Ada|6000 Ada", "RTX-6000-Ada"), ("A6000", "RTX-A6000"), ("A5000", "RTX-A5000"),
-               (r"\bA40\b", "A40"), (r"\bA30\b", "A30"), ("L40S", "L40S"), (r"\bL40\b", "L40"), ("A10G", "A10G"),
-               (r"\bA10\b", "A10"), (r"\bL4\b", "L4"),
-               ("T4", "T4"), ("V100.*32", "V100-32GB"), ("(?i)V100.*PCIe", "V100-PCIe"), ("V100", "V100"),
-               ("(?i)P100.*PCIe", "P100-PCIe"), ("P100", "P100"), (r"(?i)titan ?v\b", "TITAN-V"),
-               ("(?i)titan ?rtx", "TITAN-RTX"), ("2080 ?Ti", "RTX-2080Ti"), ("2060", "RTX-2060"),
-               ("P4000", "Quadro-P4000"), ("3060", "RTX-3060"),
-               ("MI210", "MI210"), ("MI250", "MI250X"), ("MI300X", "MI300X"))
+# Catalog GPU per run label, first match wins (case-insensitive; "A100-SXM4-40GB", "Titan-RTX",
+# "GeForce RTX 2080Ti" and the like).
+_GPU_LABELS = tuple((re.compile(pattern, re.IGNORECASE), name) for pattern, name in (
+    ("GB300", "GB300"), ("GB200", "GB200"), ("B200", "B200"), ("GH200", "GH200"), ("H200", "H200"),
+    (r"\bH20\b", "H20"), ("H100.*PCIe", "H100-PCIe"), (r"H100.*96.*500 ?W", "H100-96GB-500W"),
+    ("H100|H800", "H100"), (r"A100.*40\s*GB?", "A100-40GB"), ("A100|A800", "A100-80GB"), ("4090", "RTX-4090"),
+    ("3090", "RTX-3090"), ("3080", "RTX-3080"), ("RTX[- _]?6000[- _]?Ada|6000 Ada", "RTX-6000-Ada"),
+    ("A6000", "RTX-A6000"), ("A5000", "RTX-A5000"), (r"\bA40\b", "A40"), (r"\bA30\b", "A30"),
+    ("L40S", "L40S"), (r"\bL40\b", "L40"), ("A10G", "A10G"), (r"\bA10\b", "A10"), (r"\bL4\b", "L4"),
+    (r"\bT4\b|Tesla[- _]T4", "T4"), (r"V100.*32", "V100-32GB"), ("V100.*PCIe", "V100-PCIe"), ("V100", "V100"),
+    ("P100.*PCIe", "P100-PCIe"), ("P100", "P100"), (r"titan[- _]?v\b", "TITAN-V"),
+    (r"titan[- _]?rtx", "TITAN-RTX"), (r"2080[- _]?Ti", "RTX-2080Ti"), ("2060", "RTX-2060"),
+    ("P4000", "Quadro-P4000"), ("3060", "RTX-3060"), ("MI210", "MI210"), ("MI250", "MI250X"),
+    ("MI300X", "MI300X"),
+))
 
 
 # Node figures (NVLink per GPU and direction, network per node) where a run names only the link
@@ -54,8 +56,10 @@ def _node_figures(gpu: str) -> tuple[str, str] | None:
 
 def catalog_gpu(label: str) -> str:
     for pattern, name in _GPU_LABELS:
-        if re.search(pattern, label):
+        if pattern.search(label):
             return name
+    if label in gpu_catalog():
+        return label
     raise SpecError("cluster.gpu", label, "GPU not in catalog")
 
 
@@ -84,7 +88,8 @@ def cluster_spec(cluster: dict, notes: list[str]) -> dict:
                                  "cluster.gpus_per_node"), count)
         if count % per_node:
             raise SpecError("cluster.gpus_per_node", per_node, f"does not divide the {count} {label} GPUs")
-        intra = _intra_bandwidth(str(entry.get("intra_node") or cluster.get("intra_node") or ""), name, label)
+        intra = _intra_bandwidth(str(entry.get("intra_node") or cluster.get("intra_node") or ""), name, label,
+                                 notes, per_node)
         inter = _inter_bandwidth(entry.get("inter_node", cluster.get("inter_node")), name, per_node, num_gpus, notes)
         if name in _NVL_GPUS and count > per_node:
             per_node, inter = _nvlink_domain(count, per_node, inter, notes)
@@ -142,11 +147,37 @@ _PCIE_GBPS = {"3": 128, "4": 256, "5": 512}   # x16, one direction
 _EXPORT_NVLINK = (re.compile(r"\b[AH]800\b"), "200 GB/s")
 
 
-def _intra_bandwidth(label: str, gpu: str, gpu_label: str = "") -> str:
+# NVLink per GPU and direction where a run names NVLink on a GPU without a DGX entry: V100 SXM2 and
+# P100 SXM2 (6 and 4 links of 25 and 20 GB/s), the two-card bridges of workstation and GeForce cards.
+_NVLINK_FALLBACK = {"V100": "150 GB/s", "V100-32GB": "150 GB/s", "P100": "80 GB/s", "RTX-3090": "56 GB/s",
+                    "RTX-A6000": "56 GB/s", "RTX-A5000": "56 GB/s", "A40": "56 GB/s", "A30": "100 GB/s",
+                    "RTX-2080Ti": "50 GB/s", "TITAN-RTX": "50 GB/s", "TITAN-V": "50 GB/s"}
+# PCIe generation of each card's slot, where a run says PCIe without the generation or nothing at all.
+_PCIE_GEN3 = ("T4", "V100-PCIe", "P100-PCIe", "TITAN-V", "TITAN-RTX", "RTX-2080Ti", "RTX-2060", "Quadro-P4000")
+_PCIE_GEN5 = ("H100-PCIe",)
+_UNSTATED = re.compile(r"^\s*(|none|n/?a|unknown|not stated|not given|unspecified|-|\?|single gpu|one gpu|1 gpu)\s*$",
+                       re.IGNORECASE)
+
+
+def _pcie_generation(gpu: str) -> str:
+    return "3" if gpu in _PCIE_GEN3 else "5" if gpu in _PCIE_GEN5 else "4"
+
+
+def _intra_bandwidth(label: str, gpu: str, gpu_label: str = "", notes: list[str] | None = None,
+                     per_node: int = 8) -> str:
+    """A node's GPU-to-GPU bandwidth per GPU and direction from its label: a figure (Gbps, GB/s),
+    NVLink / NVSwitch (the DGX node's, or the card's own links), PCIe (its generation's x16 rate).
+    Unstated: PCIe at the card's generation for PCIe cards and one-GPU nodes, the DGX node's NVLink
+    for SXM cards, said in the notes."""
+    notes = [] if notes is None else notes
     figures = _node_figures(gpu)
-    if re.search(r"nvlink|nvswitch", label, re.I) and figures:
-        return _EXPORT_NVLINK[1] if _EXPORT_NVLINK[0].search(gpu_label) else figures[0]
-    match = re.search(r"(\d+(?:\.\d+)?)\s*Gb(?:ps|/s)", label)
+    if re.search(r"nvlink|nvswitch|\bsxm", label, re.I):
+        if figures:
+            return _EXPORT_NVLINK[1] if _EXPORT_NVLINK[0].search(gpu_label) else figures[0]
+        if gpu in _NVLINK_FALLBACK and not re.search(r"\d", label):
+            notes.append(f"intra-node {label!r}: {gpu}'s NVLink, {_NVLINK_FALLBACK[gpu]} per GPU and direction")
+            return _NVLINK_FALLBACK[gpu]
+    match = re.search(r"(\d+(?:\.\d+)?)\s*Gb(?:ps|/s|it)", label)
     if match:
         return f"{match.group(1)} Gbps"
     match = re.search(r"(\d+(?:\.\d+)?)\s*GB/s", label)
@@ -154,7 +185,15 @@ def _intra_bandwidth(label: str, gpu: str, gpu_label: str = "") -> str:
         return f"{match.group(1)} GB/s"
     match = re.search(r"pcie\s*(?:gen\s*)?([345])?", label, re.I)
     if match:
-        return f"{_PCIE_GBPS[match.group(1) or '4']} Gbps"
+        return f"{_PCIE_GBPS[match.group(1) or _pcie_generation(gpu)]} Gbps"
+    if _UNSTATED.match(label):
+        if per_node > 1 and figures:
+            notes.append(f"intra-node link not stated: {gpu}'s NVLink ({figures[0]}) assumed")
+            return figures[0]
+        generation = _pcie_generation(gpu)
+        if per_node > 1:
+            notes.append(f"intra-node link not stated: PCIe Gen{generation} assumed")
+        return f"{_PCIE_GBPS[generation]} Gbps"
     raise SpecError("cluster.intra_node", label, "link not recognised")
 
 
@@ -171,17 +210,38 @@ def _nvlink_domain(count: int, per_tray: int, tray_network: str, notes: list[str
     return domain, f"{trays * parse_bandwidth(tray_network, 'inter_node') * 8 / 1e9:g} Gbps"
 
 
+# Per-port rates of fabrics a run may name without a figure (Gbps), and TCP Ethernet's common ones.
+_FABRICS = ((r"\bNDR\b", 400), (r"\bHDR\b", 200), (r"\bEDR\b", 100), (r"\bFDR\b", 56), (r"omni-?path|\bOPA\b", 100),
+            (r"slingshot", 200), (r"roce", 100), (r"\bEFA\b", 100), (r"infiniband|\bIB\b", 200),
+            (r"ethernet|\bTCP\b", 25))
+
+
 def _inter_bandwidth(label, gpu: str, per_node: int, num_gpus: int, notes: list[str]) -> str:
+    """A node's network bandwidth from its label: a figure ("8x 400 Gb/s", "100 Gbps per GPU",
+    "25GbE", "50 GB/s"), else a named fabric at its usual port rate (InfiniBand HDR 200, NDR 400,
+    Omni-Path 100, Slingshot 200, RoCE 100, EFA 100, TCP Ethernet 25 Gbps), one port per GPU on
+    nodes whose GPUs have a DGX-style board, one per node otherwise; unstated, the DGX node's
+    network for its GPU, else 100 Gbps. One-node runs never use it. Each fallback is noted."""
     text = str(label or "")
-    if match := re.search(r"(\d+)\s*x\s*(\d+)\s*Gb/?s", text):                 # "8x 400 Gb/s"
+    if match := re.search(r"(\d+)\s*x\s*(\d+)\s*Gb(?:ps|/s|it)?", text):       # "8x 400 Gb/s"
         return f"{int(match.group(1)) * int(match.group(2))} Gbps"
-    if match := re.search(r"(\d+)\s*Gb/?s per GPU", text):
-        return f"{int(match.group(1)) * per_node} Gbps"
-    if match := re.search(r"(\d+(?:\.\d+)?)\s*Gb(?:ps|/s)", text):
+    if match := re.search(r"(\d+(?:\.\d+)?)\s*Gb(?:ps|/s|it/s)?\s*per\s*GPU", text):
+        return f"{float(match.group(1)) * per_node:g} Gbps"
+    if match := re.search(r"(\d+(?:\.\d+)?)\s*(?:Gb(?:ps|/s|it)|G(?:b)?E\b)", text):
         return f"{match.group(1)} Gbps"
+    if match := re.search(r"(\d+(?:\.\d+)?)\s*GB/s", text):
+        return f"{float(match.group(1)) * 8:g} Gbps"
     figures = _node_figures(gpu)
-    if text or not figures:
-        raise SpecError("cluster.inter_node", text or None, "link not recognised")
-    if num_gpus > per_node:
-        notes.append(f"network not stated: {figures[1]} per node assumed")
-    return figures[1]
+    ports = per_node if figures else 1
+    single = num_gpus <= per_node
+    for pattern, gbps in _FABRICS:
+        if re.search(pattern, text, re.I):
+            if not single:
+                notes.append(f"network {text!r}: {gbps} Gbps per port, {ports} port(s) per node assumed")
+            return f"{gbps * ports} Gbps"
+    if not (_UNSTATED.match(text) or text.lower() in ("false", "true")):
+        raise SpecError("cluster.inter_node", text, "link not recognised")
+    fallback = figures[1] if figures else "100 Gbps"
+    if not single:
+        notes.append(f"network not stated: {fallback} per node assumed")
+    return fallback

@@ -29,6 +29,7 @@ from amp_tui.core.validation.training_labels import (
     model_flops_per_token,
     model_spec,
     read_attention_kernel,
+    read_compile,
     read_framework,
     read_fused_loss,
     read_precision,
@@ -289,6 +290,7 @@ def parse_run(run: dict, scenarios: dict[str, Scenario] | None = None) -> Replay
             if source in ("amp-homogeneous", AMP_OTHER):
                 scenario, partition = _amp_scenario(run, gbs, pp, scenarios, notes)
             else:
+                framework = read_framework(training.get("framework"), notes)
                 spec = {"name": f"{model.get('name')} on {cluster.get('name')}",
                         "cluster": cluster_spec(cluster, notes),
                         "model": model_spec(model, training, notes),
@@ -296,9 +298,10 @@ def parse_run(run: dict, scenarios: dict[str, Scenario] | None = None) -> Replay
                                      "recompute": recompute, "zero_stage": zero_stage,
                                      "sequence_parallel": bool(sequence_parallel), "context_parallel": cp,
                                      "virtual_stages": virtual_stages or _UNSTATED_DEPTH,
-                                     "framework": read_framework(training.get("framework")),
+                                     "framework": framework,
+                                     "compile": read_compile(run, notes),
                                      "fused_loss": read_fused_loss(source, notes),
-                                     "attention_kernel": read_attention_kernel(source, notes),
+                                     "attention_kernel": read_attention_kernel(source, notes, framework),
                                      "fp8_scaling": fp8_scaling,
                                      "tp_comm_overlap": read_tp_comm_overlap(run, tp)}}
                 scenario = _shared_scenario(spec, scenarios)

@@ -5,19 +5,57 @@ shape. Each assumption made where a label is silent goes into the run's notes.
 
 from __future__ import annotations
 
+import re
+
 from amp_tui.core.base.errors import SpecError
 from amp_tui.core.spec.scenario import AUTO
 
 
-def read_framework(label) -> str:
-    """Which conventions the run's trainer follows (scenario.FRAMEWORKS): the engine that holds and
-    reduces the gradients, DeepSpeed's when it is named beside Megatron-LM's model code."""
+# Plain PyTorch as most teams below a few hundred GPUs run it: Hugging Face model code (transformers,
+# accelerate, the Trainer), Lightning, or a hand-written loop under DDP or FSDP, eager.
+_PLAIN_PYTORCH = re.compile(r"hugging ?face|\bhf\b|transformers|accelerate|lightning|\bddp\b|"
+                            r"distributeddataparallel|plain pytorch|pytorch|\btorch\b|timm|nanogpt")
+
+
+def read_framework(label, notes: list[str] | None = None) -> str:
+    """Which conventions the run's trainer follows (frameworks.FRAMEWORKS): the engine that holds
+    and reduces the gradients (DeepSpeed's when it is named beside Megatron-LM's model code), and
+    whose kernels run: torchtitan and llm-foundry's Composer are FSDP trainers with their own
+    model code; Hugging Face, accelerate, Lightning or a plain loop under DDP or FSDP is plain
+    PyTorch. Unstated: Megatron-LM's conventions, said in the notes."""
     text = str(label or "").lower()
-    if "fsdp" in text or "torchtitan" in text or "composer" in text:
+    if "torchtitan" in text or "composer" in text or "foundry" in text:
         return "fsdp"
     if "deepspeed" in text:
         return "deepspeed"
+    if "megatron" in text or "nemo" in text:
+        return "megatron"
+    if _PLAIN_PYTORCH.search(text) or "fsdp" in text:
+        return "pytorch"
+    if notes is not None:
+        notes.append(f"framework {label!r}: Megatron-LM's conventions" if text else
+                     "framework not stated: Megatron-LM's conventions")
     return "megatron"
+
+
+_NO_COMPILE = re.compile(r"\b(no|without|w/o|eager)\b[^,;)]*compile|compile\s*[:=]\s*(false|no|off)")
+
+
+def read_compile(run: dict, notes: list[str]) -> bool | str:
+    """torch.compile as the run states it: `training.compile` (true, false or cudagraphs), or
+    "torch.compile" / "compiled" in its framework, notes or quoted row; CUDA graphs (mode
+    "reduce-overhead") where those are named beside it."""
+    training = run.get("training") or {}
+    stated = training.get("compile")
+    if isinstance(stated, bool):
+        return stated
+    text = " ".join(str(x) for x in (training.get("framework"), training.get("notes"), stated,
+                                     (run.get("source") or {}).get("quote"))).lower()
+    if _NO_COMPILE.search(text) or not re.search(r"compile", text):
+        return False
+    mode: bool | str = "cudagraphs" if re.search(r"cuda ?graph|reduce-overhead", text) else True
+    notes.append("torch.compile" + (" with CUDA graphs" if mode == "cudagraphs" else "") + ": as the run says")
+    return mode
 
 
 def read_precision(label) -> str:
@@ -46,12 +84,16 @@ def read_recompute(label, notes: list[str]) -> str:
     return AUTO
 
 
-def read_attention_kernel(source: str, notes: list[str]) -> str:
+def read_attention_kernel(source: str, notes: list[str], framework: str = "") -> str:
     """llm-foundry's MPT runs attention through the flash-attn 2 package (`attn_impl: flash`, or
     Triton's flash attention for ALiBi); NeMo and Megatron-LM use Transformer Engine's fused
-    attention, torchtitan PyTorch's SDPA (cuDNN's kernel on Hopper)."""
+    attention, torchtitan PyTorch's SDPA (cuDNN's kernel on Hopper); Hugging Face models call SDPA,
+    whose flash backend is FlashAttention-2's kernel."""
     if source == "llmfoundry":
         notes.append("attention: llm-foundry's FlashAttention-2 kernels")
+        return "flash2"
+    if framework == "pytorch":
+        notes.append("attention: PyTorch SDPA's flash backend (FlashAttention-2)")
         return "flash2"
     return "fused"
 

@@ -11,9 +11,12 @@ degree t and context-parallel degree c (each GPU sees the tokens of its c-th of 
              (and `fp8_rowwise_efficiency` of that with a scale per row), and the attention
              core in bf16;
   memory     the weights read once, b / (c t) of the activations written and read again by the
-             element-wise kernels (layer norms, activations, dropout, softmax) at memory bandwidth;
+             element-wise kernels (layer norms, activations, dropout, softmax) at memory bandwidth,
+             times the execution profile's `elementwise_traffic` (spec/frameworks.py: eager
+             Hugging Face code runs unfused chains, x3);
   floor      the kernel-launch floor of a layer (params `layer_floor_s`): small layers are
-             latency-bound.
+             latency-bound (the GPU's gaps between dependent kernels; the host's issue time is
+             terms/host.py, taken as a max).
 
 The three run one after another on the GPU, so they add. Measured layer times (profiles), where
 given, replace all three (cost.py).
@@ -25,6 +28,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from amp_tui.core.spec.frameworks import execution_profile, loss_buffers
 from amp_tui.core.spec.hardware import GPU
 from amp_tui.core.spec.model import Model
 from amp_tui.core.spec.params import ModelParams
@@ -71,8 +75,9 @@ def attention_efficiency(model: Model, gpu: GPU, kernel: str, efficiency):
 
 def analytic_forward(model: Model, gpu: GPU, precision: str, params: ModelParams, tp: int, cp: int,
                      sequence_parallel: bool, mbs, attention_kernel: str = "fused",
-                     fp8_scaling: str = "tensorwise") -> np.ndarray:
-    """Forward seconds per layer for a micro-batch of `mbs` (a number, or a column of sizes)."""
+                     fp8_scaling: str = "tensorwise", elementwise_traffic: float = 1.0) -> np.ndarray:
+    """Forward seconds per layer for a micro-batch of `mbs` (a number, or a column of sizes);
+    `elementwise_traffic` scales the element-wise kernels' memory traffic (frameworks.py)."""
     cols = model.columns
     e = 4 if precision == "fp32" else 2
     tokens, width = layer_shapes(model, e)
@@ -95,7 +100,7 @@ def analytic_forward(model: Model, gpu: GPU, precision: str, params: ModelParams
     # kernels (layer norms, dropout) on the whole activation.
     activations = (split / tp + replicated / (tp if sequence_parallel else 1)) * (mbs / cp)
     weights = cols["params"] * (e / tp)
-    memory = (2.0 * activations + weights) / gpu.memory_bandwidth
+    memory = (2.0 * elementwise_traffic * activations + weights) / gpu.memory_bandwidth
     return matmuls + memory + params("layer_floor_s") * (cols["flops"] > 0)
 
 
@@ -201,14 +206,14 @@ def _op_kept_bytes(model: Model, tp: int, knobs, bytes_per_element: int, ops: Op
     return _blocks(model) * model.columns["tokens"] * per_token
 
 
-# Share of a layer's transient buffers (the loss's fp32 copies of the logits) each framework holds.
-# DeepSpeed's is fitted to AMP's runs on its pipeline engine, the only published runs on it that
-# ran out of memory: the last stages at micro-batch 16 that did need more than 0.85 of the three
-# fp32 copies, the one at micro-batch 8 that ran at most 0.9 (1.0 predicted it out of memory).
-# FSDP trainers (torchtitan) take the cross-entropy of the logits cast to fp32 and hold all three
-# (2/3 before: torchtitan's 20 measured peaks were 14.4% off, 10.4% at 1.0); llm-foundry's fused
-# loss holds none (training.fused_loss).
-LOSS_BUFFERS = {"megatron": 1.0, "deepspeed": 0.875, "fsdp": 1.0}
+# Share of a layer's transient buffers (the loss's fp32 copies of the logits) each framework holds
+# (frameworks.FrameworkProfile.loss_buffers). DeepSpeed's is fitted to AMP's runs on its pipeline
+# engine, the only published runs on it that ran out of memory: the last stages at micro-batch 16
+# that did need more than 0.85 of the three fp32 copies, the one at micro-batch 8 that ran at most
+# 0.9 (1.0 predicted it out of memory). FSDP trainers (torchtitan) take the cross-entropy of the
+# logits cast to fp32 and hold all three (2/3 before: torchtitan's 20 measured peaks were 14.4%
+# off, 10.4% at 1.0); Hugging Face's loss upcasts the logits, copies the shifted ones and keeps the
+# log-softmax, 1.5 of them; llm-foundry's fused loss holds none (training.fused_loss).
 
 
 # Transformer Engine keeps the fp8 casts of the matrix multiplies' inputs for backward, one byte
@@ -217,12 +222,15 @@ LOSS_BUFFERS = {"megatron": 1.0, "deepspeed": 0.875, "fsdp": 1.0}
 FP8_ACTIVATION_SHARE = 0.6
 
 
-def _full_activations(model: Model, tp: int, knobs, precision: str) -> np.ndarray:
-    """Per sample, per GPU: every byte each layer keeps for backward without recomputation."""
+def _full_activations(model: Model, tp: int, knobs, precision: str, activation_factor: float = 1.0) -> np.ndarray:
+    """Per sample, per GPU: every byte each layer keeps for backward without recomputation; a
+    block keeps `activation_factor` times a fused block's (the execution profile's: eager code
+    keeps unfused intermediates, compiled code recomputes cheap ones)."""
     cols = model.columns
     replicated = cols["activation_replicated_bytes"]
     sp = tp if knobs.sequence_parallel else 1
     full = (replicated / sp + (cols["activation_bytes"] - replicated) / tp) / knobs.cp
+    full = full * np.where(_blocks(model) > 0, activation_factor, 1.0)
     return full * FP8_ACTIVATION_SHARE if precision in LOW_PRECISIONS else full
 
 
@@ -238,8 +246,9 @@ def activation_terms(model: Model, tp: int, knobs, training) -> tuple[np.ndarray
     cols = model.columns
     cp = knobs.cp
     sp = tp if knobs.sequence_parallel else 1
-    full = _full_activations(model, tp, knobs, training.precision)
-    loss_share = 0.0 if training.fused_loss else LOSS_BUFFERS[training.framework]
+    factor = execution_profile(training.framework, training.compile).activation_factor
+    full = _full_activations(model, tp, knobs, training.precision, factor)
+    loss_share = 0.0 if training.fused_loss else loss_buffers(training.framework, training.compile)
     workspace = cols["workspace_bytes"] * loss_share / tp / cp
     if knobs.recompute == "full":
         inputs = np.concatenate([[0.0], cols["output_bytes"][:-1]]) / sp / cp

@@ -492,8 +492,7 @@ def _fastest_times(candidate: Candidate, spb: float
     if key not in cache:
         times = []
         for g in layout.serving_groups:
-            compute, tp_bytes = cost.layer_times(g, candidate.tp, candidate.mbs)
-            times.append(compute + tp_bytes * spb * cost.tp_exposed)
+            times.append(cost.bound_times(g, candidate.tp, candidate.mbs, spb * cost.tp_exposed))
         times = np.array(times)
         fastest = times.min(axis=0)
         busy = fastest > 0

@@ -94,8 +94,7 @@ def order_free_floors(cost: CostModel, families: list[tuple[int, int, int, int]]
             continue
         inside = not scenario.search.allow_cross_node_tp and not (per_node % (tp * cost.knobs.cp)).any()
         spb = (own_node if inside else any_link) * cost.tp_exposed if tp * cost.knobs.cp > 1 else np.zeros(len(groups))
-        times = np.array([compute + tp_bytes * spb[g] for g, (compute, tp_bytes) in
-                          enumerate(cost.layer_times(g, tp, mbs) for g in range(len(groups)))])
+        times = np.array([cost.bound_times(g, tp, mbs, spb[g]) for g in range(len(groups))])
         fastest = times.min(axis=0)
         busy = fastest > 0
         core = np.array([kind == common for kind in kinds]) & busy

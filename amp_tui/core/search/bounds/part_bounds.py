@@ -131,8 +131,8 @@ def part_bounds(scenario: Scenario, rows: np.ndarray, cost: CostModel | None = N
                 raise Cancelled
             key = ("part layer times", tp, mbs)        # (groups, L), the same for every call
             if key not in cost.floor_cache:
-                cost.floor_cache[key] = np.array([compute + tp_bytes * spb[g] * exposed_tp for g, (compute, tp_bytes)
-                                                  in enumerate(cost.layer_times(g, tp, mbs) for g in range(len(groups)))])
+                cost.floor_cache[key] = np.array([cost.bound_times(g, tp, mbs, spb[g] * exposed_tp)
+                                                  for g in range(len(groups))])
             v = cost.floor_cache[key]
             V = v.sum(axis=1)
             if cancel():

@@ -1,0 +1,48 @@
+"""Host issue time: the CPU side of a layer, per execution profile (spec/frameworks.py).
+
+The GPU runs a layer's kernels only as fast as the host issues them. In eager PyTorch each kernel
+goes through Python and the dispatcher (and autocast), and backward through the autograd engine;
+the host runs ahead while the GPU is the slower of the two, so a layer takes the longer path (max,
+not sum):
+
+  host    forward_passes x host_forward_s x share(kind) + host_backward_s x share(kind)
+          + collectives x collective_host_s
+  layer   max(its GPU time, host)                          (LayerTimes.stage_times)
+
+`host_forward_s`, `host_backward_s` and `collective_host_s` are parameters keyed by the execution
+profile (the framework's, or compiled execution under `training.compile`). share(kind): one
+transformer block's kernels are the unit; an embedding issues about a fifth as many (look-up,
+position embedding, add, dropout), an output head with its loss about two fifths (final norm, the
+head's GEMM, the loss's casts, log-softmax and gather), another layer half. A layer that computes
+nothing issues nothing. Layers with a measured time (profiles) hold their host time already: the
+caller gives them none.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from amp_tui.core.spec.model import Model
+from amp_tui.core.spec.params import ModelParams
+
+KIND_SHARE = {"block": 1.0, "embedding": 0.2, "head": 0.4, "other": 0.5}
+
+
+def kernel_share(model: Model) -> np.ndarray:
+    """Per layer, its kernels as a share of one transformer block's (0 for a layer without FLOPs)."""
+    share = np.array([KIND_SHARE[layer.kind] for layer in model.layers])
+    return np.where(model.columns["flops"] > 0, share, 0.0)
+
+
+def host_issue_time(model: Model, params: ModelParams, profile: str, forward_passes: float,
+                    collectives: np.ndarray) -> np.ndarray:
+    """Per layer per micro-batch: the host's seconds to issue its forward (`forward_passes` of them:
+    2 under full recomputation) and backward kernels and its `collectives` (per layer per
+    micro-batch: tensor-parallel all-reduces, ZeRO-3 gathers), whatever the micro-batch size."""
+    per_block = forward_passes * params("host_forward_s", profile) + params("host_backward_s", profile)
+    return kernel_share(model) * per_block + collectives * params("collective_host_s", profile)
+
+
+def exposed_host_time(host: np.ndarray, gpu: np.ndarray) -> np.ndarray:
+    """What the host adds to a layer beyond its GPU time: the host path's excess, else nothing."""
+    return np.maximum(host - gpu, 0.0)

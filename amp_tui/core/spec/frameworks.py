@@ -1,0 +1,120 @@
+"""Framework profiles: what each way of running a training step costs beyond its FLOPs and bytes.
+
+A profile is named data, not code: the host time to issue one transformer block's kernels forward
+and backward, the host time to issue one collective, how much element-wise memory traffic and how
+many saved activations its kernels have against a fused block's (Korthikanti et al.), and how many
+of the loss's fp32 logit copies it holds. `training.framework` picks the profile; with
+`training.compile` the compiled profile replaces the framework's execution figures (the engine's
+gradient reduction, sharding and loss stay the framework's).
+
+The host figures are the defaults of the cost model's parameters `host_forward_s.KEY`,
+`host_backward_s.KEY` and `collective_host_s.KEY` (params.py), so a scenario's calibration, or a
+profile measured on the user's own GPU and software, overrides them by name; the cost model
+reads them only through `ModelParams`.
+
+Where the figures come from (docs/cost-model.md):
+- eager PyTorch (torchtitan, Composer and plain-torch blocks): ../shared/reference/h200_measurements.yaml, one GPT block in plain torch under bf16
+  autocast on an H200 (PyTorch 2.11): below a size the block takes ~0.5 ms forward and ~2.0 ms
+  forward + backward at any tp and micro-batch size. That is the host issuing ~20 kernels forward
+  (~25 us each with autocast's casts) and ~45 backward through the autograd engine (~32 us each).
+  `floor_from_measurements` (calibration/) derives the two numbers from the file.
+- Hugging Face model code: the same per-kernel costs over its GPT2Block's kernels, ~29 forward and
+  ~57 backward (tanh-GELU written out as 8 element-wise kernels in place of one; attention and
+  residual dropout on by default).
+- Megatron-LM (Transformer Engine or apex: fused layer norm + GEMM, fused bias-GELU, fused
+  softmax) and Megatron-DeepSpeed (apex fused layer norm, fused softmax, JIT-fused bias-GELU and
+  bias-dropout-add): the same per-kernel host cost over their kernel counts (~14 and ~17 forward).
+- torch.compile (Inductor): element-wise chains fused into ~10 kernels forward and ~20 backward,
+  launched by the generated wrapper (~8 us each, no dispatcher), one autograd node per compiled
+  region; `cudagraphs` (mode="reduce-overhead") replays a captured graph: ~1 us per kernel.
+- element-wise traffic: Hugging Face's GPT-2 block writes tanh-GELU as 8 element-wise kernels, keeps
+  the residual stream and layer norms in fp32 under autocast and casts every weight per forward:
+  ~600 h bytes per token forward + backward against the fused block's ~200 h (x3.0); it keeps
+  ~64 h bytes per token for backward (the GELU's intermediates, fp32 norm inputs, dropout masks)
+  against Korthikanti's 34 h (x1.9). Inductor's min-cut partition keeps ~30 h (x0.9).
+- the loss: Hugging Face upcasts the logits to fp32, copies the shifted ones and keeps the
+  log-softmax (1.5 of the three fp32 copies); compiled with the model (`compile_covers_loss`), the
+  upcast, log-softmax and gradient fuse, leaving about one copy (0.33). torchtitan compiles each
+  block, not its loss, which keeps the framework's figure.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class FrameworkProfile:
+    """The fixed costs and memory habits of one framework (or of compiled execution)."""
+
+    key: str
+    description: str
+    forward_kernels: int            # kernels one transformer block launches forward
+    backward_kernels: int           # and backward (input and weight gradients)
+    host_s_per_forward_kernel: float    # host time to issue one: Python, dispatcher, autocast
+    host_s_per_backward_kernel: float   # the autograd engine's, per backward kernel
+    collective_host_s: float        # host time to issue one collective (c10d / NCCL enqueue)
+    elementwise_traffic: float      # element-wise memory traffic against a fused block's
+    activation_factor: float        # bytes kept for backward against a fused block's (Korthikanti)
+    loss_buffers: float             # share of the loss's three fp32 logit copies held at its peak
+    compile_covers_loss: bool = False   # torch.compile wraps the model with its loss (Hugging Face)
+
+    @property
+    def host_forward_s(self) -> float:
+        return self.forward_kernels * self.host_s_per_forward_kernel
+
+    @property
+    def host_backward_s(self) -> float:
+        return self.backward_kernels * self.host_s_per_backward_kernel
+
+
+# Eager PyTorch's per-kernel host costs, from the H200 block measurements (module docstring).
+_EAGER_FORWARD_KERNEL_S = 25e-6
+_EAGER_BACKWARD_KERNEL_S = 32e-6
+
+PROFILES: dict[str, FrameworkProfile] = {p.key: p for p in (
+    FrameworkProfile("megatron", "Megatron-LM / NeMo (Transformer Engine or apex fused kernels)",
+                     14, 30, _EAGER_FORWARD_KERNEL_S, _EAGER_BACKWARD_KERNEL_S, 20e-6, 1.0, 1.0, 1.0),
+    # DeepSpeed's share of the loss buffers is fitted to AMP's runs on its pipeline engine, the only
+    # published runs on it that ran out of memory (docs/validation.md).
+    FrameworkProfile("deepspeed", "DeepSpeed, Megatron-DeepSpeed (apex and JIT-fused kernels)",
+                     17, 38, _EAGER_FORWARD_KERNEL_S, _EAGER_BACKWARD_KERNEL_S, 20e-6, 1.0, 1.0, 0.875),
+    FrameworkProfile("fsdp", "PyTorch FSDP trainers (torchtitan, llm-foundry / Composer)",
+                     20, 45, _EAGER_FORWARD_KERNEL_S, _EAGER_BACKWARD_KERNEL_S, 20e-6, 1.0, 1.0, 1.0),
+    FrameworkProfile("pytorch", "plain PyTorch: DDP or FSDP over Hugging Face transformers, accelerate or "
+                     "Lightning model code, eager, bf16/fp16 autocast over fp32 weights",
+                     29, 57, _EAGER_FORWARD_KERNEL_S, _EAGER_BACKWARD_KERNEL_S, 20e-6, 3.0, 1.9, 1.5,
+                     compile_covers_loss=True),
+    FrameworkProfile("compiled", "torch.compile (Inductor): fused element-wise kernels, one autograd node "
+                     "per compiled region", 10, 20, 8e-6, 8e-6, 20e-6, 1.0, 0.9, 0.33),
+    FrameworkProfile("cudagraphs", "torch.compile(mode='reduce-overhead'): the compiled kernels replayed "
+                     "from CUDA graphs", 10, 20, 1e-6, 1e-6, 2e-6, 1.0, 0.9, 0.33),
+)}
+
+FRAMEWORKS = ("megatron", "deepspeed", "fsdp", "pytorch")
+# training.compile: False (eager), True (torch.compile's default mode), or "cudagraphs".
+COMPILE_MODES = (False, True, "cudagraphs")
+
+
+def execution_key(framework: str, compile_mode) -> str:
+    """The profile whose host and kernel figures a training runs with."""
+    if compile_mode == "cudagraphs":
+        return "cudagraphs"
+    return "compiled" if compile_mode else framework
+
+
+def execution_profile(framework: str, compile_mode) -> FrameworkProfile:
+    return PROFILES[execution_key(framework, compile_mode)]
+
+
+def loss_buffers(framework: str, compile_mode) -> float:
+    """Share of the loss's fp32 logit copies held: the framework's, or compiled execution's where
+    torch.compile wraps the loss too."""
+    own = PROFILES[framework]
+    return PROFILES[execution_key(framework, compile_mode)].loss_buffers if compile_mode and \
+        own.compile_covers_loss else own.loss_buffers
+
+
+def uses_pytorch_fsdp(framework: str) -> bool:
+    """Whether ZeRO-3 under this framework is PyTorch's FSDP (block-wise gathers and prefetch)."""
+    return framework in ("fsdp", "pytorch")
