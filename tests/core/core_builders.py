@@ -14,6 +14,7 @@ import os
 from hypothesis import strategies as st
 
 from amp_tui.core.spec.frameworks import FRAMEWORKS, PROFILES
+from amp_tui.core.spec.params import LINK_CLASSES
 from amp_tui.core.spec.scenario import Scenario, parse_scenario
 
 GBPS = 1e9 / 8  # bytes per second in one Gbps
@@ -42,9 +43,9 @@ def layer(params=0.0, flops=0.0, activation_bytes=0.0, output_bytes=0.0, **extra
 # fixed costs, no allocator slack. Tests of the formula's structure by hand use it; the added
 # terms have their own tests.
 IDEAL = {"parameters": {
-    **{f"link_efficiency.{c}": 1.0 for c in ("nvlink", "pcie", "infiniband", "ethernet")},
-    **{f"link_latency_s.{c}": 0.0 for c in ("nvlink", "pcie", "infiniband", "ethernet")},
-    **{f"link_flow_share.{c}": 1.0 for c in ("nvlink", "pcie", "infiniband", "ethernet")},
+    **{f"link_efficiency.{c}": 1.0 for c in LINK_CLASSES},
+    **{f"link_latency_s.{c}": 0.0 for c in LINK_CLASSES},
+    **{f"link_flow_share.{c}": 1.0 for c in LINK_CLASSES},
     **{f"dp_overlap.{f}": 0.0 for f in FRAMEWORKS},
     # no fixed costs: no host issue time (terms/host.py), no collective base latency
     **{f"{family}.{key}": 0.0 for family in ("host_forward_s", "host_backward_s", "collective_host_s")

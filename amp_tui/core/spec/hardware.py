@@ -29,6 +29,9 @@ class GPU:
     # Best fraction of the 16-bit peak FlashAttention-2's kernels reach here, where it is below a
     # GEMM's: on Hopper they do not use warpgroup MMA (0: no such limit, the GEMM's efficiency).
     flash2_fraction: float = 0.0
+    # Whether its driver allows PCIe peer-to-peer copies (GeForce cards: no; NCCL then moves data
+    # through host memory: NodeGroup.intra_link_class "host").
+    peer_to_peer: bool = True
 
     def peak_flops(self, precision: str) -> float:
         """Peak FLOP/s of the matrix multiplies at this training precision."""
@@ -57,6 +60,7 @@ class GPU:
             "precisions": list(self.precisions),
             **({"fp8_tflops": self.peak_flops_8 / 1e12} if self.peak_flops_8 else {}),
             **({"fp4_tflops": self.peak_flops_4 / 1e12} if self.peak_flops_4 else {}),
+            **({"peer_to_peer": False} if not self.peer_to_peer else {}),
         }
 
 
@@ -81,7 +85,7 @@ def parse_gpu(value: object, field: str) -> GPU:
 
 def _gpu_from_fields(name: str, fields: dict, field: str) -> GPU:
     allowed = {"name", "description", "memory", "usable_memory", "memory_bandwidth", "fp16_tflops",
-               "fp32_tflops", "fp8_tflops", "fp4_tflops", "efficiency", "precisions"}
+               "fp32_tflops", "fp8_tflops", "fp4_tflops", "efficiency", "precisions", "peer_to_peer"}
     for key in fields:
         if key not in allowed:
             raise SpecError(f"{field}.{key}", fields[key], f"unknown GPU field; allowed: {', '.join(sorted(allowed))}")
@@ -90,6 +94,11 @@ def _gpu_from_fields(name: str, fields: dict, field: str) -> GPU:
             raise SpecError(f"{field}.{key}", None, "required for a GPU given by its figures")
     memory = parse_bytes(fields["memory"], f"{field}.memory")
     usable = parse_bytes(fields["usable_memory"], f"{field}.usable_memory") if "usable_memory" in fields else memory
+    # Labels round the HBM a part is sold with (an H200's "141 GB" gives PyTorch 139.8 GiB, 150 GB):
+    # what can be allocated may pass the label read in bytes, but not by more than a tenth.
+    if usable > 1.1 * memory:
+        raise SpecError(f"{field}.usable_memory", fields["usable_memory"],
+                        f"more than the memory ({fields['memory']}) by over a tenth")
     efficiency = fields.get("efficiency") or {}
     if not isinstance(efficiency, dict):
         raise SpecError(f"{field}.efficiency", efficiency, "expected a mapping with peak_fraction and half_work")
@@ -116,7 +125,7 @@ def _gpu_from_fields(name: str, fields: dict, field: str) -> GPU:
     return GPU(
         name=name,
         memory_bytes=memory,
-        usable_memory_bytes=min(usable, memory),
+        usable_memory_bytes=usable,
         memory_bandwidth=parse_bandwidth(fields["memory_bandwidth"], f"{field}.memory_bandwidth"),
         peak_flops_16=parse_number(fields["fp16_tflops"], f"{field}.fp16_tflops", positive=True) * 1e12,
         peak_flops_32=parse_number(fields["fp32_tflops"], f"{field}.fp32_tflops", positive=True) * 1e12,
@@ -127,7 +136,14 @@ def _gpu_from_fields(name: str, fields: dict, field: str) -> GPU:
         peak_flops_8=low["fp8"],
         peak_flops_4=low["fp4"],
         flash2_fraction=float(flash2),
+        peer_to_peer=_flag(fields.get("peer_to_peer", True), f"{field}.peer_to_peer"),
     )
+
+
+def _flag(value: object, field: str) -> bool:
+    if not isinstance(value, bool):
+        raise SpecError(field, value, "expected true or false")
+    return value
 
 
 _PRECISION_NAMES = ("fp32", "fp16", "bf16", "fp8", "fp4")

@@ -22,8 +22,10 @@ from amp_tui.core.base.units import parse_number
 from amp_tui.core.spec.frameworks import FRAMEWORKS, PROFILES
 
 # Link classes: what a GPU-to-GPU path runs over. Each reaches its own fraction of the nominal
-# (catalog) bandwidth and pays its own per-message latency.
-LINK_CLASSES = ("nvlink", "pcie", "infiniband", "ethernet")
+# (catalog) bandwidth and pays its own per-message latency. "host": PCIe between GPUs whose driver
+# disables peer-to-peer (GeForce), where NCCL's shared-memory transport writes each chunk into host
+# memory and the next GPU reads it back.
+LINK_CLASSES = ("nvlink", "pcie", "host", "infiniband", "ethernet")
 # Training frameworks (frameworks.FRAMEWORKS) differ in what they allocate and what they overlap
 # (scenario.Training.framework); execution profiles (frameworks.PROFILES: the frameworks, and
 # compiled execution) in the host time it takes to issue their kernels.
@@ -60,13 +62,18 @@ FAMILIES: dict[str, Family] = {family.name: family for family in (
     # ethernet: one NCCL connection over TCP sockets reaches about half the line rate (AWS caps one
     # flow at 5 to 10 Gbps), set from physics in link_flow_share; several flows through one
     # interface together reach 0.7, fitted to AMP's runs, whose pipelines send 4 flows per NIC (docs/cost-model.md).
-    Family("link_efficiency", {"nvlink": 1.0, "pcie": 0.95, "infiniband": 1.0, "ethernet": 0.7, "*": 0.95},
+    # host: two PCIe crossings and host DRAM per hop, all GPUs' rings through the same memory and,
+    # across sockets, the inter-socket link: about a third of the x16 rate (nccl-tests on GeForce
+    # boxes without peer-to-peer reach 5-6 GB/s bus bandwidth on Gen3, 10-12 on Gen4). Not fitted.
+    Family("link_efficiency", {"nvlink": 1.0, "pcie": 0.95, "host": 0.35, "infiniband": 1.0, "ethernet": 0.7,
+                               "*": 0.95},
            0.05, 1.0, 0.4, "x", "achieved fraction of the catalog bandwidth for collectives and sends",
            keyed_by="link"),
     Family("link_flow_share", {"ethernet": 0.5, "*": 1.0}, 0.05, 1.0, 0.4, "x",
            "share of the line rate one connection reaches alone (NCCL over TCP sockets: about half); "
            "several through one interface together reach link_efficiency", keyed_by="link"),
-    Family("link_latency_s", {"nvlink": 3e-6, "pcie": 15e-6, "infiniband": 50e-6, "ethernet": 65e-6, "*": 30e-6},
+    Family("link_latency_s", {"nvlink": 3e-6, "pcie": 15e-6, "host": 30e-6, "infiniband": 50e-6, "ethernet": 65e-6,
+                              "*": 30e-6},
            0.0, 5e-3, 1.0, "s", "per-message latency (the alpha term) of one step of a collective or one send "
            "(kept in the classes' physical order, RDMA below TCP, so that a slower link is never faster)",
            keyed_by="link"),
