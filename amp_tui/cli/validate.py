@@ -20,7 +20,12 @@ def add_parser(sub) -> None:
     va.add_argument("--approximate", action="store_true",
                     help="also replay runs using techniques the cost model ignores (to find errors, not to score)")
     va.add_argument("--fit", action="store_true",
-                    help="fit the cost model's default parameters to the replayed runs and print them (minutes)")
+                    help="fit the parameters several sources inform to the replayed runs and the H200 block "
+                         "measurements, then each source without it: in-sample and leave-one-source-out "
+                         "error per source (about ten minutes)")
+    va.add_argument("--write-folds", action="store_true",
+                    help="with --fit: write each source's fold (amp_tui/data/fit_folds.yaml), which plain "
+                         "`validate` replays for its leave-one-source-out column")
     va.add_argument("--write-bands", action="store_true",
                     help="write the prediction error bands (amp_tui/data/error_bands.yaml) from this replay")
 
@@ -34,8 +39,10 @@ def run(args) -> int:
     if args.fit and args.runs:
         raise SpecError("--fit", "--runs", "the defaults are fitted to the published runs; "
                                            "`amp-tui calibrate` fits your own")
+    if args.write_folds and not args.fit:
+        raise SpecError("--write-folds", True, "the folds come from a fit: add --fit")
     if args.fit:
-        return _fit_defaults()
+        return _fit_defaults(args.write_folds)
     cases = None
     if args.runs:
         from pathlib import Path
@@ -44,6 +51,10 @@ def run(args) -> int:
         cases = load_cases(Path(args.runs))
     validation = run_validation(args.source, approximate=args.approximate, cases=cases)
     rep = report(validation)
+    if not (args.runs or args.approximate):     # the folds are the published sources'
+        from amp_tui.core.validation.loso import add_held_out
+
+        add_held_out(rep, validation)
     what = f"the measured runs of {args.runs}" if args.runs else "published measured runs"
     print(json.dumps(rep, indent=2, allow_nan=False) if args.json else render(rep, verbose=args.verbose, runs=what))
     if args.write_bands:
@@ -54,26 +65,26 @@ def run(args) -> int:
     return 0
 
 
-def _fit_defaults() -> int:
-    from collections import Counter
-
+def _fit_defaults(write: bool) -> int:
     from amp_tui.core.spec.params import prior
-    from amp_tui.core.validation.fit import fit_parameters
-    from amp_tui.core.validation.runs import load_cases, unsupported
+    from amp_tui.core.validation.loso import run_fit, write_folds
+    from amp_tui.core.validation.metrics import macro
 
-    cases = [c for c in load_cases() if c.scenario is not None and not unsupported(c)]
-    gpus = Counter(g.gpu.name for c in cases for g in c.scenario.cluster.nodes if not g.gpu.name.startswith("T4"))
-    names = [f"compute_efficiency.{g}" for g in gpus]
-    # TCP Ethernet's efficiencies are set from physics and a sweep over AMP's runs (params.py): only
-    # AMP's T4 runs use it, and there a free fit would absorb their profiles' overstated compute.
-    names += [f"{family}.{link}" for family in ("link_efficiency", "link_latency_s")
-              for link in ("nvlink", "infiniband", "ethernet", "pcie")
-              if (family, link) != ("link_efficiency", "ethernet")]
-    names += ["dp_overlap.megatron", "dp_overlap.fsdp", "layer_floor_s", "micro_batch_overhead_s",
-              "iteration_overhead_s", "gemm_half_dim", "fp8_efficiency", "fp4_efficiency", "backward_ratio", "tp_overlap"]
-    values, before, after = fit_parameters(cases, names, max_evaluations=150)
-    rows = [[name, f"{prior(name)[0]:.4g}", f"{values[name]:.4g}"] for name in names]
-    print(table(["parameter", "default", "fitted"], rows, {1, 2}))
-    print(f"weighted rms log error over {len(cases)} runs: {before:.3f} at the defaults, {after:.3f} fitted; "
-          f"compute_efficiency factors fold into the GPU catalog's peak_fraction")
+    result = run_fit(progress=lambda line: print(line, file=sys.stderr, flush=True))
+    rows = [[name, ", ".join(sorted(result.informing[name])), f"{prior(name)[0]:.4g}", f"{result.fitted[name]:.4g}"]
+            for name in result.names]
+    print(table(["parameter", "informed by", "default", "fitted"], rows, {2, 3}))
+    alone = sorted(set(result.informing) - set(result.names))
+    if alone:
+        print(f"not fitted (one source or none informs them: set from physics or a microbenchmark): {', '.join(alone)}")
+    print(f"weighted rms log error: {result.rms_before:.3f} at the defaults, {result.rms_after:.3f} fitted; "
+          "compute_efficiency factors fold into the GPU catalog's peak_fraction")
+    sources = list(result.in_sample)
+    rows = [[s, f"{result.in_sample[s] * 100:.1f}%", f"{result.held_out[s] * 100:.1f}%"] for s in sources]
+    public = [s for s in sources if s != "h200-blocks"]
+    rows.append([f"macro ({len(public)} published sources)", f"{macro(result.in_sample[s] for s in public) * 100:.1f}%",
+                 f"{macro(result.held_out[s] for s in public) * 100:.1f}%"])
+    print(table(["source", "in-sample MAPE", "leave-one-source-out MAPE"], rows, {1, 2}))
+    if write:
+        print(f"wrote {write_folds(result)}")
     return 0

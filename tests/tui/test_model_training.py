@@ -213,6 +213,12 @@ async def test_every_training_field_and_search_option_is_a_row(make_app):
 
         await pick("framework", "fsdp")
         assert app.scenario.training.framework == "fsdp"
+        await pick("framework", "pytorch")
+        assert app.scenario.training.framework == "pytorch"
+        await pick("compile", "cudagraphs")
+        assert app.scenario.training.compile == "cudagraphs"
+        await pick("compile", True)
+        assert app.scenario.training.compile is True
         await pick("sequence_parallel", AUTO)
         assert app.scenario.training.sequence_parallel == AUTO
         pane.table.move_cursor(row=keys.index("virtual_stages"))

@@ -53,13 +53,11 @@ class NodeGroup:
 
     @property
     def intra_link_class(self) -> str:
-        """NVLink/NVSwitch nodes reach 20 GB/s and more between GPUs; PCIe Gen3/Gen4 less, and
-        GPUs without PCIe peer-to-peer (GeForce) go through host memory."""
-        if self.intra_node_link:
-            return self.intra_node_link
-        if self.intra_node_bandwidth >= 20e9:
-            return "nvlink"
-        return "pcie" if self.gpu.peer_to_peer else "host"
+        """The class stated (`intra_node_link`), else NVLink/NVSwitch for 20 GB/s and more between
+        GPUs and PCIe below; PCIe between GPUs without peer-to-peer (GeForce) goes through host
+        memory."""
+        link = self.intra_node_link or ("nvlink" if self.intra_node_bandwidth >= 20e9 else "pcie")
+        return "host" if link == "pcie" and not self.gpu.peer_to_peer else link
 
     @property
     def inter_link_class(self) -> str:

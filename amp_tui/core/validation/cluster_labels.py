@@ -16,7 +16,7 @@ from amp_tui.core.spec.hardware import gpu_catalog, instance_catalog
 # "GeForce RTX 2080Ti" and the like).
 _GPU_LABELS = tuple((re.compile(pattern, re.IGNORECASE), name) for pattern, name in (
     ("GB300", "GB300"), ("GB200", "GB200"), ("B200", "B200"), ("GH200", "GH200"), ("H200", "H200"),
-    (r"\bH20\b", "H20"), ("H100.*PCIe", "H100-PCIe"), (r"H100.*96.*500 ?W", "H100-96GB-500W"),
+    (r"\bH20\b", "H20"), ("H100.*PCIe", "H100-PCIe"), (r"H100.*(96.*500 ?W|HBM2e|lower[- ]TDP)", "H100-96GB-500W"),
     ("H100|H800", "H100"), (r"A100.*40\s*GB?", "A100-40GB"), ("A100|A800", "A100-80GB"), ("4090", "RTX-4090"),
     ("3090", "RTX-3090"), ("3080", "RTX-3080"), ("RTX[- _]?6000[- _]?Ada|6000 Ada", "RTX-6000-Ada"),
     ("A6000", "RTX-A6000"), ("A5000", "RTX-A5000"), (r"\bA40\b", "A40"), (r"\bA30\b", "A30"),
@@ -88,13 +88,16 @@ def cluster_spec(cluster: dict, notes: list[str]) -> dict:
                                  "cluster.gpus_per_node"), count)
         if count % per_node:
             raise SpecError("cluster.gpus_per_node", per_node, f"does not divide the {count} {label} GPUs")
-        intra = _intra_bandwidth(str(entry.get("intra_node") or cluster.get("intra_node") or ""), name, label,
-                                 notes, per_node)
+        intra_label = str(entry.get("intra_node") or cluster.get("intra_node") or "")
+        intra = _intra_bandwidth(intra_label, name, label, notes, per_node)
         inter = _inter_bandwidth(entry.get("inter_node", cluster.get("inter_node")), name, per_node, num_gpus, notes)
         if name in _NVL_GPUS and count > per_node:
             per_node, inter = _nvlink_domain(count, per_node, inter, notes)
-        nodes.append({"count": count // per_node, "gpu": gpu, "gpus_per_node": per_node,
-                      "intra_node_bandwidth": intra, "inter_node_bandwidth": inter})
+        node = {"count": count // per_node, "gpu": gpu, "gpus_per_node": per_node,
+                "intra_node_bandwidth": intra, "inter_node_bandwidth": inter}
+        if _names_pcie(intra_label, name):       # (Gen4 and Gen5 x16 pass the bandwidth NVLink is told by)
+            node["intra_node_link"] = "pcie"
+        nodes.append(node)
     return {"name": str(cluster.get("name") or "cluster"), "nodes": nodes}
 
 
@@ -157,6 +160,14 @@ _PCIE_GEN3 = ("T4", "V100-PCIe", "P100-PCIe", "TITAN-V", "TITAN-RTX", "RTX-2080T
 _PCIE_GEN5 = ("H100-PCIe",)
 _UNSTATED = re.compile(r"^\s*(|none|n/?a|unknown|not stated|not given|unspecified|-|\?|single gpu|one gpu|1 gpu)\s*$",
                        re.IGNORECASE)
+
+
+def _names_pcie(label: str, gpu: str) -> bool:
+    """Whether the node's GPUs talk over PCIe: the label says so, or says nothing and the card is a
+    PCIe card (no DGX node of its own)."""
+    if re.search(r"nvlink|nvswitch|\bsxm", label, re.I):
+        return False
+    return bool(re.search(r"pcie", label, re.I)) or (bool(_UNSTATED.match(label)) and not _node_figures(gpu))
 
 
 def _pcie_generation(gpu: str) -> str:

@@ -88,7 +88,7 @@ def run_validation(source: str | None = None, approximate: bool = False,
             costs[id(case.scenario)] = CostModel(case.scenario)
         cost = costs[id(case.scenario)]
         try:
-            prediction = _predict(case, cost)
+            prediction = predict_case(case, cost)
         except SpecError as err:
             # The full message names values that differ per run; the field groups them.
             skipped.append(Skipped(case, (f"cannot be evaluated: {err.field} rejected",)))
@@ -98,12 +98,13 @@ def run_validation(source: str | None = None, approximate: bool = False,
     return Validation(tuple(replayed), tuple(skipped), time.perf_counter() - start, approximate)
 
 
-def _predict(case: ReplayCase, cost: CostModel) -> Prediction:
-    """The run's prediction; where the run does not state its recomputation, the fastest kind
-    that fits (what a tuned recipe runs), else the one that needs the least memory."""
+def predict_case(case: ReplayCase, cost: CostModel) -> Prediction:
+    """The run's prediction under `cost` (a cost model of its scenario, perhaps with another
+    calibration); where the run does not state its recomputation, the fastest kind that fits
+    (what a tuned recipe runs), else the one that needs the least memory."""
     if case.recompute != AUTO:
-        return evaluate(case.scenario, case.strategy, cost)
-    options = [evaluate(case.scenario, replace(case.strategy, recompute=kind), cost)
+        return evaluate(cost.scenario, case.strategy, cost)
+    options = [evaluate(cost.scenario, replace(case.strategy, recompute=kind), cost)
                for kind in ("none", "selective", "full")]
     fitting = [p for p in options if p.fits_memory]
     if fitting:
@@ -233,14 +234,15 @@ def _row(name: str, s: dict) -> list[str]:
     memory = "-" if s.get("memory_mape") is None else f"{_pct(s['memory_mape'])} ({s['memory_runs']})"
     oom = f"{s['oom_predicted_to_fit']}/{s['oom_runs']}" if s.get("oom_runs") else "-"
     ran = f"{s['ran_predicted_oom']}/{s['ran_runs']}" if s.get("ran_runs") else "-"
-    return [name, str(s.get("runs", "")), str(s.get("replayed", "")), _pct(s["mape"]), _pct(s["median_ape"]),
+    return [name, str(s.get("runs", "")), str(s.get("replayed", "")), _pct(s["mape"]), _pct(s.get("loso_mape")),
+            _pct(s["median_ape"]),
             _signed(s["bias"]), _pct(s["within_10"]), _pct(s["within_25"]), _rho(s["spearman"], s.get("spearman_groups", 0)),
             _ratio(s["top_pick"]), memory, oom, ran]
 
 
 def render(rep: dict, verbose: bool = False, runs: str = "published measured runs") -> str:
     """The report as text; `runs` names what was replayed (a --runs file's path)."""
-    headers = ["source", "runs", "replayed", "MAPE", "median", "bias", "<=10%", "<=25%", "Spearman (groups)",
+    headers = ["source", "runs", "replayed", "MAPE", "LOSO", "median", "bias", "<=10%", "<=25%", "Spearman (groups)",
                "top pick", "memory (runs)", "OOM->fits", "ran->OOM"]
     rows = [_row(name, s) for name, s in rep["sources"].items()]
     macro = rep["macro"]
@@ -251,12 +253,20 @@ def render(rep: dict, verbose: bool = False, runs: str = "published measured run
              "not a score" if rep["approximate"] else f"cost model against {runs}")
     out = [f"{title}: {rep['replayed']} of {rep['runs']} runs replayed in {rep['elapsed_s']:.1f} s", "",
            table(headers, rows, right=set(range(1, len(headers))))]
+    held = rep.get("held_out")
+    if held and held.get("available"):
+        blocks = held["blocks"]
+        out.append(f"H200 block measurements ({blocks['runs']} blocks, fitted with the runs): MAPE "
+                   f"{_pct(blocks['mape'])}, leave-one-source-out {_pct(blocks['loso_mape'])}")
+    elif held:
+        out.append(f"leave-one-source-out: not shown, {held['reason']}")
     for name, s in rep["sources"].items():
         amp = s.get("amp_model")
         if amp:
             out.append(f"AMP's own model on its {amp['runs']} {name} runs: MAPE {_pct(amp['mape'])}, "
                        f"Spearman {_rho(amp['spearman'], amp['groups'])}, top pick {_ratio(amp['top_pick'])}")
-    out.append("bias: median of predicted/measured - 1 (below 0: predicted too fast); top pick: measured time of "
+    out.append("LOSO: MAPE with parameters fitted without the source (validate --fit); "
+               "bias: median of predicted/measured - 1 (below 0: predicted too fast); top pick: measured time of "
                "the run predicted fastest over the fastest measured, worst group; OOM->fits: runs that ran out of "
                "memory predicted to fit; ran->OOM: runs that ran predicted not to")
     skipped = rep["not_replayed"]

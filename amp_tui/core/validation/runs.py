@@ -25,6 +25,7 @@ from amp_tui.core.spec.hardware import instance_catalog
 from amp_tui.core.spec.scenario import AUTO, Scenario, load_scenario, parse_scenario
 from amp_tui.core.spec.strategy import Strategy, even_partition, per_stage_degrees, varying_degrees
 from amp_tui.core.validation.cluster_labels import catalog_gpu, cluster_spec, gpu_mix
+from amp_tui.core.validation.run_fields import normalized
 from amp_tui.core.validation.training_labels import (
     model_flops_per_token,
     model_spec,
@@ -207,13 +208,14 @@ def _unreadable(run: dict, index: int, exc: Exception) -> ReplayCase:
 def parse_run(run: dict, scenarios: dict[str, Scenario] | None = None) -> ReplayCase:
     """One run as a replay case; `scenarios` caches built scenarios by their spec."""
     scenarios = {} if scenarios is None else scenarios
-    model, cluster = run.get("model") or {}, run.get("cluster") or {}
-    training, measured = run.get("training") or {}, run.get("measured") or {}
     notes: list[str] = []
     gaps: list[str] = []
+    run = normalized(run, notes)      # other tools' field names, and the defaults of silent fields
+    model, cluster = run["model"], run["cluster"]
+    training, measured = run["training"], run["measured"]
     source = source_key(run)
 
-    precision = read_precision(training.get("precision"))
+    precision = read_precision(training.get("precision"), notes)
     fp8_scaling = "rowwise" if precision == "fp8" and "rowwise" in str(training.get("precision")).lower() \
         else "tensorwise"
     recompute = read_recompute(training.get("recompute"), notes)
@@ -488,6 +490,10 @@ def _iteration_time(run: dict, gbs, num_gpus: int) -> tuple[float | None, str | 
     if derived.get("iteration_time_s_approx"):
         return float(derived["iteration_time_s_approx"]), "derived (approximate)"
     seq = (run.get("model") or {}).get("seq_len")
+    if gbs and _positive(measured.get("samples_per_s")):
+        return gbs / measured["samples_per_s"], "derived here from samples/s"
+    if gbs and seq and _positive(measured.get("tokens_per_s")):
+        return gbs * seq / measured["tokens_per_s"], "derived here from tokens/s"
     if gbs and seq and num_gpus and measured.get("tokens_per_s_per_gpu"):
         return gbs * seq / (measured["tokens_per_s_per_gpu"] * num_gpus), "derived here from tokens/s per GPU"
     if gbs and seq and num_gpus and measured.get("tflops_per_gpu"):
@@ -496,6 +502,10 @@ def _iteration_time(run: dict, gbs, num_gpus: int) -> tuple[float | None, str | 
             return flops / (measured["tflops_per_gpu"] * 1e12 * num_gpus), \
                 "derived here from model TFLOP/s (NeMo's model-FLOPs convention)"
     return None, None
+
+
+def _positive(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value > 0
 
 
 # -- model and cluster specs ------------------------------------------------------------------

@@ -58,7 +58,7 @@ def read_compile(run: dict, notes: list[str]) -> bool | str:
     return mode
 
 
-def read_precision(label) -> str:
+def read_precision(label, notes: list[str] | None = None) -> str:
     text = str(label or "").lower()
     if "fp4" in text:
         return "fp4"
@@ -66,18 +66,24 @@ def read_precision(label) -> str:
         return "fp8"
     if "bf16" in text or "bfloat16" in text:
         return "bf16"
-    if "fp32" in text and "16" not in text:
+    if re.search(r"fp32|tf32|float32|full precision", text) and "16" not in text:
         return "fp32"
-    return "fp16"   # "mixed", "mixed fp16": Megatron-LM's fp16 mixed precision
+    if notes is not None and not re.search(r"fp16|float16|16|mixed|amp|half", text):
+        notes.append(f"precision {label!r}: fp16 mixed precision assumed" if text else
+                     "precision not stated: fp16 mixed precision assumed")
+    return "fp16"   # "mixed", "mixed fp16", "amp", "16-mixed": fp16 mixed precision
 
 
 def read_recompute(label, notes: list[str]) -> str:
-    text = str(label or "").lower()
+    if isinstance(label, bool):           # activation_checkpointing: true / false
+        return "full" if label else "none"
+    text = str(label or "").lower().strip()
     if text.startswith("selective") or "(selective)" in text:
         return "selective"
-    if text.startswith("full"):
+    if text.startswith("full") or text in ("yes", "true", "on", "enabled", "block", "uniform") \
+            or re.search(r"(activation|gradient) checkpointing|checkpoint", text) and not re.match(r"no\b", text):
         return "full"
-    if text == "no" or text.startswith("none"):
+    if text in ("no", "false", "off", "disabled", "0") or text.startswith("none"):
         return "none"
     # A recipe that does not say is tuned to fit: replay takes the fastest kind that fits.
     notes.append(f"recomputation {label or 'not stated'}: the fastest of none, selective and full that fits")
@@ -117,10 +123,18 @@ def read_tp_comm_overlap(run: dict, tp: int) -> bool:
 
 
 def read_zero_stage(label) -> int:
+    """ZeRO stage from a number, DeepSpeed's or FSDP's names ('ZeRO-2', 'stage 3', 'FULL_SHARD',
+    'SHARD_GRAD_OP', 'HYBRID_SHARD') or Megatron's distributed optimizer (ZeRO-1)."""
+    if isinstance(label, int) and not isinstance(label, bool) and 0 <= label <= 3:
+        return label
     text = str(label or "").lower()
+    if "no_shard" in text or "no shard" in text:
+        return 0
     if "shard_grad_op" in text or "params kept after forward" in text:
         return 2
-    if "fsdp" in text or "zero-3" in text:
+    if match := re.search(r"(?:zero|stage)[\s_-]*(?:stage)?[\s_-]*([0-3])\b", text):
+        return int(match.group(1))
+    if "fsdp" in text or "full_shard" in text or "hybrid_shard" in text:
         return 3
     if "distributed optimizer" in text:
         return 1
@@ -149,8 +163,10 @@ _VOCAB_NAMES = {"gpt-2 bpe": 50257}
 
 
 def model_spec(model: dict, training: dict, notes: list[str]) -> dict:
+    from amp_tui.core.validation.run_fields import model_family
+
     name = str(model.get("name") or "model")
-    family = "llama" if "llama" in name.lower() else "gpt"
+    family = model_family(name)
     vocab = model.get("vocab")
     if not isinstance(vocab, int):
         known = next((n for key, n in _VOCAB_NAMES.items() if key in str(vocab).lower()), None)

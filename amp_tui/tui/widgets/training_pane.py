@@ -10,7 +10,7 @@ from textual.binding import Binding
 from textual.widgets import DataTable, Static
 
 from amp_tui.core.base.units import format_bytes
-from amp_tui.core.spec.params import FRAMEWORKS
+from amp_tui.core.spec.frameworks import COMPILE_MODES, FRAMEWORKS
 from amp_tui.core.spec.scenario import (
     ATTENTION_KERNELS,
     AUTO,
@@ -54,6 +54,7 @@ SETTINGS = [
     Setting("interleaving", "training", "virtual_stages", "int", "chunks per stage >= 1, or auto"),
     Setting("expert parallel", "training", "expert_parallel", "int", "whole number >= 1, or auto"),
     Setting("framework", "training", "framework", "choice", "/".join(FRAMEWORKS), FRAMEWORKS),
+    Setting("torch.compile", "training", "compile", "choice", "no/yes/cudagraphs", COMPILE_MODES),
     Setting("fused loss", "training", "fused_loss", "bool", "yes/no"),
     Setting("tp comm overlap", "training", "tp_comm_overlap", "bool", "yes/no"),
     Setting("attention kernel", "training", "attention_kernel", "choice", "/".join(ATTENTION_KERNELS),
@@ -77,6 +78,8 @@ _CHOICE_HELP = {
     "selective": "recompute the attention scores only",
     "megatron": "Megatron-LM: overlaps the gradient all-reduce with backward",
     "deepspeed": "DeepSpeed's pipeline engine: reduces after backward", "fsdp": "PyTorch FSDP (torchtitan)",
+    "pytorch": "plain PyTorch: DDP or FSDP over Hugging Face, accelerate or Lightning code, eager",
+    "cudagraphs": "torch.compile with CUDA graphs (mode='reduce-overhead'): almost no launch cost",
     "fused": "Transformer Engine, cuDNN or FlashAttention-3", "flash2": "the flash-attn 2 package or Triton",
     "tensorwise": "one scale per tensor (Transformer Engine, torchao)", "rowwise": "one scale per row (torchao)",
 }
