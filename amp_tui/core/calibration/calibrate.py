@@ -29,6 +29,7 @@ from amp_tui.core.base.units import format_bytes
 from amp_tui.core.calibration.measurements import Measurement
 from amp_tui.core.costmodel.cost import CostModel
 from amp_tui.core.search.evaluate import evaluate
+from amp_tui.core.spec.frameworks import execution_key
 from amp_tui.core.spec.params import Calibration, bounds, parameter_names, prior, split_name
 from amp_tui.core.spec.scenario import Scenario
 from amp_tui.core.spec.strategy import KNOB_FIELDS
@@ -291,7 +292,8 @@ def scenario_parameters(scenario: Scenario) -> list[str]:
     if scenario.cluster.num_nodes > 1:
         links += [g.inter_link_class for g in groups]
     return parameter_names(list(dict.fromkeys(g.gpu.name for g in groups)), list(dict.fromkeys(links)),
-                           scenario.training.framework)
+                           scenario.training.framework,
+                           execution_key(scenario.training.framework, scenario.training.compile))
 
 
 def current_values(scenario: Scenario, names: list[str]) -> dict[str, float]:

@@ -71,9 +71,12 @@ def _shift(name: str) -> float:
 
 
 def fit_parameters(targets, names: list[str], start: dict[str, float] | None = None,
-                   max_evaluations: int = 400) -> tuple[dict[str, float], float, float]:
+                   max_evaluations: int = 400, jacobian: np.ndarray | None = None
+                   ) -> tuple[dict[str, float], float, float]:
     """(fitted values, weighted RMS log error before, after) over the timed targets; `start` also
-    holds the values of parameters not fitted (e.g. a fold's priors)."""
+    holds the values of parameters not fitted (e.g. a fold's priors). With `jacobian` (d log
+    predicted / d log parameter, rows the timed targets, columns `names`: log_jacobian's, taken
+    once) the solver steps along it instead of differencing again at every step."""
     from scipy.optimize import least_squares  # a solver earns scipy its place (see pyproject)
 
     start = {name: prior(name)[0] for name in names} | (start or {})
@@ -99,9 +102,26 @@ def fit_parameters(targets, names: list[str], start: dict[str, float] | None = N
     before = residuals(u0)[:len(targets)]
     if not names:
         return dict(start), _rms(before, weight), _rms(before, weight)
-    result = least_squares(residuals, u0, bounds=(low, high), loss="soft_l1", f_scale=ROBUST_SCALE,
+    jac = "2-point" if jacobian is None else \
+        (lambda u: np.vstack([weight[:, None] * jacobian, np.diag(0.05 / sigma)]))
+    result = least_squares(residuals, u0, jac=jac, bounds=(low, high), loss="soft_l1", f_scale=ROBUST_SCALE,
                            diff_step=1e-2, max_nfev=max_evaluations)
     return {**start, **values(result.x)}, _rms(before, weight), _rms(result.fun[:len(targets)], weight)
+
+
+def log_jacobian(targets, names: list[str], values: dict[str, float], step: float = 0.02) -> np.ndarray:
+    """d log(predicted) / d log(parameter + shift) of each timed target at `values`, by forward
+    differences of `step`: one replay per parameter."""
+    targets = timed(targets)
+    base = np.log(predict_all(targets, calibration_of(values)))
+    columns = []
+    for name in names:
+        low, high = bounds(name)
+        shift = _shift(name)
+        moved = min(max((values[name] + shift) * math.exp(step) - shift, low), high)
+        du = math.log((moved + shift) / (values[name] + shift)) or step
+        columns.append((np.log(predict_all(targets, calibration_of({**values, name: moved}))) - base) / du)
+    return np.column_stack(columns) if columns else np.zeros((len(targets), 0))
 
 
 def _rms(r: np.ndarray, weight: np.ndarray) -> float:

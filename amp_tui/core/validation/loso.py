@@ -17,6 +17,8 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+import numpy as np
+
 from amp_tui.core.base.yamlio import atomic_write, dump_yaml, load_yaml_file
 from amp_tui.core.costmodel.cost import CostModel
 from amp_tui.core.spec.hardware import gpu_catalog
@@ -29,6 +31,7 @@ from amp_tui.core.validation.fit import (
     fit_parameters,
     fitted_names,
     informing_sources,
+    log_jacobian,
     measured_s,
     predict_s,
     timed,
@@ -44,6 +47,9 @@ NOT_FITTED_GPUS = ("T4", "H100-96GB-500W")
 CANDIDATES = ("link_efficiency.nvlink", "link_efficiency.infiniband", "link_latency_s.nvlink",
               "link_latency_s.infiniband", "dp_overlap.megatron", "layer_floor_s", "micro_batch_overhead_s",
               "iteration_overhead_s", "gemm_half_dim", "fp8_efficiency", "tp_overlap")
+
+
+FIT_ROUNDS = 3
 
 
 def fit_targets() -> list:
@@ -80,19 +86,24 @@ def fold_start(name: str, held_out: str, fitted: dict[str, float], informing: di
 
 
 def leave_one_source_out(targets, names: list[str], fitted: dict[str, float], informing: dict[str, set[str]],
-                         max_evaluations: int = 25, progress=None) -> dict[str, dict[str, float]]:
-    """Per source, the parameter values fitted without it (warm-started from `fitted`)."""
-    by_source: dict[str, list] = defaultdict(list)
-    for t in timed(targets):
-        by_source[t.source].append(t)
+                         max_evaluations: int = 20, progress=None) -> dict[str, dict[str, float]]:
+    """Per source, the parameter values fitted without it, warm-started from `fitted` and stepping
+    along the in-sample fit's Jacobian (taken once: one replay per parameter), each step's
+    residuals exact."""
+    targets = timed(targets)
+    if progress:
+        progress("differencing every parameter at the in-sample fit")
+    jacobian = log_jacobian(targets, names, fitted)
     folds = {}
-    for held_out in by_source:
+    for held_out in dict.fromkeys(t.source for t in targets):
         if progress:
             progress(f"fitting without {held_out}")
-        rest = [t for s, ts in by_source.items() if s != held_out for t in ts]
+        rows = [i for i, t in enumerate(targets) if t.source != held_out]
         free = [n for n in names if informing[n] - {held_out}]
+        columns = [names.index(n) for n in free]
         start = {**fitted, **{n: fold_start(n, held_out, fitted, informing) for n in names if n not in free}}
-        folds[held_out], _, _ = fit_parameters(rest, free, start, max_evaluations)
+        folds[held_out], _, _ = fit_parameters([targets[i] for i in rows], free, start, max_evaluations,
+                                               jacobian=jacobian[np.ix_(rows, columns)])
     return folds
 
 
@@ -108,7 +119,7 @@ class FitResult:
     held_out: dict[str, float]       # per source, MAPE with its fold's parameters
 
 
-def run_fit(max_evaluations: int = 60, progress=None) -> FitResult:
+def run_fit(max_evaluations: int = 25, progress=None) -> FitResult:
     """The whole `validate --fit`: which parameters several sources inform, the in-sample fit,
     each source's fold, and every source's error under both."""
     targets = fit_targets()
@@ -118,8 +129,15 @@ def run_fit(max_evaluations: int = 60, progress=None) -> FitResult:
     informing = informing_sources(targets, candidates)
     names = fitted_names(informing)
     if progress:
-        progress(f"fitting {len(names)} parameters to {len(timed(targets))} runs and blocks")
-    fitted, before, after = fit_parameters(targets, names, max_evaluations=max_evaluations)
+        progress(f"fitting {len(names)} parameters to {len(timed(targets))} runs and measurements")
+    fitted: dict[str, float] = {}
+    before = after = None
+    for round_ in range(FIT_ROUNDS):     # each round steps along one Jacobian, taken where the last ended
+        if progress:
+            progress(f"round {round_ + 1} of {FIT_ROUNDS}: differencing, then stepping")
+        jacobian = log_jacobian(targets, names, {n: prior(n)[0] for n in names} | fitted)
+        fitted, rms_before, after = fit_parameters(targets, names, fitted or None, max_evaluations, jacobian)
+        before = rms_before if before is None else before
     folds = leave_one_source_out(targets, names, fitted, informing, progress=progress)
     return FitResult(names, informing, fitted, folds, before, after,
                      _mape_by_source(targets, lambda source: fitted),

@@ -21,7 +21,7 @@ from amp_tui.core.base.errors import SpecError, one_line
 from amp_tui.core.base.limits import MAX_GPUS, MAX_RUNS_FILE_BYTES
 from amp_tui.core.base.units import parse_int
 from amp_tui.core.base.yamlio import read_text_file
-from amp_tui.core.spec.hardware import instance_catalog
+from amp_tui.core.spec.hardware import gpu_catalog, instance_catalog
 from amp_tui.core.spec.scenario import AUTO, Scenario, load_scenario, parse_scenario
 from amp_tui.core.spec.strategy import Strategy, even_partition, per_stage_degrees, varying_degrees
 from amp_tui.core.validation.cluster_labels import catalog_gpu, cluster_spec, gpu_mix
@@ -293,8 +293,10 @@ def parse_run(run: dict, scenarios: dict[str, Scenario] | None = None) -> Replay
                 scenario, partition = _amp_scenario(run, gbs, pp, scenarios, notes)
             else:
                 framework = read_framework(training.get("framework"), notes)
+                nodes = cluster_spec(cluster, notes)
+                precision = _supported_precision(precision, nodes, notes)
                 spec = {"name": f"{model.get('name')} on {cluster.get('name')}",
-                        "cluster": cluster_spec(cluster, notes),
+                        "cluster": nodes,
                         "model": model_spec(model, training, notes),
                         "training": {"global_batch_size": int(gbs), "precision": precision,
                                      "recompute": recompute, "zero_stage": zero_stage,
@@ -327,6 +329,17 @@ def parse_run(run: dict, scenarios: dict[str, Scenario] | None = None) -> Replay
         zero_stage=zero_stage, sequence_parallel=bool(sequence_parallel), cp=cp, virtual_stages=virtual_stages,
         ep=ep, scenario=scenario, strategy=strategy, measured=case_measured,
         amp_predicted_s=run.get("amp_predicted_iteration_time_s"), assumptions=tuple(notes), data_gaps=tuple(gaps))
+
+
+def _supported_precision(precision: str, cluster: dict, notes: list[str]) -> str:
+    """bf16 on a GPU without bf16 tensor cores (Volta, Turing) runs as autocast emulates it: at the
+    fp16 rate, which is how it is replayed (and said)."""
+    names = [node["gpu"] if isinstance(node["gpu"], str) else node["gpu"]["base"] for node in cluster["nodes"]]
+    lacking = [name for name in names if precision not in gpu_catalog()[name].precisions]
+    if precision == "bf16" and lacking and all("fp16" in gpu_catalog()[name].precisions for name in names):
+        notes.append(f"bf16 on {lacking[0]} (no bf16 tensor cores): replayed as fp16")
+        return "fp16"
+    return precision
 
 
 def _stage_degrees(training: dict, pp: int) -> tuple[tuple[int, ...], tuple[int, ...], int]:

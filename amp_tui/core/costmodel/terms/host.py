@@ -11,9 +11,10 @@ not sum):
 
 `host_forward_s`, `host_backward_s` and `collective_host_s` are parameters keyed by the execution
 profile (the framework's, or compiled execution under `training.compile`). share(kind): one
-transformer block's kernels are the unit; an embedding issues about a fifth as many (look-up,
-position embedding, add, dropout), an output head with its loss about two fifths (final norm, the
-head's GEMM, the loss's casts, log-softmax and gather), another layer half. A layer that computes
+GPT block's kernels are the unit (a LLaMA-style block's are the profile's `gated_block_kernels`
+of it); an embedding issues about a fifth as many (look-up, position embedding, add, dropout), an
+output head with its loss about two fifths (final norm, the head's GEMM, the loss's casts,
+log-softmax and gather), another layer half. A layer that computes
 nothing issues nothing. Layers with a measured time (profiles) hold their host time already: the
 caller gives them none.
 """
@@ -22,15 +23,18 @@ from __future__ import annotations
 
 import numpy as np
 
+from amp_tui.core.spec.frameworks import PROFILES
 from amp_tui.core.spec.model import Model
 from amp_tui.core.spec.params import ModelParams
 
 KIND_SHARE = {"block": 1.0, "embedding": 0.2, "head": 0.4, "other": 0.5}
 
 
-def kernel_share(model: Model) -> np.ndarray:
-    """Per layer, its kernels as a share of one transformer block's (0 for a layer without FLOPs)."""
-    share = np.array([KIND_SHARE[layer.kind] for layer in model.layers])
+def kernel_share(model: Model, gated_block_kernels: float = 1.0) -> np.ndarray:
+    """Per layer, its kernels as a share of one GPT block's (0 for a layer without FLOPs); a
+    LLaMA-family block issues `gated_block_kernels` of them."""
+    block = gated_block_kernels if model.family == "llama" else 1.0
+    share = np.array([block if layer.kind == "block" else KIND_SHARE[layer.kind] for layer in model.layers])
     return np.where(model.columns["flops"] > 0, share, 0.0)
 
 
@@ -40,7 +44,8 @@ def host_issue_time(model: Model, params: ModelParams, profile: str, forward_pas
     2 under full recomputation) and backward kernels and its `collectives` (per layer per
     micro-batch: tensor-parallel all-reduces, ZeRO-3 gathers), whatever the micro-batch size."""
     per_block = forward_passes * params("host_forward_s", profile) + params("host_backward_s", profile)
-    return kernel_share(model) * per_block + collectives * params("collective_host_s", profile)
+    share = kernel_share(model, PROFILES[profile].gated_block_kernels)
+    return share * per_block + collectives * params("collective_host_s", profile)
 
 
 def exposed_host_time(host: np.ndarray, gpu: np.ndarray) -> np.ndarray:
