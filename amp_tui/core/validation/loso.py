@@ -158,7 +158,7 @@ def write_folds(result: FitResult, path: Path = FOLDS_FILE) -> Path:
     """The in-sample values, what informs each parameter, and each source's fold."""
     data = {"note": "written by `amp-tui validate --fit --write-folds`: each source's parameters fitted "
                     "without it (amp_tui/core/validation/loso.py)",
-            "defaults": {n: round(v, 6) for n, v in sorted(_defaults(result.names).items())},
+            "defaults": dict(sorted(_defaults(result.names).items())),
             "fitted": {n: round(v, 6) for n, v in sorted(result.fitted.items()) if n in result.names},
             "informing": {n: sorted(result.informing[n]) for n in result.names},
             "folds": {s: {n: round(v, 6) for n, v in sorted(values.items()) if n in result.names}
