@@ -63,12 +63,16 @@ class ReplicaTimes:
         starts, ends = base["starts"], base["ends"]
         compute = np.array([[row[r][2][j] - row[r][2][i] for row, i, j in zip(self.rows, starts, ends)]
                             for r in range(c.dp)])                          # (dp, pp)
-        tp_part = np.array([[float(row[r][1][i:j].sum()) for row, i, j in zip(self.rows, starts, ends)]
-                            for r in range(c.dp)])
+        def part(k: int) -> np.ndarray:      # a stage_times part summed over each stage, per replica
+            return np.array([[float(row[r][k][i:j].sum()) for row, i, j in zip(self.rows, starts, ends)]
+                             for r in range(c.dp)])
+
+        tp_part = part(1)
         busy = compute + base["comm"] + c.micro_batch_overhead
         cuts = float(base["comm"].sum()) / 2.0
         fill = (compute.sum(axis=1) + cuts + c.pp * c.micro_batch_overhead) / c.knobs.virtual_stages
         return {"base": base, "compute": compute, "tp_part": tp_part, "busy": busy,
+                "shard_part": part(3), "host_part": part(4), "latency_part": part(5),
                 "bottleneck": busy.max(axis=1), "fill": fill}
 
 
@@ -94,6 +98,8 @@ def predict_with_shares(candidate: Candidate, partition: tuple[int, ...], shares
             groups, key=lambda g: float(c.cost.layer_times(g, c.tp, c.mbs)[0][st.first_layer:st.last_layer + 1].sum()))
         stages.append(replace(st, gpu=gpus[slowest].name, gpu_types=tuple(dict.fromkeys(gpus[g].name for g in groups)),
                               compute_s=float(compute[s]), tp_comm_s=float(t["tp_part"][crit][s]),
+                              shard_comm_s=float(t["shard_part"][crit][s]), host_s=float(t["host_part"][crit][s]),
+                              tp_latency_s=float(t["latency_part"][crit][s]),
                               stage_time_s=float(busy[s]), dp_allreduce_s=float(allreduce[s])))
     n = counts[crit]
     steady = (n - 1) * float(busy.max())

@@ -130,8 +130,9 @@ class StageWise:
         return self.m // self.dps[s]
 
     @cached_property
-    def rows(self) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
-        """Per stage: (layer time, its tensor-parallel part, prefix sums) on the stage's GPUs."""
+    def rows(self) -> list[tuple[np.ndarray, ...]]:
+        """Per stage: LayerTimes.stage_times on the stage's GPUs (layer time, its tensor-parallel
+        part, prefix sums, ZeRO-3's exposed part, the host's, the collectives' latency)."""
         out = []
         for s, links in enumerate(self.links):
             shard = (0.0, 0.0)
@@ -228,12 +229,9 @@ class StageWise:
             tp, mbs = self.tps[s], self.stage_mbs(s)
             slowest = links.groups[0] if len(links.groups) == 1 else max(
                 links.groups, key=lambda g: float(self.cost.layer_times(g, tp, mbs)[0][i:j].sum()))
-            latency = 0.0
-            if tp > 1:
-                _, tp_bytes = self.cost.layer_times(links.groups[0], tp, mbs)
-                messages = float(np.where(tp_bytes > 0, self.cost.tp_messages, 0.0)[i:j].sum())
-                latency += messages * 2.0 * (tp - 1) * links.tp_latency
-            latency += (self.cut_latency[s - 1] if s > 0 else 0.0) + (self.cut_latency[s] if s < self.pp - 1 else 0.0)
+            tp_latency = float(self.rows[s][5][i:j].sum())      # NCCL's per-call latency (terms/collectives.py)
+            latency = tp_latency + (self.cut_latency[s - 1] if s > 0 else 0.0) \
+                + (self.cut_latency[s] if s < self.pp - 1 else 0.0)
             stages.append(StagePrediction(
                 index=s, first_layer=i, last_layer=j - 1, gpu=gpus[slowest].name,
                 gpu_types=tuple(dict.fromkeys(gpus[g].name for g in links.groups)),
@@ -241,7 +239,8 @@ class StageWise:
                 comm_s=float(t["comm"][s]), overhead_s=self.overhead, stage_time_s=float(t["busy"][s]),
                 dp_allreduce_s=float(t["dp_allreduce"][s]), optimizer_step_s=float(t["optimizer_step"][s]),
                 memory=MemoryBreakdown(*t["memory"][s], reserve_bytes=self.reserve), capacity_bytes=links.capacity,
-                latency_s=latency))
+                latency_s=latency, host_s=float(self.rows[s][4][i:j].sum()), tp_latency_s=tp_latency,
+                shard_comm_s=float(self.rows[s][3][i:j].sum())))
         B = self.num_micro_batches
         steady, fill, tail = t["steady"], t["fill"], t["tail"]
         iteration = steady + fill + tail + t["fixed"]
