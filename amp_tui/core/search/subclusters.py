@@ -40,6 +40,7 @@ from amp_tui.core.costmodel.cost import CostModel
 from amp_tui.core.costmodel.parts import part_scenario, to_whole
 from amp_tui.core.costmodel.prediction import Prediction
 from amp_tui.core.search.bounds.part_bounds import part_bounds
+from amp_tui.core.search.deadline import Clock, OutOfTime
 from amp_tui.core.search.objective import Objective
 from amp_tui.core.search.search import SearchResult, SearchStats, search
 from amp_tui.core.spec.scenario import Scenario
@@ -48,6 +49,7 @@ MAX_PARTS = 200_000     # node-count vectors bounded in full
 MAX_SEARCHES = 32       # parts searched before settling for the best found and a stated gap ...
 SMALL_PARTS = 256       # ... on a cluster of more parts than this
 TIME_LIMIT_S = 3.0      # ... or once this long has passed (the whole cluster's search always completes)
+TIGHTEN_CHUNK = 4096    # parts given the full bound at once (between them, a deadline keeps what is done)
 WHOLE_SHARE = 0.4       # of the progress bar: the whole cluster's search; the other parts share the rest
 
 
@@ -59,10 +61,11 @@ class IdleSearch:
     exact: bool                 # False: a limit was reached; see note and gap
     gap: float | None = None    # not exact: the best found is at most this fraction above the optimum
     note: str | None = None
+    out_of_time: bool = False   # the time limit cut it short (gap and note say how far)
 
     def to_dict(self) -> dict:
         return {"parts": self.parts, "searched": self.searched, "exact": self.exact, "gap": self.gap,
-                "note": self.note}
+                "note": self.note, "out_of_time": self.out_of_time}
 
 
 # -- bounds -----------------------------------------------------------------------------------------
@@ -109,25 +112,25 @@ def _prices(scenario: Scenario, rows: np.ndarray) -> np.ndarray:
 
 def search_parts(scenario: Scenario, objective: Objective | None = None, *, top: int | None = None,
                  should_cancel: Callable[[], bool] | None = None,
-                 progress: Callable[[float], None] | None = None) -> tuple[SearchResult, IdleSearch]:
+                 progress: Callable[[float], None] | None = None,
+                 deadline: float | None = None) -> tuple[SearchResult, IdleSearch]:
     """The best `top` strategies by `objective` over every part of the cluster (only the whole
     cluster with search.use_all_gpus). Infeasible candidates and the baseline are the whole
-    cluster's."""
+    cluster's.
+
+    `deadline` (a time.perf_counter() time) bounds all of it, the whole cluster's search too:
+    past it, the best found is returned with the proven gap (IdleSearch.gap) over what was left
+    unsearched. Without one, the whole cluster and the seeds are searched in full and the other
+    parts for TIME_LIMIT_S."""
     started = time.perf_counter()
     objective = objective or Objective()
     objective.check(scenario)
     top = top or scenario.search.top
     report = progress or (lambda fraction: None)
-    user_cancel = should_cancel or (lambda: False)
-    out_of_time = False
-    seeding = True      # the whole cluster, and without each one group: searched whatever the time
-
-    def cancel() -> bool:
-        nonlocal out_of_time
-        if user_cancel():
-            return True
-        out_of_time = not seeding and time.perf_counter() - started > TIME_LIMIT_S
-        return out_of_time
+    clock = Clock(should_cancel=should_cancel, deadline=deadline)
+    # the parts beyond the seeds stop here (TIME_LIMIT_S after the start without a deadline)
+    parts_deadline = clock.deadline if deadline is not None else started + TIME_LIMIT_S
+    user_cancel = clock.user_cancel
 
     groups = scenario.cluster.nodes
     whole = tuple(g.count for g in groups)
@@ -138,9 +141,10 @@ def search_parts(scenario: Scenario, objective: Objective | None = None, *, top:
     if user_cancel():
         raise Cancelled
     cost = CostModel(scenario)
-    quick = part_bounds(scenario, rows, cost, quick=True, should_cancel=user_cancel)
-    if user_cancel():
-        raise Cancelled
+    try:
+        quick = part_bounds(scenario, rows, cost, quick=True, should_cancel=clock.poll)
+    except OutOfTime:
+        return _nothing_in_time(scenario, started, len(rows))
     prices = _prices(scenario, rows)
     keep = np.isfinite(quick) & objective.within_budget(prices)
     rows, quick, prices = rows[keep], quick[keep], prices[keep]
@@ -166,22 +170,37 @@ def search_parts(scenario: Scenario, objective: Objective | None = None, *, top:
     searched = candidates = pruned = evaluated = solves = 0
     all_orders = True
     orders_floor = math.inf     # objective weight x a lower bound on every order left out
+    open_floor = math.inf       # objective weight x a lower bound on what a search cut short left
+    attempted = np.zeros(len(rows), dtype=bool)     # parts whose search was started
+    cut_short: list[str] = []   # what a limit cut short, for the note
 
     def cutoff() -> float:
         return ranked[top - 1][0] if len(ranked) >= top else math.inf
 
-    def search_part(i: int) -> None:
+    def search_part(i: int, until: float | None) -> None:
+        """Search part i (until the deadline `until`; the part's bound stays open if it passes)."""
         nonlocal whole_result, searched, candidates, pruned, evaluated, solves, all_orders, orders_floor
+        nonlocal open_floor
         counts = tuple(rows[i].tolist())
         part, kept = part_scenario(scenario, counts)
-        result = search(part, top=top, should_cancel=cancel, cutoff=cutoff() / weights[i], details=counts == whole,
-                        progress=(lambda f: report(WHOLE_SHARE * f)) if counts == whole else None)
+        attempted[i] = True
+        try:
+            result = search(part, top=top, should_cancel=user_cancel, cutoff=cutoff() / weights[i],
+                            details=counts == whole, deadline=until,
+                            progress=(lambda f: report(WHOLE_SHARE * f)) if counts == whole else None)
+        except OutOfTime:           # before it settled anything: the part's bound is all it proved
+            open_floor = min(open_floor, float(weighted[i]))
+            cut_short.append("the whole cluster's search" if counts == whole else "a part's search")
+            return
         searched += 1
         stats = result.stats
         candidates, pruned, evaluated, solves = (candidates + stats.candidates, pruned + stats.pruned,
                                                  evaluated + stats.evaluated, solves + stats.solves)
         all_orders &= stats.all_node_orders
         orders_floor = min(orders_floor, weights[i] * stats.orders_floor)
+        if stats.out_of_time:
+            open_floor = min(open_floor, weights[i] * stats.open_floor)
+            cut_short.append("the whole cluster's search" if counts == whole else "a part's search")
         if counts == whole:
             whole_result = result
         for prediction in result.strategies:
@@ -189,68 +208,79 @@ def search_parts(scenario: Scenario, objective: Objective | None = None, *, top:
         ranked.sort(key=lambda item: (item[0], objective.key(item[1])))
         del ranked[top:]
 
-    def tighten(indices: np.ndarray) -> np.ndarray:
+    def tighten(indices: np.ndarray, poll: Callable[[], bool]) -> np.ndarray:
         """The full bound of the parts the quick one (or the full one, given the N-th best found so
-        far) does not rule out; returns those."""
+        far) does not rule out; returns those. Lowest bound first, TIGHTEN_CHUNK parts at a time:
+        where `poll` raises OutOfTime, the parts bounded so far keep their full bound (the gap
+        stated is the least bound left, so it shrinks chunk by chunk)."""
         indices = indices[weighted[indices] < cutoff()]
-        if len(indices):
+        indices = indices[np.argsort(weighted[indices], kind="stable")]
+        for start in range(0, len(indices), TIGHTEN_CHUNK):
+            chunk = indices[start:start + TIGHTEN_CHUNK]
             with np.errstate(divide="ignore"):     # (a part of free nodes weighs nothing)
-                limit = cutoff() / weights[indices]
-            tight = part_bounds(scenario, rows[indices], cost, limit=limit, should_cancel=user_cancel)
-            weighted[indices] = np.maximum(weighted[indices], weights[indices] * tight)
+                limit = cutoff() / weights[chunk]
+            tight = part_bounds(scenario, rows[chunk], cost, limit=limit, should_cancel=poll)
+            weighted[chunk] = np.maximum(weighted[chunk], weights[chunk] * tight)
         return indices[weighted[indices] < cutoff()]
 
-    # The whole cluster first: its search always completes, and its N-th best strategy tells which
-    # parts need the full bound at all (the quick bound rules out the rest). Then the other seeds,
-    # lowest full bound first (the N-th best they find makes the full bound of the other parts
-    # stop earlier, and rules out more of them).
+    # The whole cluster first: its search always completes (but for a deadline), and its N-th best
+    # strategy tells which parts need the full bound at all (the quick bound rules out the rest).
+    # Then the other seeds, lowest full bound first (the N-th best they find makes the full bound
+    # of the other parts stop earlier, and rules out more of them).
+    seed_deadline = deadline      # (None: in full)
     if seeds and tuple(rows[seeds[0]].tolist()) == whole:
-        search_part(seeds.pop(0))
-    seeds = sorted(tighten(np.array(seeds, dtype=np.int64)).tolist(), key=lambda i: weighted[i])
-    for i in seeds:
-        if weighted[i] < cutoff():
-            search_part(i)
-    seeding = False
-    others = np.ones(len(rows), dtype=bool)
-    others[seeds + [i for i in [find(whole)] if i is not None]] = False      # searched already
-    survivors = tighten(np.flatnonzero(others))
-    order = survivors[np.argsort(weighted[survivors], kind="stable")].tolist()
-    stopped_at = None        # no part left unsearched can beat this (objective weight x time)
+        search_part(seeds.pop(0), seed_deadline)
+    order: list[int] = []
+    try:
+        seeds = sorted(tighten(np.array(seeds, dtype=np.int64), clock.poll).tolist(), key=lambda i: weighted[i])
+        for i in seeds:
+            if clock.expired():
+                break
+            if weighted[i] < cutoff():
+                search_part(i, seed_deadline)
+        if not clock.expired():
+            survivors = tighten(np.flatnonzero(~attempted),
+                                Clock(should_cancel=user_cancel, deadline=parts_deadline).poll)
+            order = survivors[np.argsort(weighted[survivors], kind="stable")].tolist()
+    except OutOfTime:               # in a full bound: the bounds of the parts left so far stand
+        pass
     for index, i in enumerate(order):
         if weighted[i] >= cutoff():     # parts come in order of bound
             break
-        # Parts stop at MAX_SEARCHES or TIME_LIMIT_S, whichever comes first: the bar moves with both.
-        done = max(index / len(order), (time.perf_counter() - started) / TIME_LIMIT_S,
+        # Parts stop at MAX_SEARCHES or the deadline, whichever comes first: the bar moves with both.
+        done = max(index / len(order), (time.perf_counter() - started) / max(parts_deadline - started, 1e-9),
                    searched / MAX_SEARCHES if len(rows) > SMALL_PARTS else 0.0)
         report(WHOLE_SHARE + (1.0 - WHOLE_SHARE) * min(done, 1.0))
-        if (searched >= MAX_SEARCHES and len(rows) > SMALL_PARTS) or cancel():
-            stopped_at = index
-            break
-        try:
-            search_part(i)
-        except Cancelled:
-            if not out_of_time:
-                raise
-            stopped_at = index
-            break
-    if stopped_at is not None:
         if user_cancel():
             raise Cancelled
-        stopped_at = float(weighted[order[stopped_at:]].min())
+        if (searched >= MAX_SEARCHES and len(rows) > SMALL_PARTS) or time.perf_counter() > parts_deadline:
+            break
+        search_part(i, parts_deadline)
+    # Every part not searched has its bound (quick, or full where computed); those below the N-th
+    # best are what a limit left open.
+    if not attempted.all():
+        left = float(weighted[~attempted].min())
+        if left < cutoff():
+            open_floor = min(open_floor, left)
+            cut_short.append(f"searched {searched} of the {len(rows)} parts of the cluster"
+                             + (f" (at most {MAX_SEARCHES})" if searched >= MAX_SEARCHES else ""))
     report(1.0)
 
     best = ranked[0][0] if ranked else None
     if best is not None and orders_floor >= cutoff():
         orders_floor = math.inf     # found since: nothing left out can enter the top N
-    exact = stopped_at is None and complete and orders_floor == math.inf
+    if open_floor >= cutoff():
+        open_floor = math.inf
+    exact = complete and orders_floor == math.inf and open_floor == math.inf
     gap, notes = None, []
     if not complete:
         notes.append("too many ways to leave nodes idle: only counts near 0 and near each group's size were tried")
-    if stopped_at is not None and best is not None:
-        gap = float(max(best / stopped_at - 1.0, 0.0))
-        notes.append(f"searched the {searched} most promising parts of the cluster"
-                     f"{' in the time allowed' if out_of_time else ''}; another part"
-                     f"{' of those tried' if not complete else ''} could be at most {gap:.1%} better")
+    if open_floor < math.inf:
+        gap = float(max(best / open_floor - 1.0, 0.0)) if best is not None else None
+        reasons = list(dict.fromkeys(cut_short))
+        notes.append(f"{' and '.join(reasons)}{' in the time allowed' if clock.expired() else ''}"
+                     + (f"; the best found could be at most {gap:.1%} above the optimum" if gap is not None
+                        else "; nothing found yet"))
     if orders_floor < math.inf and best is not None:
         orders_gap = float(max(best / orders_floor - 1.0, 0.0))
         gap = max(gap or 0.0, orders_gap)
@@ -264,4 +294,14 @@ def search_parts(scenario: Scenario, objective: Objective | None = None, *, top:
                         node_orders=base.stats.node_orders if base else 0, all_node_orders=all_orders,
                         search_time_s=time.perf_counter() - started, orders_floor=float(orders_floor))
     result = SearchResult(scenario, strategies, base.infeasible if base else (), base.baseline if base else None, stats)
-    return result, IdleSearch(parts=len(rows), searched=searched, exact=exact, gap=gap, note=note)
+    return result, IdleSearch(parts=len(rows), searched=searched, exact=exact, gap=gap, note=note,
+                              out_of_time=open_floor < math.inf and clock.expired())
+
+
+def _nothing_in_time(scenario: Scenario, started: float, parts: int) -> tuple[SearchResult, IdleSearch]:
+    """The deadline passed before any search began: no strategy, and a note that says so."""
+    stats = SearchStats(candidates=0, pruned=0, evaluated=0, infeasible=0, solves=0, node_orders=0,
+                        all_node_orders=True, search_time_s=time.perf_counter() - started, open_floor=0.0)
+    return (SearchResult(scenario, (), (), None, stats),
+            IdleSearch(parts=parts, searched=0, exact=False, note="the time limit passed before any part of "
+                       "the cluster was searched", out_of_time=True))
