@@ -191,7 +191,8 @@ def _largest_node(scenario: Scenario, tp: int) -> int:
 def search(scenario: Scenario, *, top: int | None = None,
            should_cancel: Callable[[], bool] | None = None,
            progress: Callable[[float], None] | None = None, cutoff: float = INF,
-           details: bool = True, deadline: float | None = None) -> SearchResult:
+           details: bool = True, deadline: float | None = None,
+           hard_deadline: float | None = None) -> SearchResult:
     """Rank strategies for `scenario`. `should_cancel` is polled often; when it turns true the search
     raises Cancelled. `progress` receives a rising fraction from 0 to 1: the first fifth while
     candidates are enumerated and bounded, the rest as they are settled (evaluated or pruned).
@@ -201,11 +202,18 @@ def search(scenario: Scenario, *, top: int | None = None,
 
     `deadline` (a time.perf_counter() time) is polled with `should_cancel`: past it while candidates
     are settled, the search returns what it found, with the lowest bound of those left unsettled
-    (SearchStats.open_floor, the proven gap); past it before, it raises OutOfTime (nothing found)."""
+    (SearchStats.open_floor, the proven gap); past it before, it raises OutOfTime (nothing found).
+    With a later `hard_deadline`, `deadline` stops it only once it has found a strategy."""
     started = time.perf_counter()
     top = top or scenario.search.top
-    clock = Clock(should_cancel=should_cancel, deadline=deadline)
-    cancel = clock.poll
+    clock = Clock(should_cancel=should_cancel, deadline=deadline if hard_deadline is None else hard_deadline)
+    soft = INF if deadline is None or hard_deadline is None else deadline
+    best: list[tuple[float, tuple, tuple[int, ...], Candidate]] = []  # max-heap by -J of the top N
+
+    def cancel() -> bool:
+        if best and time.perf_counter() > soft:
+            raise OutOfTime
+        return clock.poll()
     report = progress or (lambda fraction: None)
     rank = tuple(range(len(scenario.cluster.nodes)))
     orders = node_orders(scenario)
@@ -249,7 +257,6 @@ def search(scenario: Scenario, *, top: int | None = None,
     count = len(keys) + len(families) * len(orders.rest)     # candidates, every order's
     seeds = set(orders.orders)
 
-    best: list[tuple[float, tuple, tuple[int, ...], Candidate]] = []  # max-heap by -J of the top N
     baseline: tuple[float, tuple, Candidate] | None = None
     evaluated = solves = 0
     pruned: list[Candidate] = []

@@ -50,6 +50,7 @@ MAX_SEARCHES = 32       # parts searched before settling for the best found and 
 SMALL_PARTS = 256       # ... on a cluster of more parts than this
 TIME_LIMIT_S = 3.0      # ... or once this long has passed (the whole cluster's search always completes)
 TIGHTEN_CHUNK = 4096    # parts given the full bound at once (between them, a deadline keeps what is done)
+WHOLE_TIME_SHARE = 0.7  # of a deadline's time, the most the whole cluster's search may take
 WHOLE_SHARE = 0.4       # of the progress bar: the whole cluster's search; the other parts share the rest
 
 
@@ -177,8 +178,9 @@ def search_parts(scenario: Scenario, objective: Objective | None = None, *, top:
     def cutoff() -> float:
         return ranked[top - 1][0] if len(ranked) >= top else math.inf
 
-    def search_part(i: int, until: float | None) -> None:
-        """Search part i (until the deadline `until`; the part's bound stays open if it passes)."""
+    def search_part(i: int, until: float | None, hard: float | None = None) -> None:
+        """Search part i until the deadline `until` (or `hard`, if it has found nothing by then;
+        the part's bound stays open where it stops)."""
         nonlocal whole_result, searched, candidates, pruned, evaluated, solves, all_orders, orders_floor
         nonlocal open_floor
         counts = tuple(rows[i].tolist())
@@ -186,11 +188,12 @@ def search_parts(scenario: Scenario, objective: Objective | None = None, *, top:
         attempted[i] = True
         try:
             result = search(part, top=top, should_cancel=user_cancel, cutoff=cutoff() / weights[i],
-                            details=counts == whole, deadline=until,
+                            details=counts == whole, deadline=until, hard_deadline=hard,
                             progress=(lambda f: report(WHOLE_SHARE * f)) if counts == whole else None)
         except OutOfTime:           # before it settled anything: the part's bound is all it proved
             open_floor = min(open_floor, float(weighted[i]))
-            cut_short.append("the whole cluster's search" if counts == whole else "a part's search")
+            cut_short.append("the whole cluster's search stopped at the time limit" if counts == whole
+                             else "a part's search stopped at the time limit")
             return
         searched += 1
         stats = result.stats
@@ -200,7 +203,8 @@ def search_parts(scenario: Scenario, objective: Objective | None = None, *, top:
         orders_floor = min(orders_floor, weights[i] * stats.orders_floor)
         if stats.out_of_time:
             open_floor = min(open_floor, weights[i] * stats.open_floor)
-            cut_short.append("the whole cluster's search" if counts == whole else "a part's search")
+            cut_short.append("the whole cluster's search stopped at the time limit" if counts == whole
+                             else "a part's search stopped at the time limit")
         if counts == whole:
             whole_result = result
         for prediction in result.strategies:
@@ -217,35 +221,37 @@ def search_parts(scenario: Scenario, objective: Objective | None = None, *, top:
         indices = indices[np.argsort(weighted[indices], kind="stable")]
         for start in range(0, len(indices), TIGHTEN_CHUNK):
             chunk = indices[start:start + TIGHTEN_CHUNK]
+            # Fewer than N found (a deadline): a bound need not go past the best found to show that a
+            # part is no better (the gap stated is the best's), and without a limit it costs 15x more.
+            reach = cutoff() if len(ranked) >= top or not ranked else ranked[0][0]
             with np.errstate(divide="ignore"):     # (a part of free nodes weighs nothing)
-                limit = cutoff() / weights[chunk]
+                limit = reach / weights[chunk]
             tight = part_bounds(scenario, rows[chunk], cost, limit=limit, should_cancel=poll)
             weighted[chunk] = np.maximum(weighted[chunk], weights[chunk] * tight)
         return indices[weighted[indices] < cutoff()]
 
     # The whole cluster first: its search always completes (but for a deadline), and its N-th best
     # strategy tells which parts need the full bound at all (the quick bound rules out the rest).
-    # Then the other seeds, lowest full bound first (the N-th best they find makes the full bound
-    # of the other parts stop earlier, and rules out more of them).
-    seed_deadline = deadline      # (None: in full)
+    # Then the seeds, then the other parts, each lowest bound first.
     if seeds and tuple(rows[seeds[0]].tolist()) == whole:
-        search_part(seeds.pop(0), seed_deadline)
+        # with a deadline, the full bounds of the other parts get the time the whole cluster's search
+        # leaves (without them the gap stated is the quick bounds', often far below the best), unless
+        # it has found nothing by then
+        search_part(seeds.pop(0), None if deadline is None else started + WHOLE_TIME_SHARE * (deadline - started),
+                    deadline)
     order: list[int] = []
     try:
-        seeds = sorted(tighten(np.array(seeds, dtype=np.int64), clock.poll).tolist(), key=lambda i: weighted[i])
-        for i in seeds:
-            if clock.expired():
-                break
-            if weighted[i] < cutoff():
-                search_part(i, seed_deadline)
-        if not clock.expired():
-            survivors = tighten(np.flatnonzero(~attempted),
-                                Clock(should_cancel=user_cancel, deadline=parts_deadline).poll)
-            order = survivors[np.argsort(weighted[survivors], kind="stable")].tolist()
-    except OutOfTime:               # in a full bound: the bounds of the parts left so far stand
+        # (without a deadline the full bounds always complete: bounded work, and what makes it exact)
+        survivors = tighten(np.flatnonzero(~attempted), clock.poll).tolist()
+        first = set(seeds)
+        order = [i for i in survivors if i in first] + [i for i in survivors if i not in first]
+    except OutOfTime:               # in a full bound: the bounds of the parts so far stand
         pass
     for index, i in enumerate(order):
-        if weighted[i] >= cutoff():     # parts come in order of bound
+        seed = i in first
+        if weighted[i] >= cutoff():     # each kind comes in order of bound
+            if seed:
+                continue
             break
         # Parts stop at MAX_SEARCHES or the deadline, whichever comes first: the bar moves with both.
         done = max(index / len(order), (time.perf_counter() - started) / max(parts_deadline - started, 1e-9),
@@ -253,17 +259,20 @@ def search_parts(scenario: Scenario, objective: Objective | None = None, *, top:
         report(WHOLE_SHARE + (1.0 - WHOLE_SHARE) * min(done, 1.0))
         if user_cancel():
             raise Cancelled
-        if (searched >= MAX_SEARCHES and len(rows) > SMALL_PARTS) or time.perf_counter() > parts_deadline:
+        if seed and clock.expired():
             break
-        search_part(i, parts_deadline)
+        if not seed and ((searched >= MAX_SEARCHES and len(rows) > SMALL_PARTS)
+                         or time.perf_counter() > parts_deadline):
+            break
+        search_part(i, deadline if seed else parts_deadline)
     # Every part not searched has its bound (quick, or full where computed); those below the N-th
     # best are what a limit left open.
     if not attempted.all():
         left = float(weighted[~attempted].min())
         if left < cutoff():
             open_floor = min(open_floor, left)
-            cut_short.append(f"searched {searched} of the {len(rows)} parts of the cluster"
-                             + (f" (at most {MAX_SEARCHES})" if searched >= MAX_SEARCHES else ""))
+            cut_short.append(f"{searched} of the {len(rows)} parts of the cluster searched"
+                             + (f" (at most {MAX_SEARCHES})" if searched >= MAX_SEARCHES else " in the time allowed"))
     report(1.0)
 
     best = ranked[0][0] if ranked else None
@@ -277,10 +286,9 @@ def search_parts(scenario: Scenario, objective: Objective | None = None, *, top:
         notes.append("too many ways to leave nodes idle: only counts near 0 and near each group's size were tried")
     if open_floor < math.inf:
         gap = float(max(best / open_floor - 1.0, 0.0)) if best is not None else None
-        reasons = list(dict.fromkeys(cut_short))
-        notes.append(f"{' and '.join(reasons)}{' in the time allowed' if clock.expired() else ''}"
+        notes.append("; ".join(dict.fromkeys(cut_short))
                      + (f"; the best found could be at most {gap:.1%} above the optimum" if gap is not None
-                        else "; nothing found yet"))
+                        else "; nothing found in the time allowed"))
     if orders_floor < math.inf and best is not None:
         orders_gap = float(max(best / orders_floor - 1.0, 0.0))
         gap = max(gap or 0.0, orders_gap)
