@@ -214,7 +214,7 @@ def search_parts(scenario: Scenario, objective: Objective | None = None, *, top:
 
     def tighten(indices: np.ndarray, poll: Callable[[], bool]) -> np.ndarray:
         """The full bound of the parts the quick one (or the full one, given the N-th best found so
-        far) does not rule out; returns those. Lowest bound first, TIGHTEN_CHUNK parts at a time:
+        far) does not rule out; returns those, lowest bound first. Lowest quick bound first, TIGHTEN_CHUNK parts at a time:
         where `poll` raises OutOfTime, the parts bounded so far keep their full bound (the gap
         stated is the least bound left, so it shrinks chunk by chunk)."""
         indices = indices[weighted[indices] < cutoff()]
@@ -228,7 +228,8 @@ def search_parts(scenario: Scenario, objective: Objective | None = None, *, top:
                 limit = reach / weights[chunk]
             tight = part_bounds(scenario, rows[chunk], cost, limit=limit, should_cancel=poll)
             weighted[chunk] = np.maximum(weighted[chunk], weights[chunk] * tight)
-        return indices[weighted[indices] < cutoff()]
+        indices = indices[weighted[indices] < cutoff()]
+        return indices[np.argsort(weighted[indices], kind="stable")]      # by the bound now held
 
     # The whole cluster first: its search always completes (but for a deadline), and its N-th best
     # strategy tells which parts need the full bound at all (the quick bound rules out the rest).
