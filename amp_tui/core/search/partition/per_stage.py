@@ -39,12 +39,7 @@ class PerStageCandidate:
         self.e_const = self.iteration_overhead + self.last_bucket_latency
         self.param_prefix = model.param_prefix          # (pp, L + 1): per stage, its GPUs' share
         self.cut_latency = model.cut_latency
-        # The send across boundary k after layer j - 1 is cut_unit[j] x seconds per byte + latency.
-        output = np.concatenate([[0.0], model.cost._output])
-        self.cut_unit = 2.0 * model.m / model.cp * output
-        seconds_per_byte = np.array([model._boundary(k)[0] for k in range(self.pp - 1)])
-        capacity = np.array([links.capacity for links in model.links])
-        self.layout = SimpleNamespace(boundary_seconds_per_byte=seconds_per_byte, stage_capacity=capacity)
+        self.layout = SimpleNamespace(stage_capacity=np.array([links.capacity for links in model.links]))
         # the tables' caches (a uniform candidate shares its cost model's between candidates)
         self.cost = SimpleNamespace(floor_cache={}, training=model.cost.training)
 
@@ -71,6 +66,10 @@ class PerStageCandidate:
             return np.zeros(0)
         return self.model.cut[:, 1:-1].min(axis=1) if self.num_layers > 2 else self.model.cut[:, 1]
 
+    def cut_cost(self, boundary: np.ndarray, after: np.ndarray) -> np.ndarray:
+        """Send time per micro-batch of boundaries `boundary` after layers `after` - 1 (broadcast)."""
+        return self.model.cut[boundary, after]
+
     def exposed_allreduce(self, allreduce: np.ndarray, compute: np.ndarray, last: np.ndarray) -> np.ndarray:
         return exposed_allreduce(allreduce, compute, last, self.hidden_share)
 
@@ -96,32 +95,27 @@ class PerStageCandidate:
         return None, None, np.array([in_flight for _, _, in_flight in self.model.memory])
 
     @cached_property
-    def _stage_memory(self) -> tuple[np.ndarray, np.ndarray, list[np.ndarray]]:
-        """Per stage: state bytes prefix per GPU, activation prefix x micro-batches in flight, and
-        the transient peak's sparse table (levels[k][i] = max(peak[i:i + 2**k]))."""
-        m = self.model
+    def _stage_memory(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """Per stage: state bytes prefix per GPU, activation prefix x
+        micro-batches in flight, the transient peak's sparse table (levels[s, k, i] =
+        max(peak_s[i:i + 2**k])), and floor(log2(n)) for n in [0, L]."""
+        m, L = self.model, self.num_layers
         state = np.array([m.param_prefix[s] * m.state[s].total for s in range(self.pp)])
         acts = np.array([act * in_flight for act, _, in_flight in m.memory])
-        levels = []
-        for _, peak, _ in m.memory:
-            rows = [peak]
-            while 2 << (len(rows) - 1) <= len(peak):
-                half, prev = 1 << (len(rows) - 1), rows[-1]
-                rows.append(np.concatenate([np.maximum(prev[:-half], prev[half:]), np.zeros(half)]))
-            levels.append(np.array(rows))
-        return state, acts, levels
+        levels = [np.array([peak for _, peak, _ in m.memory])]
+        while 2 << (len(levels) - 1) <= L:
+            half, prev = 1 << (len(levels) - 1), levels[-1]
+            levels.append(np.concatenate([np.maximum(prev[:, :-half], prev[:, half:]), np.zeros((self.pp, half))],
+                                         axis=1))
+        log2 = np.concatenate([[0], np.log2(np.arange(1, L + 1)).astype(np.int64)])   # (exact at powers of 2)
+        return state, acts, np.stack(levels, axis=1), log2
 
     def segment_need(self, stage: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
         """Bytes per GPU of segments [start, end) on stages `stage` (end > start; arrays broadcast)."""
-        state, acts, levels = self._stage_memory
-        stage, start, end = np.broadcast_arrays(np.asarray(stage), np.asarray(start), np.asarray(end))
-        k = np.log2(np.maximum(end - start, 1)).astype(np.int64)
-        peak = np.empty(stage.shape)
-        for s in np.unique(stage).tolist():
-            mine = stage == s
-            table, a, b, kk = levels[s], start[mine], end[mine], k[mine]
-            peak[mine] = np.maximum(table[kk, a], table[kk, b - (1 << kk)])
-        return (state[stage, end] - state[stage, start] + acts[stage, end] - acts[stage, start] + peak
+        state, acts, levels, log2 = self._stage_memory
+        k = log2[end - start]
+        peak = np.maximum(levels[stage, k, start], levels[stage, k, end - (1 << k)])
+        return (state[stage, end] - state[stage, start] + (acts[stage, end] - acts[stage, start]) + peak
                 + self.cost.training.runtime_reserve_bytes)
 
     def some_partition_fits(self) -> bool:

@@ -276,8 +276,7 @@ class SegmentTables(SegmentDP):
         extra = np.full(len(stage), overhead)         # the last stage sends nothing after it
         inner = stage < pp - 1
         stage = stage[inner]
-        extra[inner] = (c.cut_unit[ends[inner]] * c.layout.boundary_seconds_per_byte[stage]
-                        + c.cut_latency[stage] + overhead)
+        extra[inner] = c.cut_cost(stage, ends[inner]) + overhead
         return compute + extra[:, None]
 
     def _rows_g(self, busy: np.ndarray) -> np.ndarray:
@@ -295,11 +294,11 @@ class SegmentTables(SegmentDP):
         stage = self._stage[rows]
         first = int(np.count_nonzero(stage == 0))       # rows of stage 0 come first, and receive nothing
         before = stage[first:] - 1                      # the boundary before each other row
-        received = np.where(valid[first:], c.cut_unit[start[first:]], 0.0)
+        # (a segment that does not exist, starting before layer 0, is masked out: its send is moot)
+        received = c.cut_cost(before[:, None], np.where(valid[first:], start[first:], 1))
         tau = np.empty(busy.shape)
         tau[:first] = busy[:first]
-        np.add(busy[first:], received * c.layout.boundary_seconds_per_byte[before][:, None]
-               + c.cut_latency[before][:, None], out=tau[first:])
+        np.add(busy[first:], received, out=tau[first:])
         return tau
 
     def _rows_e(self, rows: slice, compute: np.ndarray, start: np.ndarray) -> np.ndarray:
