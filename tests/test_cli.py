@@ -74,7 +74,7 @@ def test_plan_json_shape_and_figures(capsys):
     assert set(data) == {"scenario", "search_time_s", "candidates", "statistics", "strategies", "infeasible",
                          "baseline", "speedup_vs_baseline", "objective", "budget_usd_per_hour", "idle_search", "uneven_search",
                          "uncertainty", "time_limit_s"}
-    assert data["time_limit_s"] == 1.5
+    assert 0.5 <= data["time_limit_s"] <= 1.5      # (less where the command took long to start)
     assert data["scenario"] == "paper-het-cluster"
     # candidates of every part of the cluster searched (the whole cluster's alone with --use-all-gpus)
     assert data["candidates"] == data["statistics"]["candidates"] == search_parts(scenario, top=3)[0].stats.candidates
@@ -266,7 +266,8 @@ def test_bad_input_is_one_line_naming_field_and_value(capsys, tmp_path, case):
 def test_plan_past_its_time_limit_says_what_was_cut_short_and_how_to_search_longer(capsys):
     code, out, _ = run(capsys, "plan", "bench-1024-gpus-1000-layers", "--top", "1", "--time-limit", "0.3")
     assert code == 0
-    assert re.search(r"^note: .*stopped at the time limit.*(at most \d+\.\d% above the optimum|nothing found)", out, re.M)
+    assert re.search(r"^note: .*stopped at the time limit.*(at most \d+\.\d% above the optimum|nothing found)",
+                     out, re.M)
     assert "--time-limit S searches longer" in out
 
 

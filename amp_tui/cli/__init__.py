@@ -8,6 +8,9 @@ May import: amp_tui, amp_tui.core, amp_tui.serving, amp_tui.tui
 """
 
 import os
+import time
+
+STARTED_S = time.perf_counter()     # about when the command started (plan's default time limit counts from it)
 
 # One BLAS thread unless the user asks for more: the arrays here are small (a matrix product of
 # a few hundred cells at most), and starting OpenBLAS's thread pool when numpy loads took 100 ms

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+import time
 from pathlib import Path
 
 from amp_tui.cli.output import json_text, render_search
@@ -23,7 +24,8 @@ def add_parser(sub) -> None:
     pl.add_argument("--budget", type=float, default=None, metavar="USD_PER_HOUR",
                     help="only strategies whose nodes cost at most this many dollars per hour")
     pl.add_argument("--time-limit", type=float, default=None, metavar="S",
-                    help="seconds the search may take (default 1.5); past it, the best found and a proven gap")
+                    help="seconds the search may take (default 1.5, less if reading the scenario took long: "
+                         "plan answers within 2 s); past it, the best found and a proven gap")
     pl.add_argument("--use-all-gpus", action="store_true",
                     help="never leave nodes idle (as search.use_all_gpus: true)")
     pl.add_argument("--sensitivity", action="store_true",
@@ -49,6 +51,11 @@ def run(args) -> int:
     if args.use_all_gpus:
         scenario = replace(scenario, search=replace(scenario.search, use_all_gpus=True))
     top = max(args.top or scenario.search.top, args.rank if args.save else 1)
+    if args.time_limit is None:     # the default answers within about 2 s of the command's start
+        from amp_tui.cli import STARTED_S
+        from amp_tui.core.search.deadline import DEFAULT_WALL_S, MIN_DEFAULT_S
+
+        time_limit_s = max(MIN_DEFAULT_S, min(time_limit_s, DEFAULT_WALL_S - (time.perf_counter() - STARTED_S)))
     plans = find_plans(scenario, objective, top=top, time_limit_s=time_limit_s)
     result, idle_search, uneven = plans.result, plans.idle_search, plans.uneven
     saved = None
@@ -70,8 +77,9 @@ def run(args) -> int:
         print(render_search(result, shown, objective, idle_search))
         print(f"note: {uneven.note}")
     if plans.out_of_time and (idle_search.gap is None or idle_search.gap > 0.01):
-        print(f"note: the search stopped at its time limit of {time_limit_s:g} s; --time-limit S searches "
-              f"longer (e.g. --time-limit {10 * time_limit_s:g})", file=sys.stderr if args.json else sys.stdout)
+        print(f"note: the search stopped at its time limit of {time_limit_s:.2g} s; --time-limit S searches "
+              f"longer (e.g. --time-limit {max(10 * round(time_limit_s), 15)})",
+              file=sys.stderr if args.json else sys.stdout)
     if args.sensitivity:
         from amp_tui.core.plans.sensitivity import render, sensitivity
 

@@ -16,6 +16,8 @@ from collections.abc import Callable
 from amp_tui.core.base.errors import Cancelled
 
 DEFAULT_TIME_LIMIT_S = 1.5   # `plan`'s default for everything it searches: with start-up, 2 s of wall
+DEFAULT_WALL_S = 1.8         # ... and at most this long after the command started (a 1,000-layer file
+MIN_DEFAULT_S = 0.5          # takes 0.3 s to read), but never less than this
 
 
 class OutOfTime(Cancelled):

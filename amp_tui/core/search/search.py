@@ -143,7 +143,8 @@ def enumerate_candidates(scenario: Scenario, orders: NodeOrders | None = None, k
                          ) -> list[tuple[int, int, int, int, tuple[int, ...]]]:
     """Every (tp, pp, dp, micro-batch size, node-group order) to search with these training
     techniques (default: the training section's), over `orders` (by default every order
-    node_orders(scenario) lists, those the search enumerates family by family too). One pipeline stage with one replica has a single order: rank order.
+    node_orders(scenario) lists, those the search enumerates family by family too). One pipeline
+    stage with one replica has a single order: rank order.
     Context parallelism takes its share of the GPUs (tp x cp x pp x dp); combinations a
     technique cannot change are left out (sequence parallelism without tensor parallelism,
     interleaving without a pipeline to interleave). Expert parallelism takes its ep GPUs from

@@ -214,9 +214,10 @@ def search_parts(scenario: Scenario, objective: Objective | None = None, *, top:
 
     def tighten(indices: np.ndarray, poll: Callable[[], bool]) -> np.ndarray:
         """The full bound of the parts the quick one (or the full one, given the N-th best found so
-        far) does not rule out; returns those, lowest bound first. Lowest quick bound first, TIGHTEN_CHUNK parts at a time:
-        where `poll` raises OutOfTime, the parts bounded so far keep their full bound (the gap
-        stated is the least bound left, so it shrinks chunk by chunk)."""
+        far) does not rule out; returns those, lowest bound first. Computed lowest quick bound
+        first, TIGHTEN_CHUNK parts at a time: where `poll` raises OutOfTime, the parts bounded so
+        far keep their full bound (the gap stated is the least bound left: it shrinks chunk by
+        chunk)."""
         indices = indices[weighted[indices] < cutoff()]
         indices = indices[np.argsort(weighted[indices], kind="stable")]
         for start in range(0, len(indices), TIGHTEN_CHUNK):
