@@ -11,7 +11,7 @@ import pytest
 
 from amp_tui.core.base.errors import Cancelled
 from amp_tui.core.search.bench import TIME_LIMIT_SLACK_S
-from amp_tui.core.search.deadline import DEFAULT_TIME_LIMIT_S, Clock, OutOfTime
+from amp_tui.core.search.deadline import Clock, OutOfTime
 from amp_tui.core.search.planner import find_plans
 from amp_tui.core.search.search import search
 from amp_tui.core.search.subclusters import search_parts
@@ -133,12 +133,13 @@ def test_cancel_stops_plan_whatever_its_limit():
 
 
 @pytest.mark.parametrize("name", ["paper-homogeneous", "paper-het-cluster", "paper-het-model", "bench-128-gpus"])
-def test_rankings_within_the_default_limit_are_those_without_one(name):
-    """Where the default plan finishes in its time limit, it is exact and ranks as before."""
+def test_rankings_within_a_limit_are_those_without_one(name):
+    """A search that finishes within its time limit is exact and ranks as without one (the limit
+    is far above what these take, so that a loaded machine does not reach it)."""
     scenario = load_scenario(name)
-    limited = find_plans(scenario)
+    limited = find_plans(scenario, time_limit_s=30.0)
     unlimited = find_plans(scenario, time_limit_s=None)
-    assert limited.time_limit_s == DEFAULT_TIME_LIMIT_S and not limited.out_of_time and limited.idle_search.exact
+    assert not limited.out_of_time and limited.idle_search.exact and unlimited.idle_search.exact
     got = [(p.strategy, p.iteration_time_s) for p in limited.result.strategies]
     want = [(p.strategy, p.iteration_time_s) for p in unlimited.result.strategies]
     assert len(got) == len(want) and all(a == b and close(x, y) for (a, x), (b, y) in zip(got, want))
