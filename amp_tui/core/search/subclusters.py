@@ -302,7 +302,8 @@ def search_parts(scenario: Scenario, objective: Objective | None = None, *, top:
     stats = SearchStats(candidates=candidates, pruned=pruned, evaluated=evaluated,
                         infeasible=base.stats.infeasible if base else 0, solves=solves,
                         node_orders=base.stats.node_orders if base else 0, all_node_orders=all_orders,
-                        search_time_s=time.perf_counter() - started, orders_floor=float(orders_floor))
+                        search_time_s=time.perf_counter() - started, orders_floor=float(orders_floor),
+                        open_floor=float(open_floor))
     result = SearchResult(scenario, strategies, base.infeasible if base else (), base.baseline if base else None, stats)
     return result, IdleSearch(parts=len(rows), searched=searched, exact=exact, gap=gap, note=note,
                               out_of_time=open_floor < math.inf and clock.expired())
