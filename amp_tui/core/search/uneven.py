@@ -84,15 +84,17 @@ def improve(scenario: Scenario, result: SearchResult, objective: Objective | Non
     later = clock if deadline is not None else Clock(should_cancel=should_cancel, deadline=started + POST_PASS_TIME_S)
     tried, timed_out = [], False
     try:
+        # Shares beyond the top first: where shares win, they win on other degrees than the
+        # uniform best's (pure data parallelism, e.g.), and a partition solve each is cheap.
+        if result.strategies:
+            found += [p for p in _shares_beyond(scenario, result.strategies[0], clock.poll, counts)
+                      if objective.admits(p.cost_per_hour_usd)]
         for prediction in result.strategies[:top]:
             poll = (later if tried else clock).poll
             if poll():
                 raise Cancelled
             tried.append(prediction)
             found += [p for p in _improve_one(scenario, prediction, poll, counts)
-                      if objective.admits(p.cost_per_hour_usd)]
-        if result.strategies:
-            found += [p for p in _shares_beyond(scenario, result.strategies[0], later.poll, counts)
                       if objective.admits(p.cost_per_hour_usd)]
     except OutOfTime:
         timed_out = True
