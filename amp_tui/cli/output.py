@@ -49,7 +49,15 @@ def summary(scenario) -> str:
     return (f"{scenario.name}: {c.num_gpus} GPUs ({groups}); {m.name}: {m.num_layers} layers, "
             f"{m.total_params / 1e9:.3g} B params; global batch {t.global_batch_size}, {t.precision}"
             f"{' (rowwise scaling)' if t.fp8_scaling == 'rowwise' else ''}, "
-            f"{t.schedule}{calibrated}\ntechniques {describe(t, m)}")
+            f"{t.schedule}{_execution(t)}{calibrated}\ntechniques {describe(t, m)}")
+
+
+def _execution(training) -> str:
+    """', pytorch, torch.compile': the framework where it is not the default, and compiled execution."""
+    parts = [training.framework] if training.framework != "megatron" else []
+    if training.compile:
+        parts.append("torch.compile" + (" (CUDA graphs)" if training.compile == "cudagraphs" else ""))
+    return "".join(f", {p}" for p in parts)
 
 
 def _prediction_row(scenario, p, rank: str, best: float | None) -> list[str]:

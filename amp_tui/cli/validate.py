@@ -22,7 +22,7 @@ def add_parser(sub) -> None:
     va.add_argument("--fit", action="store_true",
                     help="fit the parameters several sources inform to the replayed runs and the H200 block "
                          "measurements, then each source without it: in-sample and leave-one-source-out "
-                         "error per source (about ten minutes)")
+                         "error per source (about seven minutes on two cores)")
     va.add_argument("--write-folds", action="store_true",
                     help="with --fit: write each source's fold (amp_tui/data/fit_folds.yaml), which plain "
                          "`validate` replays for its leave-one-source-out column")
