@@ -56,20 +56,27 @@ def run(args) -> int:
             raise SpecError("--rank", args.rank, f"only {len(result.strategies)} feasible strategies were found")
         saved = save_plan(args.save, scenario, result.strategies[args.rank - 1], overwrite=args.force)
     shown = args.top or scenario.search.top     # the search may have ranked more, for --rank
+    what_ifs = None
+    if args.sensitivity:
+        from amp_tui.core.plans.sensitivity import sensitivity
+
+        # The same search as the ranking above (find_plans, same objective), so the two agree.
+        what_ifs = sensitivity(scenario, result, objective)
     if args.json:
         from amp_tui.core.plans.confidence import confidence
 
         print(json_text({**result.to_dict(top=shown), "uncertainty": confidence(scenario).band, "objective": objective.kind,
                      "budget_usd_per_hour": objective.budget_usd_per_hour,
-                     "idle_search": idle_search.to_dict(), "uneven_search": uneven.to_dict()}))
+                     "idle_search": idle_search.to_dict(), "uneven_search": uneven.to_dict(),
+                     **({"sensitivity": what_ifs.to_dict()} if what_ifs is not None else {})}))
     else:
         print(render_search(result, shown, objective, idle_search))
         print(f"note: {uneven.note}")
-    if args.sensitivity:
-        from amp_tui.core.plans.sensitivity import render, sensitivity
+        if what_ifs is not None:
+            from amp_tui.core.plans.sensitivity import render
 
-        print("\nwhat if the figures are off (each what-if reruns the search):", file=sys.stderr if args.json else sys.stdout)
-        print(render(sensitivity(scenario, result)), file=sys.stderr if args.json else sys.stdout)
+            print("\nwhat if the figures are off (each what-if reruns the search):")
+            print(render(what_ifs))
     if saved:
         print(f"saved strategy {args.rank} to {saved}", file=sys.stderr if args.json else sys.stdout)
     return 0

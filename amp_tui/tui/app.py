@@ -27,7 +27,7 @@ from amp_tui.core.costmodel.prediction import Prediction
 from amp_tui.core.plans.planfile import open_scenario
 from amp_tui.core.search.objective import Objective
 from amp_tui.core.search.search import Infeasible, SearchResult
-from amp_tui.core.search.subclusters import search_parts
+from amp_tui.core.search.planner import find_plans
 from amp_tui.core.spec.scenario import Scenario, parse_scenario
 from amp_tui.core.spec.strategy import Strategy
 from amp_tui.tui import edits
@@ -319,8 +319,9 @@ class AmpApp(FileActions, ResultActions, ViewActions, App):
 
         started = time.perf_counter()
         try:
-            # Over the parts of the cluster too (idle nodes), ranked by the chosen objective.
-            result, _ = search_parts(scenario, self.objective, should_cancel=cancelled, progress=progress)
+            # What `plan` runs (idle nodes, then batch shares and per-stage degrees), ranked by the
+            # chosen objective: one ranking in the CLI and the dashboard.
+            result = find_plans(scenario, self.objective, should_cancel=cancelled, progress=progress).result
         except Cancelled:
             return
         self.post_message(SearchDone(generation, result, time.perf_counter() - started))

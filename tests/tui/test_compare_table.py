@@ -241,3 +241,32 @@ async def test_save_scenario_writes_yaml_that_reopens(make_app, tmp_path, monkey
         await pilot.press("ctrl+q")                     # saved: quits without asking
         await pilot.pause()
         assert not app.is_running
+
+
+async def test_dashboard_ranks_as_plan_does_and_the_what_ifs_agree(make_app):
+    """Issue 28, majors 1 and 5: the dashboard's search is plan's (find_plans: idle nodes, then batch
+    shares), and `w` starts from the ranking on screen. Before, the dashboard ranked without the
+    batch-share pass (1x2x16 first where plan says 1x1x32 with shares) and the what-ifs searched the
+    whole cluster only (1x8x2 as the top pick, though the table ranked 1x6x2 with a node idle first)."""
+    from amp_tui.core.search.planner import find_plans
+
+    for preset in ("mixed-h100-a100-llama3-8b", "paper-het-cluster"):
+        expected = find_plans(load_scenario(preset)).result.strategies[0].strategy
+        app = make_app(preset)
+        async with app.run_test(size=(160, 48)) as pilot:
+            await settle(app, pilot)
+            assert app.result.strategies[0].strategy == expected, preset
+            if preset != "paper-het-cluster":
+                continue
+            await pilot.press("w")
+            await pilot.pause()
+            screen = app.screen
+            assert isinstance(screen, SensitivityScreen)
+            for _ in range(1200):
+                await pilot.pause(0.05)
+                if screen.result is not None:
+                    break
+            assert screen.result is not None
+            assert screen.result.watched[0].strategy == expected
+            assert all(t is None or t >= case.best_s * (1 - 1e-9)
+                       for case in screen.result.cases for t in case.watched_s)
