@@ -71,6 +71,21 @@ def _prediction_row(scenario, p, rank: str, best: float | None) -> list[str]:
     return row
 
 
+def custom_footnote(predictions) -> str:
+    """The footnote of the rows marked †: what no stock engine runs, and the best plan one does."""
+    from amp_tui.core.base.units import format_seconds
+    from amp_tui.core.plans.runnable import STOCK_ENGINES, best_stock
+
+    text = (f"† uneven batch shares or per-stage tp/dp: {STOCK_ENGINES} do not run these; only the torchrun and "
+            "rankmap exports carry them, for a training script of your own")
+    stock = best_stock(predictions)
+    if stock is not None:
+        rank, p = stock
+        text += (f". The best plan they run: rank {rank}, {p.strategy.label} micro-batch {p.strategy.micro_batch_size}, "
+                 f"{format_seconds(p.iteration_time_s)} (--save with --rank {rank})")
+    return text
+
+
 def _speedup_text(speedup: float) -> str:
     """'2.97x faster', or '3.20x slower' for a top strategy ranked by cost or under a budget."""
     return f"{speedup:.2f}x faster" if speedup >= 1 else f"{1 / speedup:.2f}x slower"
@@ -174,15 +189,21 @@ def render_search(result, top: int, objective=None, idle_search=None) -> str:
                    + (f"; the top {close} are within each other's band" if close > 1 else "; the top pick stands clear"))
     out.append("")
     if not result.strategies:
-        out.append("no strategy fits in memory; see the reasons below" if objective is None
-                   or objective.budget_usd_per_hour is None else
-                   f"no strategy fits in memory on nodes costing at most ${objective.budget_usd_per_hour:,.2f}/hour")
+        from amp_tui.core.plans.no_strategy import nothing_found
+
+        out.append(f"no strategy: {nothing_found(result, objective)}")
     else:
         best = result.strategies[0].iteration_time_s
         headers = ["rank", "tp x pp x dp", "mbs", "B", "iteration", "samples/s", "fullest stage memory", "gap",
                    "techniques", *_cost_headers(scenario), "partition", "placement"]
-        rows = [_prediction_row(scenario, p, str(i + 1), best) for i, p in enumerate(result.strategies[:top])]
+        from amp_tui.core.plans.runnable import best_stock, custom_only
+
+        shown = result.strategies[:top]
+        rows = [_prediction_row(scenario, p, str(i + 1) + ("†" if custom_only(p.strategy) else ""), best)
+                for i, p in enumerate(shown)]
         out.append(table(headers, rows, {0, 2, 3, 4, 5, 9, 10}))
+        if any(custom_only(p.strategy) for p in shown):
+            out.append(custom_footnote(result.strategies))
     if result.baseline is not None:
         b = result.baseline
         out += ["", f"uniform baseline (even split, rank order): {b.strategy.label} micro-batch "

@@ -5,6 +5,7 @@ from __future__ import annotations
 from rich.text import Text
 from textual.widget import Widget
 
+from amp_tui.core.plans.no_strategy import state_shortfall
 from amp_tui.core.search.search import SearchResult
 from amp_tui.tui.format import format_seconds
 
@@ -71,6 +72,8 @@ class StatusBar(Widget):
                 text.append(" · best ")
                 text.append(f"{best.strategy.label} mbs {best.strategy.micro_batch_size}", style="bold")
                 text.append(f" {format_seconds(best.iteration_time_s)}")
+            elif state_shortfall(self.result.scenario):
+                text.append(" · the model is too big for the cluster: see the Strategies pane", style="bold red")
             elif stats.candidates == 0:
                 text.append(" · no candidates: see the Strategies pane", style="bold red")
             else:

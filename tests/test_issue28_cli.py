@@ -1,0 +1,91 @@
+"""Issue 28 (a newcomer's audit) from the command line: one test per item, each failed before its fix."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from amp_tui.cli import main
+from amp_tui.core.base.yamlio import dump_yaml
+
+TOO_BIG = {"cluster": {"preset": "4x-g4dn.12xlarge"}, "model": {"preset": "llama3.1-405b"},
+           "training": {"global_batch_size": 512, "precision": "fp16"}}
+
+
+def run(capsys, *argv) -> tuple[int, str, str]:
+    code = main([str(a) for a in argv])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+@pytest.fixture
+def too_big(tmp_path):
+    path = tmp_path / "too-big.yaml"
+    path.write_text(dump_yaml(TOO_BIG))
+    return path
+
+
+# Major 2 ------------------------------------------------------------------------------------------
+def test_major_2_a_model_too_big_for_the_cluster_gets_its_one_line_reason(capsys, too_big):
+    """Before: 'no strategy fits in memory; see the reasons below', no reasons, exit 0."""
+    code, out, err = run(capsys, "plan", too_big)
+    assert code == 1
+    reason = next(line for line in out.splitlines() if line.startswith("no strategy:"))
+    assert "too big for this cluster" in reason and "weights, gradients and optimizer state" in reason
+    assert "5.91 TiB" in reason and "406 B parameters x 16 bytes" in reason and "16 GPUs" in reason
+    assert "see the reasons below" not in out
+    code, out, _ = run(capsys, "plan", too_big, "--json")
+    assert code == 1 and "too big for this cluster" in json.loads(out)["no_strategy"]
+
+
+# Major 5 ------------------------------------------------------------------------------------------
+def test_major_5_plans_no_stock_engine_runs_are_marked_warned_and_exportable(capsys, tmp_path):
+    """Before: plan saved 1x1x32 with batch shares without a word, and all five exports refused it."""
+    plan = tmp_path / "r1.plan.yaml"
+    code, out, err = run(capsys, "plan", "mixed-h100-a100-llama3-8b", "--top", "4", "--save", plan)
+    assert code == 0, err
+    rows = [line for line in out.splitlines() if line.strip()[:2] in ("1†", "2†", "3 ", "4 ")]
+    assert rows[0].lstrip().startswith("1†") and "batch shares" in rows[0]
+    footnote = next(line for line in out.splitlines() if line.startswith("†"))
+    assert "Megatron-LM, DeepSpeed and torchtitan do not run these" in footnote
+    stock_rank = int(footnote.split("The best plan they run: rank ")[1].split(",")[0])
+    assert "†" not in rows[stock_rank - 1]
+    assert err.startswith("warning: strategy 1,") and f"--rank {stock_rank}" in err
+    for fmt in ("torchrun", "rankmap"):
+        code, _, err = run(capsys, "export", plan, "--format", fmt, "-o", tmp_path / fmt)
+        assert code == 0, err
+    document = json.loads((tmp_path / "rankmap" / "rankmap.json").read_text())
+    shares = document["batch_shares"]
+    assert len(set(shares)) > 1 and sum(shares) == 256
+    assert [row["batch_share"] for row in document["ranks"]] == [shares[row["dp_replica"]] for row in document["ranks"]]
+    code, _, err = run(capsys, "export", plan, "--format", "megatron")
+    assert code == 2 and "the torchrun and rankmap exports carry the shares" in err
+
+
+def test_major_5_per_stage_degrees_reach_the_rank_map(capsys, tmp_path):
+    """Stage s takes the next tp_s x dp_s ranks, replica by replica, as the cost model places them."""
+    from amp_tui.core.plans.planfile import save_plan
+    from amp_tui.core.search.evaluate import evaluate
+    from amp_tui.core.spec.scenario import load_scenario
+    from amp_tui.core.spec.strategy import parse_strategy
+
+    scenario = load_scenario("mixed-h100-a100-llama3-8b")
+    strategy = parse_strategy({"tp": [2, 1], "pp": 2, "dp": [8, 16], "micro_batch_size": 1, "placement": [1, 0]})
+    path = save_plan(tmp_path / "p.yaml", scenario, evaluate(scenario, strategy))
+    code, _, err = run(capsys, "export", path, "--format", "rankmap", "-o", tmp_path / "out")
+    assert code == 0, err
+    ranks = json.loads((tmp_path / "out" / "rankmap.json").read_text())["ranks"]
+    first = [r for r in ranks if r["stage"] == 0]
+    second = [r for r in ranks if r["stage"] == 1]
+    assert len(first) == 16 and len(second) == 16 and all(r["gpu"] == "A100-80GB" for r in first)
+    assert [(r["dp_replica"], r["tp_rank"]) for r in first[:4]] == [(0, 0), (0, 1), (1, 0), (1, 1)]
+    assert {r["dp_replica"] for r in second} == set(range(16)) and {r["tp_rank"] for r in second} == {0}
+
+
+# Also seen --------------------------------------------------------------------------------------
+def test_also_seen_the_post_pass_note_only_when_it_changed_the_ranking(capsys):
+    code, out, _ = run(capsys, "plan", "paper-homogeneous", "--top", "2")
+    assert code == 0 and "searched heuristically" not in out
+    code, out, _ = run(capsys, "plan", "mixed-h100-a100-llama3-8b", "--top", "2")
+    assert code == 0 and "searched heuristically" in out
