@@ -89,3 +89,31 @@ def test_also_seen_the_post_pass_note_only_when_it_changed_the_ranking(capsys):
     assert code == 0 and "searched heuristically" not in out
     code, out, _ = run(capsys, "plan", "mixed-h100-a100-llama3-8b", "--top", "2")
     assert code == 0 and "searched heuristically" in out
+
+
+# Major 3 ------------------------------------------------------------------------------------------
+def test_major_3_torchtitan_never_trains_a_zero0_plan_with_tp_or_pp_in_fp32(capsys, tmp_path):
+    """torchtitan (0.2.2, distributed/utils.py maybe_enable_amp) applies mixed precision only through
+    FSDP; under TP or PP with DDP it trains in fp32. Before: dp_replicate = dp, dp_shard = 1 with
+    mixed_precision_param bfloat16, for every ZeRO-0 plan with tp or pp > 1."""
+    import tomllib
+
+    from amp_tui.core.plans.planfile import save_plan
+    from amp_tui.core.search.evaluate import evaluate
+    from amp_tui.core.spec.scenario import load_scenario
+    from amp_tui.core.spec.strategy import Strategy
+
+    scenario = load_scenario("paper-homogeneous")        # fp16, ZeRO 0
+    pipelined = save_plan(tmp_path / "a.yaml", scenario, evaluate(scenario, Strategy(1, 4, 4, 1)))
+    code, out, err = run(capsys, "export", pipelined, "--format", "torchtitan")
+    assert code == 0, err
+    config = tomllib.loads(out.split("----\n", 1)[1])["parallelism"]
+    assert (config["data_parallel_replicate_degree"], config["data_parallel_shard_degree"]) == (1, 4)
+    assert "would train this plan in fp32 under DDP" in err and "predicted" in err
+    no_dp = save_plan(tmp_path / "b.yaml", scenario, evaluate(scenario, Strategy(1, 16, 1, 1)))
+    code, _, err = run(capsys, "export", no_dp, "--format", "torchtitan")
+    assert code == 2 and err.count("\n") == 1 and "would train in fp32" in err
+    plain = save_plan(tmp_path / "c.yaml", scenario, evaluate(scenario, Strategy(1, 1, 16, 2)))
+    code, out, err = run(capsys, "export", plain, "--format", "torchtitan")
+    config = tomllib.loads(out.split("----\n", 1)[1])["parallelism"]
+    assert code == 0 and (config["data_parallel_replicate_degree"], config["data_parallel_shard_degree"]) == (16, 1)

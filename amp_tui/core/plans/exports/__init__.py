@@ -40,7 +40,7 @@ def export_plan(plan: Plan, fmt: str) -> Export:
         plan, note = _used_nodes_only(plan)
         notes.append(note)
     export = exporters[fmt](plan)
-    return Export(export.files, [*notes, *export.notes])
+    return Export(export.files, [*notes, *export.notes], export.warnings)
 
 
 # What each format's engine is, for refusals.

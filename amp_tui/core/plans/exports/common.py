@@ -131,3 +131,6 @@ def num_micro_batches(plan: Plan) -> int:
 class Export:
     files: dict[str, str] = field(hash=False)   # file name -> text
     notes: list[str] = field(hash=False)        # sentences for the user, in reading order
+    # What the user must hear before running the files (e.g. "does not fit: ..."): printed first,
+    # shown in the export dialog's header, and written at the top of the files too.
+    warnings: list[str] = field(default_factory=list, hash=False)
