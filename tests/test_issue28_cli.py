@@ -117,3 +117,87 @@ def test_major_3_torchtitan_never_trains_a_zero0_plan_with_tp_or_pp_in_fp32(caps
     code, out, err = run(capsys, "export", plain, "--format", "torchtitan")
     config = tomllib.loads(out.split("----\n", 1)[1])["parallelism"]
     assert code == 0 and (config["data_parallel_replicate_degree"], config["data_parallel_shard_degree"]) == (16, 1)
+
+
+# Major 4 ------------------------------------------------------------------------------------------
+def megatron_flags(text: str) -> dict[str, list[str]]:
+    import shlex
+
+    body = text.split("MEGATRON_ARGS=(", 1)[1].split("\n)", 1)[0]
+    words = [w for line in body.splitlines() if not line.strip().startswith("#") for w in shlex.split(line)]
+    flags: dict[str, list[str]] = {}
+    for word in words:
+        if word.startswith("--"):
+            flags[word] = []
+            last = word
+        else:
+            flags[last].append(word)
+    return flags
+
+
+def test_major_4_megatron_writes_the_layout_flag_for_a_split_the_first_last_flags_cannot_say(capsys, tmp_path):
+    """Before: the nearest split the first/last flags can say was written (predicted slower, or not to
+    fit), and the exact --pipeline-model-parallel-layout was only a note at the end."""
+    from amp_tui.core.plans.planfile import save_plan
+    from amp_tui.core.search.evaluate import evaluate
+    from amp_tui.core.spec.scenario import parse_scenario
+    from amp_tui.core.spec.strategy import Strategy
+
+    scenario = parse_scenario({"cluster": {"preset": "4x-dgx-a100"}, "model": {"preset": "llama2-7b"},
+                               "training": {"global_batch_size": 64}})
+    # Unequal middle stages: 11/4/8/4/5 blocks (the embedding and the head on the end stages).
+    path = save_plan(tmp_path / "p.yaml", scenario, evaluate(scenario, Strategy(1, 4, 8, 1, (12, 4, 8, 10))))
+    code, out, err = run(capsys, "export", path, "--format", "megatron")
+    assert code == 0, err
+    flags = megatron_flags(out)
+    assert flags["--pipeline-model-parallel-layout"] == ["Et*11|t*4|t*8|t*9L"]
+    assert "--decoder-first-pipeline-num-layers" not in flags and "--decoder-last-pipeline-num-layers" not in flags
+    assert not err.startswith("warning:")
+
+
+def test_major_4_a_split_predicted_not_to_fit_is_said_first_and_in_the_file(capsys, tmp_path):
+    """A layer Megatron's GPT does not name (an adapter) stays with the block before it, so Megatron
+    runs [6, 5] for the plan's [5, 6], and that stage runs out of memory: 'does not fit' is the first
+    thing the export says, and the file's header says it too."""
+    from amp_tui.core.plans.planfile import save_plan
+    from amp_tui.core.search.evaluate import evaluate
+    from amp_tui.core.spec.scenario import parse_scenario
+    from amp_tui.core.spec.strategy import Strategy
+
+    layer = {"params": 1e6, "flops": 1e9, "activation_bytes": 1e6, "output_bytes": 1e5}
+    big = {**layer, "params": 6e8}
+    scenario = parse_scenario({
+        "name": "adapter",
+        "cluster": {"nodes": [{"count": 1, "gpu": "T4", "gpus_per_node": 2, "intra_node_bandwidth": "50 Gbps",
+                               "inter_node_bandwidth": "50 Gbps"}]},
+        "model": {"name": "toy", "hidden_size": 64, "num_heads": 4, "sequence_length": 16, "layers": [
+            {"name": "embed", "kind": "embedding", **big}, {"name": "block", "kind": "block", "repeat": 4, **layer},
+            {"name": "adapter", "kind": "other", **big}, {"name": "block", "kind": "block", "repeat": 4, **layer},
+            {"name": "head", "kind": "head", **layer}]},
+        "training": {"global_batch_size": 8}})
+    prediction = evaluate(scenario, Strategy(1, 2, 1, 1, (5, 6), (0,)))
+    assert prediction.fits_memory
+    path = save_plan(tmp_path / "p.yaml", scenario, prediction)
+    code, out, err = run(capsys, "export", path, "--format", "megatron", "-o", tmp_path / "out")
+    assert code == 0
+    first = err.splitlines()[:2]
+    assert first[0].startswith("warning: Megatron-LM runs another split") and first[1].startswith("warning: does not fit")
+    header = (tmp_path / "out" / "megatron_args.sh").read_text().split("MEGATRON_ARGS=(")[0]
+    assert "# WARNING: does not fit" in header
+
+
+# Minor 15 -----------------------------------------------------------------------------------------
+def test_minor_15_llama3_megatron_export_sets_the_rotary_base(capsys, tmp_path):
+    """Llama 3 uses a RoPE base of 500,000; Megatron's --rotary-base defaults to 10,000 (Llama 2's)."""
+    from amp_tui.core.plans.planfile import save_plan
+    from amp_tui.core.search.evaluate import evaluate
+    from amp_tui.core.spec.scenario import parse_scenario
+    from amp_tui.core.spec.strategy import Strategy
+
+    for model, base in (("llama3-8b", ["500000"]), ("llama3.1-8b", ["500000"]), ("llama2-7b", None)):
+        scenario = parse_scenario({"cluster": {"preset": "4x-dgx-a100"}, "model": {"preset": model},
+                                   "training": {"global_batch_size": 64}})
+        path = save_plan(tmp_path / f"{model}.yaml", scenario, evaluate(scenario, Strategy(1, 4, 8, 1)))
+        code, out, err = run(capsys, "export", path, "--format", "megatron")
+        assert code == 0, err
+        assert megatron_flags(out).get("--rotary-base") == base, model
