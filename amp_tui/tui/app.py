@@ -34,7 +34,7 @@ from amp_tui.tui import edits
 from amp_tui.tui.actions.files import FileActions
 from amp_tui.tui.actions.results import ResultActions
 from amp_tui.tui.actions.views import ViewActions
-from amp_tui.tui.messages import EditRefused, ScenarioEdited, SearchDone, SearchProgress, StrategySelected
+from amp_tui.tui.messages import EditRefused, PeerGone, ScenarioEdited, SearchDone, SearchProgress, StrategySelected
 from amp_tui.tui.widgets.cluster_pane import ClusterPane
 from amp_tui.tui.widgets.key_footer import KeyFooter
 from amp_tui.tui.widgets.model_pane import ModelPane
@@ -162,6 +162,13 @@ class AmpApp(FileActions, ResultActions, ViewActions, App):
         self.sub_title = self.scenario.name
         self._focus_pane(1)
         self.start_search(delay=0.0)
+        if self.is_web:     # served by `amp-tui web`: leave when the server hangs up (tui/lifeline.py)
+            from amp_tui.tui.lifeline import watch_stdin
+
+            watch_stdin(self)
+
+    async def on_peer_gone(self, message: PeerGone) -> None:
+        await self.action_quit()
 
     def on_resize(self, event: events.Resize) -> None:
         compact = self._is_compact(event.size.width, event.size.height)
