@@ -126,3 +126,22 @@ def test_mfu_counts_the_gpus_used_not_the_idle_ones():
     v100 = scenario.cluster.nodes[0].gpu.peak_flops(scenario.training.precision)
     expected = model_flops_per_iteration(scenario) / (top.iteration_time_s * 12 * v100)
     assert mfu(scenario, top) == pytest.approx(expected, rel=1e-12)
+
+
+def test_a_measured_layer_time_reports_its_tensor_parallel_all_reduces():
+    """Issue 28, minor 3: AMP measured GPT-2's layers at tp 2 and 4, all-reduces included; the cost
+    model splits such a time into compute and all-reduces, and now reports the all-reduces as
+    tensor-parallel comm (before: 0, all of it counted as compute). The total is unchanged."""
+    from amp_tui.core.plans.compare import time_terms
+    from amp_tui.core.search.evaluate import evaluate
+    from amp_tui.core.spec.scenario import load_scenario
+    from amp_tui.core.spec.strategy import Strategy
+
+    scenario = load_scenario("paper-homogeneous")
+    assert any(2 in by_tp for layer in scenario.model.groups for by_tp in layer.profile.values())
+    for tp in (2, 4):
+        prediction = evaluate(scenario, Strategy(tp, 2, 8 // tp, 1))
+        terms = time_terms(prediction)
+        assert terms["tp comm"] > 0.05 * terms["compute"], tp
+        assert sum(terms.values()) == pytest.approx(prediction.iteration_time_s, rel=1e-9)
+    assert time_terms(evaluate(scenario, Strategy(1, 2, 8, 1)))["tp comm"] == 0
