@@ -201,3 +201,28 @@ def test_minor_15_llama3_megatron_export_sets_the_rotary_base(capsys, tmp_path):
         code, out, err = run(capsys, "export", path, "--format", "megatron")
         assert code == 0, err
         assert megatron_flags(out).get("--rotary-base") == base, model
+
+
+# Minor 4 ------------------------------------------------------------------------------------------
+def test_minor_4_a_missing_uniform_baseline_is_explained(capsys):
+    """The uniform baseline runs on the whole cluster: a budget below its price leaves it out, and
+    plan says so (before: the line vanished without a word)."""
+    code, out, _ = run(capsys, "plan", "paper-homogeneous", "--budget", "8", "--top", "2")
+    assert code == 0 and "uniform baseline (even split" not in out
+    assert "no uniform baseline: it runs on the whole cluster, whose $15.65/hour is over the $8.00/hour budget" in out
+
+
+def test_minor_4_no_even_split_that_fits_is_explained():
+    from amp_tui.core.plans.no_strategy import missing_baseline
+    from amp_tui.core.search.search import SearchResult
+
+    result = _plans("paper-homogeneous")
+    stripped = SearchResult(result.scenario, result.strategies, result.infeasible, None, result.stats)
+    assert "no even split" in missing_baseline(stripped) and missing_baseline(result) is None
+
+
+def _plans(preset):
+    from amp_tui.core.search.planner import find_plans
+    from amp_tui.core.spec.scenario import load_scenario
+
+    return find_plans(load_scenario(preset), top=2).result

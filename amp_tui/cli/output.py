@@ -54,12 +54,13 @@ def summary(scenario) -> str:
 
 def _prediction_row(scenario, p, rank: str, best: float | None) -> list[str]:
     from amp_tui.core.base.units import format_bytes, format_seconds
+    from amp_tui.core.plans.confidence import memory_at_risk
 
     s = p.strategy
     tight = p.tightest_stage
     row = [rank, s.label, str(s.micro_batch_size), str(p.num_micro_batches), format_seconds(p.iteration_time_s),
            f"{p.samples_per_s:.1f}", f"{format_bytes(tight.memory.total_bytes)} / {format_bytes(tight.capacity_bytes)}"
-           + ("" if p.fits_memory else " OVER")]
+           + ("" if p.fits_memory else " OVER") + (" !" if memory_at_risk(p) else "")]
     if best is not None:
         row.append("best" if p.iteration_time_s <= best and rank == "1" or p.iteration_time_s == best
                    else f"{(p.iteration_time_s / best - 1) * 100:+.1f}%")
@@ -204,11 +205,21 @@ def render_search(result, top: int, objective=None, idle_search=None) -> str:
         out.append(table(headers, rows, {0, 2, 3, 4, 5, 9, 10}))
         if any(custom_only(p.strategy) for p in shown):
             out.append(custom_footnote(result.strategies))
+        from amp_tui.core.plans.confidence import MEMORY_RISK_NOTE, memory_at_risk
+
+        if any(memory_at_risk(p) for p in shown):
+            out.append(MEMORY_RISK_NOTE)
     if result.baseline is not None:
         b = result.baseline
         out += ["", f"uniform baseline (even split, rank order): {b.strategy.label} micro-batch "
                     f"{b.strategy.micro_batch_size}, {format_seconds(b.iteration_time_s)}"
                 + (f"; the top strategy is {_speedup_text(result.speedup_vs_baseline)}" if result.strategies else "")]
+    else:
+        from amp_tui.core.plans.no_strategy import missing_baseline
+
+        missing = missing_baseline(result, objective)
+        if missing:
+            out += ["", missing]
     if result.infeasible:
         out += ["", f"{len(result.infeasible)} candidates do not fit in memory, e.g.:"]
         for entry in result.infeasible[:3]:

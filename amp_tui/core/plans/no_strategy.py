@@ -76,3 +76,19 @@ def nothing_found(result: SearchResult, objective: Objective | None = None) -> s
         return (f"No strategy fits in memory ({len(result.infeasible)} candidates tried); e.g. "
                 f"{closest.strategy.label} micro-batch {closest.strategy.micro_batch_size}: {closest.reason}")
     return no_candidates(scenario)
+
+
+def missing_baseline(result: SearchResult, objective: Objective | None = None) -> str | None:
+    """Why `result` has no uniform baseline (the best even split in rank order on the whole
+    cluster), in one line; None when it has one, or when nothing at all was found (see
+    `nothing_found`)."""
+    if result.baseline is not None or (not result.strategies and not result.infeasible):
+        return None
+    budget = objective.budget_usd_per_hour if objective is not None else None
+    prices = [group.price_per_hour for group in result.scenario.cluster.nodes]
+    if budget is not None and None not in prices:
+        whole = sum(group.count * group.price_per_hour for group in result.scenario.cluster.nodes)
+        if whole > budget:
+            return (f"no uniform baseline: it runs on the whole cluster, whose ${whole:,.2f}/hour is over the "
+                    f"${budget:,.2f}/hour budget")
+    return "no uniform baseline: no even split of the layers, nodes in rank order, fits in memory on the whole cluster"

@@ -46,6 +46,10 @@ def summary(prediction: Prediction, baseline: Prediction | None, scenario) -> Te
     text.append(f"\npredicted {confidence(scenario).describe()}", style="dim")
     if not prediction.fits_memory and prediction.reason:
         text.append(f"\n{prediction.reason}", style="bold red")
+    from amp_tui.core.plans.confidence import MEMORY_RISK_NOTE, memory_at_risk
+
+    if memory_at_risk(prediction):
+        text.append(f"\nmemory {MEMORY_RISK_NOTE}", style="bold yellow")
     from amp_tui.core.plans.runnable import custom_note
 
     if custom_note(strategy):

@@ -23,6 +23,7 @@ class StatusBar(Widget):
         self.elapsed_s = 0.0
         self.error = ""
         self.show_timings = True
+        self.ranking = ""              # the objective when not the default ('cost per token within $8.00/hour')
 
     def searching(self, fraction: float = 0.0) -> None:
         self.state, self.fraction = "searching", fraction
@@ -78,6 +79,8 @@ class StatusBar(Widget):
                 text.append(" · no candidates: see the Strategies pane", style="bold red")
             else:
                 text.append(" · nothing fits in memory", style="bold red")
+            if self.ranking:
+                text.append(f" · by {self.ranking}", style="bold cyan")
             text.append(f" · {stats.evaluated} of {stats.candidates} candidates evaluated, {stats.pruned} pruned, "
                         f"{len(self.result.infeasible)} infeasible")
             if not stats.all_node_orders:

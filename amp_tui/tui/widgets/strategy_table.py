@@ -20,6 +20,7 @@ from textual.widgets import DataTable, Static
 from amp_tui.core.costmodel.placement import merge_runs
 from amp_tui.core.costmodel.prediction import Prediction
 from amp_tui.core.plans.compare import mfu, tokens_per_s
+from amp_tui.core.plans.confidence import MEMORY_RISK_NOTE, memory_at_risk
 from amp_tui.core.plans.runnable import STOCK_ENGINES, custom_only
 from amp_tui.core.search.search import Infeasible, SearchResult
 from amp_tui.core.spec.scenario import Cluster
@@ -147,7 +148,8 @@ def _memory(row: Row) -> str:
     if p is None:
         return "–"
     stage = p.tightest_stage
-    return format_memory_pair(stage.memory.total_bytes, stage.capacity_bytes, short=True)
+    return format_memory_pair(stage.memory.total_bytes, stage.capacity_bytes, short=True) + \
+        ("!" if memory_at_risk(p) else "")
 
 
 def has_prices(result: SearchResult | None, attribute: str) -> bool:
@@ -328,7 +330,15 @@ class StrategyTable(Vertical):
                          "(export: torchrun, rankmap).")
         if result.baseline is not None:
             parts.append("unif: the best even split in rank order.")
+        else:
+            from amp_tui.core.plans.no_strategy import missing_baseline
+
+            missing = missing_baseline(result, getattr(self.app, "objective", None))
+            if missing:
+                parts.append(missing[0].upper() + missing[1:] + ".")
         parts.append("memory: fullest stage.")
+        if any(memory_at_risk(p) for p in result.strategies):
+            parts.append(MEMORY_RISK_NOTE + ".")
         if getattr(self.app, "pinned", None) is not None:
             parts.append("◆ pinned: move to compare, p unpins.")
         if result.infeasible:
