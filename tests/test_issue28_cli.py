@@ -226,3 +226,43 @@ def _plans(preset):
     from amp_tui.core.spec.scenario import load_scenario
 
     return find_plans(load_scenario(preset), top=2).result
+
+
+# Minor 12 -----------------------------------------------------------------------------------------
+def test_minor_12_plan_sensitivity_json_holds_the_what_ifs(capsys, monkeypatch):
+    from amp_tui.core.plans import sensitivity
+
+    monkeypatch.setattr(sensitivity, "BATCH_FACTORS", (2.0,))
+    monkeypatch.setattr(sensitivity, "SPEED_FACTORS", (0.5,))
+    code, out, err = run(capsys, "plan", "paper-homogeneous", "--top", "3", "--sensitivity", "--json")
+    assert code == 0, err
+    what_ifs = json.loads(out)["sensitivity"]
+    assert what_ifs["cases"] and {"knob", "factor", "top_pick", "best_s", "changed", "watched_s"} <= set(what_ifs["cases"][0])
+    assert what_ifs["watched"][0]["iteration_time_s"] > 0 and "what-ifs" in what_ifs["verdict"]
+    assert err == ""
+
+
+# Minor 13 -----------------------------------------------------------------------------------------
+def test_minor_13_plan_marks_picks_within_the_memory_band(capsys):
+    code, out, _ = run(capsys, "plan", "mixed-a100-a10g-llama2-13b", "--top", "3")
+    assert code == 0
+    rows = [line for line in out.splitlines() if line.strip()[:1] in "123" and "GiB" in line]
+    assert any("39.3 GiB / 39.6 GiB !" in row or " !  " in row for row in rows)
+    assert any(line.startswith("! within 11% of the GPU's capacity") for line in out.splitlines())
+
+
+def test_minor_13_the_memory_band_is_validates_memory_error():
+    """The band is validate's mean error on runs whose peak memory was measured, never narrower."""
+    from amp_tui.core.plans.confidence import MEMORY_BAND
+    from amp_tui.core.validation.replay import report, run_validation
+
+    memory_mape = report(run_validation())["macro"]["memory_mape"]
+    assert memory_mape <= MEMORY_BAND < memory_mape * 1.5
+
+
+# Minor 17 -----------------------------------------------------------------------------------------
+def test_minor_17_a_missing_field_is_not_called_none(capsys, tmp_path):
+    path = tmp_path / "s.yaml"
+    path.write_text(dump_yaml({"cluster": {"preset": "4x-g4dn.12xlarge"}, "training": {"global_batch_size": 8}}))
+    code, _, err = run(capsys, "plan", path)
+    assert code == 2 and "None" not in err and err.startswith("amp-tui: error: model")

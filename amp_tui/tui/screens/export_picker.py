@@ -101,7 +101,8 @@ class ExportScreen(ModalScreen):
             yield Static("", id="export-warning")
             with Horizontal():
                 yield OptionList(*[Option(self._format_label(fmt), id=fmt) for fmt in EXPORT_FORMATS], id="formats")
-                yield TextArea("", read_only=True, id="export-text", show_line_numbers=False)
+                # No soft wrap: a wrapped shell comment would read as a command on the next line.
+                yield TextArea("", read_only=True, id="export-text", show_line_numbers=False, soft_wrap=False)
             yield Static("", id="export-hint")
         yield Footer()
 
