@@ -20,7 +20,7 @@ from amp_tui.core.base.yamlio import dump_yaml, load_yaml_file
 from amp_tui.core.spec.scenario import parse_scenario
 
 ROOT = Path(__file__).resolve().parent.parent
-DOCUMENTS = ["README.md", "docs/calibration.md"]
+DOCUMENTS = ["README.md", "docs/calibration.md", "docs/cli.md"]
 README_MAX_LINES = 250
 
 
