@@ -393,16 +393,9 @@ def test_megatron_split_for_any_partition(het_cluster, cuts):
 def test_megatron_says_when_it_runs_other_layers_than_the_plan():
     """Layers between blocks go with the block before them in Megatron; a plan that puts one after a
     cut elsewhere gets a note with the cost of Megatron's layout."""
-    layer = {"params": 1e6, "flops": 1e9, "activation_bytes": 1e6, "output_bytes": 1e5}
-    scenario = parse_scenario({
-        "name": "mid-layer",
-        "cluster": {"nodes": [{"count": 1, "gpu": "T4", "gpus_per_node": 2, "intra_node_bandwidth": "50 Gbps",
-                               "inter_node_bandwidth": "50 Gbps"}]},
-        "model": {"name": "toy", "hidden_size": 64, "num_heads": 4, "sequence_length": 16, "layers": [
-            {"name": "embed", "kind": "embedding", **layer}, {"name": "block", "kind": "block", "repeat": 4, **layer},
-            {"name": "adapter", "kind": "other", **layer}, {"name": "block", "kind": "block", "repeat": 4, **layer},
-            {"name": "head", "kind": "head", **layer}]},
-        "training": {"global_batch_size": 8}})
+    from tests.core.core_builders import adapter_scenario
+
+    scenario = adapter_scenario()
     plan = plan_for(scenario, Strategy(1, 2, 1, 1, (5, 6), (0,)))
     assert layer_partition(scenario.model, (4, 4)) == (6, 5)
     export = export_plan(plan, "megatron")

@@ -164,17 +164,9 @@ def test_major_4_a_split_predicted_not_to_fit_is_said_first_and_in_the_file(caps
     from amp_tui.core.spec.scenario import parse_scenario
     from amp_tui.core.spec.strategy import Strategy
 
-    layer = {"params": 1e6, "flops": 1e9, "activation_bytes": 1e6, "output_bytes": 1e5}
-    big = {**layer, "params": 6e8}
-    scenario = parse_scenario({
-        "name": "adapter",
-        "cluster": {"nodes": [{"count": 1, "gpu": "T4", "gpus_per_node": 2, "intra_node_bandwidth": "50 Gbps",
-                               "inter_node_bandwidth": "50 Gbps"}]},
-        "model": {"name": "toy", "hidden_size": 64, "num_heads": 4, "sequence_length": 16, "layers": [
-            {"name": "embed", "kind": "embedding", **big}, {"name": "block", "kind": "block", "repeat": 4, **layer},
-            {"name": "adapter", "kind": "other", **big}, {"name": "block", "kind": "block", "repeat": 4, **layer},
-            {"name": "head", "kind": "head", **layer}]},
-        "training": {"global_batch_size": 8}})
+    from tests.core.core_builders import adapter_scenario
+
+    scenario = adapter_scenario(heavy_params=6e8)
     prediction = evaluate(scenario, Strategy(1, 2, 1, 1, (5, 6), (0,)))
     assert prediction.fits_memory
     path = save_plan(tmp_path / "p.yaml", scenario, prediction)

@@ -174,19 +174,25 @@ def test_abbreviations():
     assert abbreviate_placement(cluster, (1, 0)) == "1g4dn>3p3"
 
 
+async def open_what_ifs(app, pilot) -> SensitivityScreen:
+    """Press w and wait (up to a minute) for the what-ifs' result."""
+    await pilot.press("w")
+    await pilot.pause()
+    screen = app.screen
+    assert isinstance(screen, SensitivityScreen)
+    for _ in range(1200):
+        await pilot.pause(0.05)
+        if screen.result is not None:
+            break
+    assert screen.result is not None
+    return screen
+
+
 async def test_what_if_screen_runs_and_charts(make_app):
     app = make_app()
     async with app.run_test(size=(160, 48)) as pilot:
         await settle(app, pilot)
-        await pilot.press("w")
-        await pilot.pause()
-        screen = app.screen
-        assert isinstance(screen, SensitivityScreen)
-        for _ in range(600):
-            await pilot.pause(0.05)
-            if screen.result is not None:
-                break
-        assert screen.result is not None
+        screen = await open_what_ifs(app, pilot)
         verdict = str(screen.query_one("#whatif-verdict").content)
         assert "most robust:" in verdict
         table = screen.query_one(DataTable)
@@ -258,15 +264,7 @@ async def test_dashboard_ranks_as_plan_does_and_the_what_ifs_agree(make_app):
             assert app.result.strategies[0].strategy == expected, preset
             if preset != "paper-het-cluster":
                 continue
-            await pilot.press("w")
-            await pilot.pause()
-            screen = app.screen
-            assert isinstance(screen, SensitivityScreen)
-            for _ in range(1200):
-                await pilot.pause(0.05)
-                if screen.result is not None:
-                    break
-            assert screen.result is not None
+            screen = await open_what_ifs(app, pilot)
             assert screen.result.watched[0].strategy == expected
             assert all(t is None or t >= case.best_s * (1 - 1e-9)
                        for case in screen.result.cases for t in case.watched_s)

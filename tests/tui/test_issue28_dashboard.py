@@ -32,17 +32,9 @@ async def test_major_4_the_export_dialog_says_does_not_fit_in_its_header(make_ap
     from amp_tui.core.spec.strategy import Strategy
     from amp_tui.tui.screens.export_picker import ExportScreen
 
-    layer = {"params": 1e6, "flops": 1e9, "activation_bytes": 1e6, "output_bytes": 1e5}
-    big = {**layer, "params": 6e8}
-    scenario = parse_scenario({
-        "name": "adapter",
-        "cluster": {"nodes": [{"count": 1, "gpu": "T4", "gpus_per_node": 2, "intra_node_bandwidth": "50 Gbps",
-                               "inter_node_bandwidth": "50 Gbps"}]},
-        "model": {"name": "toy", "hidden_size": 64, "num_heads": 4, "sequence_length": 16, "layers": [
-            {"name": "embed", "kind": "embedding", **big}, {"name": "block", "kind": "block", "repeat": 4, **layer},
-            {"name": "adapter", "kind": "other", **big}, {"name": "block", "kind": "block", "repeat": 4, **layer},
-            {"name": "head", "kind": "head", **layer}]},
-        "training": {"global_batch_size": 8}})
+    from tests.core.core_builders import adapter_scenario
+
+    scenario = adapter_scenario(heavy_params=6e8)
     app = make_app()
     async with app.run_test(size=(160, 48)) as pilot:
         await settle(app, pilot)
