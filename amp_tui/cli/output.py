@@ -190,9 +190,12 @@ def render_search(result, top: int, objective=None, idle_search=None) -> str:
                    + (f"; the top {close} are within each other's band" if close > 1 else "; the top pick stands clear"))
     out.append("")
     if not result.strategies:
-        from amp_tui.core.plans.no_strategy import nothing_found
+        from amp_tui.core.plans.no_strategy import nothing_found, state_shortfall
 
-        out.append(f"no strategy: {nothing_found(result, objective)}")
+        if idle_search is not None and idle_search.out_of_time and not state_shortfall(scenario):
+            out.append("no strategy found within the time limit")
+        else:
+            out.append(f"no strategy: {nothing_found(result, objective)}")
     else:
         best = result.strategies[0].iteration_time_s
         headers = ["rank", "tp x pp x dp", "mbs", "B", "iteration", "samples/s", "fullest stage memory", "gap",
