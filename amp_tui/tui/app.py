@@ -327,8 +327,10 @@ class AmpApp(FileActions, ResultActions, ViewActions, App):
         started = time.perf_counter()
         try:
             # What `plan` runs (idle nodes, then batch shares and per-stage degrees), ranked by the
-            # chosen objective: one ranking in the CLI and the dashboard.
-            result = find_plans(scenario, self.objective, should_cancel=cancelled, progress=progress).result
+            # chosen objective: one ranking in the CLI and the dashboard. No overall time limit (plan's
+            # default answers a command within 2 s): here the progress bar shows, and an edit cancels.
+            result = find_plans(scenario, self.objective, should_cancel=cancelled, progress=progress,
+                                time_limit_s=None).result
         except Cancelled:
             return
         self.post_message(SearchDone(generation, result, time.perf_counter() - started))
