@@ -175,6 +175,8 @@ def render_search(result, top: int, objective=None, idle_search=None) -> str:
     out.append("")
     if not result.strategies and idle_search is not None and idle_search.out_of_time:
         out.append("no strategy found within the time limit")
+    elif not result.strategies and idle_search is not None and not idle_search.exact:
+        out.append("no strategy found on the parts of the cluster searched (see the note above)")
     elif not result.strategies:
         out.append("no strategy fits in memory; see the reasons below" if objective is None
                    or objective.budget_usd_per_hour is None else
