@@ -75,14 +75,15 @@ def part_bounds(scenario: Scenario, rows: np.ndarray, cost: CostModel | None = N
     gbs, layers = training.global_batch_size, scenario.model.num_layers
     gpn = np.array([g.gpus_per_node for g in groups], dtype=np.int64)
     gpus = rows * gpn                                   # (parts, groups)
+    gpu_counts = gpus.astype(np.float64)   # for products with floats: BLAS's, 6x numpy's integer loop
     totals, total_index = np.unique(gpus.sum(axis=1), return_inverse=True)
     subsets, subset_index = np.unique((rows > 0) @ (1 << np.arange(len(groups))), return_inverse=True)
     in_subset = (subsets[:, None] >> np.arange(len(groups))) & 1 == 1          # (subsets, groups)
     per_node = [math.gcd(*gpn[row].tolist()) for row in in_subset]
     # Memory: the part's GPUs must hold every parameter's state once (ZeRO-3 across all of them).
     room = np.array([g.gpu.usable_memory_bytes - training.runtime_reserve_bytes for g in groups])
-    fits = gpus @ np.maximum(room, 0.0) >= scenario.model.total_params * training.state_bytes_per_param
-    part_room = gpus @ room         # (may be negative)
+    fits = gpu_counts @ np.maximum(room, 0.0) >= scenario.model.total_params * training.state_bytes_per_param
+    part_room = gpu_counts @ room   # (may be negative)
 
     # The fastest link a tensor-parallel ring on a group's GPUs can have: inside one of its nodes
     # (any link at all when tensor parallelism may cross nodes).
@@ -154,7 +155,7 @@ def part_bounds(scenario: Scenario, rows: np.ndarray, cost: CostModel | None = N
             # the quick bound of this tp and micro-batch size: every dp's bound below is at least
             # it (their stages' speed is at most R / (tp x dp)), so only rows where it lies below
             # the bound so far and the limit need them (where it reaches the limit, it stands)
-            coarse = np.where(allowed_tp, np.maximum(gbs / mbs * tp * a / (gpus @ (1.0 / V)), f), np.inf)
+            coarse = np.where(allowed_tp, np.maximum(gbs / mbs * tp * a / (gpu_counts @ (1.0 / V)), f), np.inf)
             reaches = quick | (coarse >= limit)
             best = np.where(reaches, np.minimum(best, coarse), best)
             if quick:
