@@ -321,6 +321,17 @@ def test_bench_json(capsys):
     # `plan` as users run it, beside the search alone; of it, the idle search (its search_time_s)
     assert 0 < row["idle_median_s"] < row["plan_median_s"] and row["plan_exact"] is True
     assert row["plan_top"].startswith("1x4x4") and row["idle_ratio_target"] == 1.5
+    assert row["plan_overrun_s"] == 0.0       # (it finds its first strategy well within the limit)
+
+
+def test_bench_says_when_plan_went_past_its_limit_for_a_first_strategy():
+    from amp_tui.core.search.bench import render_markdown
+
+    row = {"scenario": "x", "median_s": 1.0, "target_s": 2.0, "plan_median_s": 2.4, "plan_target_s": 1.6,
+           "idle_median_s": 2.3, "idle_target_s": None, "idle_ratio_target": None, "plan_exact": False,
+           "plan_gap": 0.216, "plan_overrun_s": 0.8, "meets_target": False, "machine_factor": 2.0,
+           "plan_top": "2x4x128 mbs 1, 12.16 s"}
+    assert "| gap 21.6%, +0.8s to a first **missed** |" in render_markdown([row])
 
 
 def test_bench_rows_in_the_documented_order():
