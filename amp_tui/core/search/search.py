@@ -273,43 +273,13 @@ def search(scenario: Scenario, *, top: int | None = None,
     floor = INF
     open_floor = INF
     expanding = False            # a family has been expanded: both queues in order of bound
-
-    def settle(floor: float, key: tuple, candidate: Candidate, limit: float) -> None:
-        """Settle one candidate (of bound `floor`): pruned if the bound reaches `limit`, else solved."""
-        nonlocal settled, baseline, evaluated, solves, pruned_unlisted
-        report(PREPARATION + (1 - PREPARATION) * settled / max(count, 1))
-        settled += 1
-        if details and key[4] == rank and (baseline is None or floor < baseline[0]):   # could be the best uniform one
-            uniform, _, over = candidate.quick_evaluate(even_partition(candidate.num_layers, candidate.pp))
-            if over <= 0 and (baseline is None or (uniform, key) < baseline[:2]):
-                baseline = (uniform, key, candidate)
-        listed = key[4] in seeds     # (the infeasible list covers the orders searched in full)
-        if floor >= limit:
-            if listed:
-                pruned.append(candidate)
-            else:
-                pruned_unlisted += 1
-            return
-        tables = SegmentTables(candidate)
-        result = solve(tables, limit, cancel)
-        evaluated += 1
-        solves += result.solves
-        if not result.fits:
-            if listed:
-                no_fit.append((candidate, None))
-        elif result.partition is not None:
-            entry = (-result.iteration_time_s, _negate(key), result.partition, candidate)
-            if len(best) < top:
-                heapq.heappush(best, entry)
-            else:
-                heapq.heappushpop(best, entry)
-
     try:
         while queue or families:
             if cancel():
                 raise Cancelled
             limit = min(-best[0][0] if len(best) >= top else INF, cutoff)
-            family = bool(families) and (not queue or families[0][0] < queue[0][0] and (expanding or queue[0][0] >= limit))
+            family = bool(families) and (not queue or families[0][0] < queue[0][0]
+                                         and (expanding or queue[0][0] >= limit))
             floor, key, refined, candidate = heapq.heappop(families if family else queue)
             if not key[4]:              # a family of the orders left out
                 if not refined and floor < limit:   # its bound with the pipeline's ends placed, back in line
@@ -341,7 +311,32 @@ def search(scenario: Scenario, *, top: int | None = None,
                 for item in aside:
                     heapq.heappush(queue, item)
                 continue
-            settle(floor, key, candidate, limit)
+            report(PREPARATION + (1 - PREPARATION) * settled / max(count, 1))
+            settled += 1
+            if details and key[4] == rank and (baseline is None or floor < baseline[0]):   # could be the best uniform one
+                uniform, _, over = candidate.quick_evaluate(even_partition(candidate.num_layers, candidate.pp))
+                if over <= 0 and (baseline is None or (uniform, key) < baseline[:2]):
+                    baseline = (uniform, key, candidate)
+            listed = key[4] in seeds     # (the infeasible list covers the orders searched in full)
+            if floor >= limit:
+                if listed:
+                    pruned.append(candidate)
+                else:
+                    pruned_unlisted += 1
+                continue
+            tables = SegmentTables(candidate)
+            result = solve(tables, limit, cancel)
+            evaluated += 1
+            solves += result.solves
+            if not result.fits:
+                if listed:
+                    no_fit.append((candidate, None))
+            elif result.partition is not None:
+                entry = (-result.iteration_time_s, _negate(key), result.partition, candidate)
+                if len(best) < top:
+                    heapq.heappush(best, entry)
+                else:
+                    heapq.heappushpop(best, entry)
     except OutOfTime:
         open_floor = min(floor, queue[0][0] if queue else INF, families[0][0] if families else INF)
         if open_floor >= min(-best[0][0] if len(best) >= top else INF, cutoff):
