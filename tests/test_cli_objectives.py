@@ -53,8 +53,9 @@ def test_budget_keeps_strategies_within_it(capsys):
     assert data["strategies"] and all(s["cost_per_hour_usd"] <= 8 for s in data["strategies"])
     assert all(s["gpus_used"] == 8 for s in data["strategies"][:1])   # two nodes are faster than one
     assert data["budget_usd_per_hour"] == 8
-    none = plan_json(capsys, "paper-homogeneous", "--budget", "1")
-    assert none["strategies"] == []
+    code, out, _ = run(capsys, "plan", "paper-homogeneous", "--budget", "1", "--json")
+    none = json.loads(out)          # searched, nothing to plan: exit 1 with the reason (issue 28)
+    assert code == 1 and none["strategies"] == [] and "costing at most $1.00/hour" in none["no_strategy"]
 
 
 def test_objective_errors_are_one_line(capsys):

@@ -1,4 +1,5 @@
-"""Batch shares and per-stage degrees through the CLI: evaluate from YAML, plan files, exports refuse."""
+"""Batch shares and per-stage degrees through the CLI: evaluate from YAML, plan files, the stock engines' exports
+refuse, torchrun and the rank map carry them."""
 
 from __future__ import annotations
 
@@ -66,7 +67,12 @@ def test_plan_files_round_trip_and_exports_refuse(tmp_path, capsys, strategy, fi
     if field is None:           # equal lists are the uniform strategy: exported as usual
         assert code == 0, err
         return
+    if fmt in ("torchrun", "rankmap"):      # these carry shares and per-stage degrees (issue 28, major 5)
+        assert code == 0, err
+        assert "do not run that; only the torchrun and rankmap exports carry it" in err
+        return
     assert code == 2 and err.count("\n") == 1 and field in err and "cannot export" in err
+    assert "the torchrun and rankmap exports carry" in err
 
 
 def test_plan_json_reports_the_heuristic(capsys):

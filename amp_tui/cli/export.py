@@ -23,6 +23,8 @@ def run(args) -> int:
 
     plan = load_plan(args.plan)
     export = export_plan(plan, args.format)
+    for warning in export.warnings:         # before the files, not lost among the notes after them
+        print(f"warning: {warning}", file=sys.stderr)
     if args.output:
         folder = Path(args.output)
         try:

@@ -54,12 +54,13 @@ def summary(scenario) -> str:
 
 def _prediction_row(scenario, p, rank: str, best: float | None) -> list[str]:
     from amp_tui.core.base.units import format_bytes, format_seconds
+    from amp_tui.core.plans.confidence import memory_at_risk
 
     s = p.strategy
     tight = p.tightest_stage
     row = [rank, s.label, str(s.micro_batch_size), str(p.num_micro_batches), format_seconds(p.iteration_time_s),
            f"{p.samples_per_s:.1f}", f"{format_bytes(tight.memory.total_bytes)} / {format_bytes(tight.capacity_bytes)}"
-           + ("" if p.fits_memory else " OVER")]
+           + ("" if p.fits_memory else " OVER") + (" !" if memory_at_risk(p) else "")]
     if best is not None:
         row.append("best" if p.iteration_time_s <= best and rank == "1" or p.iteration_time_s == best
                    else f"{(p.iteration_time_s / best - 1) * 100:+.1f}%")
@@ -69,6 +70,21 @@ def _prediction_row(scenario, p, rank: str, best: float | None) -> list[str]:
             _money(p.cost_per_million_tokens_usd), " ".join(str(n) for n in s.partition),
             placement_text(scenario, s) + _idle_text(scenario, s) + _shares_text(s)]
     return row
+
+
+def custom_footnote(predictions) -> str:
+    """The footnote of the rows marked †: what no stock engine runs, and the best plan one does."""
+    from amp_tui.core.base.units import format_seconds
+    from amp_tui.core.plans.runnable import STOCK_ENGINES, best_stock
+
+    text = (f"† uneven batch shares or per-stage tp/dp: {STOCK_ENGINES} do not run these; only the torchrun and "
+            "rankmap exports carry them, for a training script of your own")
+    stock = best_stock(predictions)
+    if stock is not None:
+        rank, p = stock
+        text += (f". The best plan they run: rank {rank}, {p.strategy.label} micro-batch {p.strategy.micro_batch_size}, "
+                 f"{format_seconds(p.iteration_time_s)} (--save with --rank {rank})")
+    return text
 
 
 def _speedup_text(speedup: float) -> str:
@@ -173,25 +189,43 @@ def render_search(result, top: int, objective=None, idle_search=None) -> str:
         out.append(f"predicted times {sure.describe()}"
                    + (f"; the top {close} are within each other's band" if close > 1 else "; the top pick stands clear"))
     out.append("")
-    if not result.strategies and idle_search is not None and idle_search.out_of_time:
-        out.append("no strategy found within the time limit")
-    elif not result.strategies and idle_search is not None and not idle_search.exact:
-        out.append("no strategy found on the parts of the cluster searched (see the note above)")
-    elif not result.strategies:
-        out.append("no strategy fits in memory; see the reasons below" if objective is None
-                   or objective.budget_usd_per_hour is None else
-                   f"no strategy fits in memory on nodes costing at most ${objective.budget_usd_per_hour:,.2f}/hour")
+    if not result.strategies:
+        from amp_tui.core.plans.no_strategy import nothing_found, state_shortfall
+
+        if idle_search is not None and idle_search.out_of_time and not state_shortfall(scenario):
+            out.append("no strategy found within the time limit")
+        elif idle_search is not None and not idle_search.exact and not state_shortfall(scenario):
+            # (a part not searched may hold one: nothing known to fit nowhere)
+            out.append("no strategy found on the parts of the cluster searched (see the note above)")
+        else:
+            out.append(f"no strategy: {nothing_found(result, objective)}")
     else:
         best = result.strategies[0].iteration_time_s
         headers = ["rank", "tp x pp x dp", "mbs", "B", "iteration", "samples/s", "fullest stage memory", "gap",
                    "techniques", *_cost_headers(scenario), "partition", "placement"]
-        rows = [_prediction_row(scenario, p, str(i + 1), best) for i, p in enumerate(result.strategies[:top])]
+        from amp_tui.core.plans.runnable import best_stock, custom_only
+
+        shown = result.strategies[:top]
+        rows = [_prediction_row(scenario, p, str(i + 1) + ("†" if custom_only(p.strategy) else ""), best)
+                for i, p in enumerate(shown)]
         out.append(table(headers, rows, {0, 2, 3, 4, 5, 9, 10}))
+        if any(custom_only(p.strategy) for p in shown):
+            out.append(custom_footnote(result.strategies))
+        from amp_tui.core.plans.confidence import MEMORY_RISK_NOTE, memory_at_risk
+
+        if any(memory_at_risk(p) for p in shown):
+            out.append(MEMORY_RISK_NOTE)
     if result.baseline is not None:
         b = result.baseline
         out += ["", f"uniform baseline (even split, rank order): {b.strategy.label} micro-batch "
                     f"{b.strategy.micro_batch_size}, {format_seconds(b.iteration_time_s)}"
                 + (f"; the top strategy is {_speedup_text(result.speedup_vs_baseline)}" if result.strategies else "")]
+    else:
+        from amp_tui.core.plans.no_strategy import missing_baseline
+
+        missing = missing_baseline(result, objective)
+        if missing:
+            out += ["", missing]
     if result.infeasible:
         out += ["", f"{len(result.infeasible)} candidates do not fit in memory, e.g.:"]
         for entry in result.infeasible[:3]:

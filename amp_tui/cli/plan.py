@@ -64,23 +64,41 @@ def run(args) -> int:
                        first_strategy_limit_s=first_strategy_s)
     result, idle_search, uneven = plans.result, plans.idle_search, plans.uneven
     saved = None
-    if args.save:
+    if args.save and result.strategies:
         from amp_tui.core.plans.planfile import save_plan
 
         if args.rank > len(result.strategies):
             raise SpecError("--rank", args.rank, f"only {len(result.strategies)} feasible strategies were found")
-        saved = save_plan(args.save, scenario, result.strategies[args.rank - 1], overwrite=args.force)
+        chosen = result.strategies[args.rank - 1]
+        from amp_tui.core.plans.runnable import custom_note
+
+        if custom_note(chosen.strategy):     # said before the file is written, not after
+            from amp_tui.cli.output import custom_footnote
+
+            print(f"warning: strategy {args.rank}, {custom_note(chosen.strategy)}. "
+                  + custom_footnote(result.strategies).split(". ", 1)[-1], file=sys.stderr)
+        saved = save_plan(args.save, scenario, chosen, overwrite=args.force)
     shown = args.top or scenario.search.top     # the search may have ranked more, for --rank
+    what_ifs = None
+    if args.sensitivity:
+        from amp_tui.core.plans.sensitivity import sensitivity
+
+        # The same search as the ranking above (find_plans, same objective), so the two agree.
+        what_ifs = sensitivity(scenario, result, objective)
     if args.json:
         from amp_tui.core.plans.confidence import confidence
+        from amp_tui.core.plans.no_strategy import nothing_found
 
         print(json_text({**result.to_dict(top=shown), "uncertainty": confidence(scenario).band, "objective": objective.kind,
                      "budget_usd_per_hour": objective.budget_usd_per_hour,
                      "idle_search": idle_search.to_dict(), "uneven_search": uneven.to_dict(),
-                     "time_limit_s": time_limit_s, "overrun_s": plans.overrun_s}))
+                     "time_limit_s": time_limit_s, "overrun_s": plans.overrun_s,
+                     **({} if result.strategies else {"no_strategy": nothing_found(result, objective)}),
+                     **({"sensitivity": what_ifs.to_dict()} if what_ifs is not None else {})}))
     else:
         print(render_search(result, shown, objective, idle_search))
-        print(f"note: {uneven.note}")
+        if uneven.found or uneven.timed_out:     # (said only when the post-pass changed or cut the ranking)
+            print(f"note: {uneven.note}")
     if plans.overrun_s > 0:
         print(f"note: no strategy was found within the default time limit ({time_limit_s:.2g} s of search, what "
               f"start-up left of {DEFAULT_WALL_S:g} s); the search went on {plans.overrun_s:.2g} s past it "
@@ -89,13 +107,20 @@ def run(args) -> int:
         print(f"note: the search stopped at its time limit of {time_limit_s:.2g} s; --time-limit S searches "
               f"longer (e.g. --time-limit {max(10 * round(time_limit_s), 15)})",
               file=sys.stderr if args.json else sys.stdout)
-    if args.sensitivity:
-        from amp_tui.core.plans.sensitivity import render, sensitivity
+    if what_ifs is not None and not args.json:
+        from amp_tui.core.plans.sensitivity import render
 
-        print("\nwhat if the figures are off (each what-if reruns the search):", file=sys.stderr if args.json else sys.stdout)
-        print(render(sensitivity(scenario, result)), file=sys.stderr if args.json else sys.stdout)
+        print("\nwhat if the figures are off (each what-if reruns the search):")
+        print(render(what_ifs))
     if saved:
         print(f"saved strategy {args.rank} to {saved}", file=sys.stderr if args.json else sys.stdout)
+    if not result.strategies and args.save:
+        print("amp-tui: nothing saved: no strategy was found", file=sys.stderr)
+    if not result.strategies and not plans.out_of_time and idle_search.exact:
+        # Searched to the end, and nothing can train: not a user error (2), but not a plan either. The
+        # reason is in the output above (and in the JSON's "no_strategy"). Cut short by the time limit
+        # (or parts of the cluster left unsearched), nothing is known yet: the note says so.
+        return 1
     return 0
 
 

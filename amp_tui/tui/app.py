@@ -27,14 +27,14 @@ from amp_tui.core.costmodel.prediction import Prediction
 from amp_tui.core.plans.planfile import open_scenario
 from amp_tui.core.search.objective import Objective
 from amp_tui.core.search.search import Infeasible, SearchResult
-from amp_tui.core.search.subclusters import search_parts
+from amp_tui.core.search.planner import find_plans
 from amp_tui.core.spec.scenario import Scenario, parse_scenario
 from amp_tui.core.spec.strategy import Strategy
 from amp_tui.tui import edits
 from amp_tui.tui.actions.files import FileActions
 from amp_tui.tui.actions.results import ResultActions
 from amp_tui.tui.actions.views import ViewActions
-from amp_tui.tui.messages import EditRefused, ScenarioEdited, SearchDone, SearchProgress, StrategySelected
+from amp_tui.tui.messages import EditRefused, PeerGone, ScenarioEdited, SearchDone, SearchProgress, StrategySelected
 from amp_tui.tui.widgets.cluster_pane import ClusterPane
 from amp_tui.tui.widgets.key_footer import KeyFooter
 from amp_tui.tui.widgets.model_pane import ModelPane
@@ -111,7 +111,7 @@ class AmpApp(FileActions, ResultActions, ViewActions, App):
         Binding("w", "what_if", "What-if"),
         Binding("x", "export", "Export"),
         Binding("f", "toggle_infeasible", "Infeasible"),
-        Binding("C", "calibrate", "Calibrate", show=False),
+        Binding("C", "calibrate", "Calibrate"),
         Binding("question_mark", "help", "Help"),
         Binding("v", "serve_view", "Serve"),
         Binding("o", "toggle_objective", "Objective"),
@@ -162,6 +162,13 @@ class AmpApp(FileActions, ResultActions, ViewActions, App):
         self.sub_title = self.scenario.name
         self._focus_pane(1)
         self.start_search(delay=0.0)
+        if self.is_web:     # served by `amp-tui web`: leave when the server hangs up (tui/lifeline.py)
+            from amp_tui.tui.lifeline import watch_stdin
+
+            watch_stdin(self)
+
+    async def on_peer_gone(self, message: PeerGone) -> None:
+        await self.action_quit()
 
     def on_resize(self, event: events.Resize) -> None:
         compact = self._is_compact(event.size.width, event.size.height)
@@ -319,8 +326,11 @@ class AmpApp(FileActions, ResultActions, ViewActions, App):
 
         started = time.perf_counter()
         try:
-            # Over the parts of the cluster too (idle nodes), ranked by the chosen objective.
-            result, _ = search_parts(scenario, self.objective, should_cancel=cancelled, progress=progress)
+            # What `plan` runs (idle nodes, then batch shares and per-stage degrees), ranked by the
+            # chosen objective: one ranking in the CLI and the dashboard. No overall time limit (plan's
+            # default answers a command within 2 s): here the progress bar shows, and an edit cancels.
+            result = find_plans(scenario, self.objective, should_cancel=cancelled, progress=progress,
+                                time_limit_s=None).result
         except Cancelled:
             return
         self.post_message(SearchDone(generation, result, time.perf_counter() - started))
@@ -426,6 +436,23 @@ class AmpApp(FileActions, ResultActions, ViewActions, App):
                             self.action_export)
         yield SystemCommand("Show / hide infeasible strategies (f)", "List the strategies that do not fit, with why",
                             self.action_toggle_infeasible)
+        yield SystemCommand("Redo (ctrl+y)", "Apply again the edit undone last", self.action_redo)
+        yield SystemCommand("Save scenario (ctrl+e)", "Save the edited scenario as a YAML file", self.action_save_scenario)
+        yield SystemCommand("What-if (w)", "Rerun the search with links, GPU speeds and the batch scaled; the most "
+                            "robust pick", self.action_what_if)
+        yield SystemCommand("Calibrate (C)", "Fit the cost model to runs measured on your cluster",
+                            self.action_calibrate)
+        yield SystemCommand("Serve view (v)", "Place a model for serving by max flow", self.action_serve_view)
+        yield SystemCommand("Objective: time or cost (o)", "Rank by iteration time or by cost per token",
+                            self.action_toggle_objective)
+        yield SystemCommand("Budget (b)", "Leave out strategies whose nodes cost more dollars per hour",
+                            self.action_set_budget)
+        yield SystemCommand("Pin / compare (p)", "Pin the selected strategy; moving the cursor compares with it",
+                            self.action_pin)
+        for name, act, help_text in (("Sort (s, in Strategies)", lambda t: t.action_sort(1), "Sort by the next column"),
+                                     ("Filter (/, in Strategies)", lambda t: t.action_filter(), "Show rows containing words"),
+                                     ("Columns (c, in Strategies)", lambda t: t.action_columns(), "Choose the columns")):
+            yield SystemCommand(name, help_text, lambda act=act: self._in_pane(4, StrategyTable, act))
         yield SystemCommand("Help (?)", "Every key and what it does", self.action_help)
         for number, (_, _, title) in PANES.items():
             yield SystemCommand(f"Go to {title} ({number})", f"Show and focus the {title} pane",
@@ -438,9 +465,13 @@ class AmpApp(FileActions, ResultActions, ViewActions, App):
                             self._edit_focused)
 
     def _pane_action(self, number: int, pane_type: type, action: str) -> None:
+        self._in_pane(number, pane_type, lambda pane: getattr(pane, action)())
+
+    def _in_pane(self, number: int, pane_type: type, act) -> None:
+        """Show pane `number` and run `act` on it once it is on screen."""
         self._focus_pane(number)
         pane = self.query_one(pane_type)
-        self.call_after_refresh(getattr(pane, action))
+        self.call_after_refresh(lambda: act(pane))
 
     def _edit_focused(self) -> None:
         focused = self.focused

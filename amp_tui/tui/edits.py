@@ -37,6 +37,24 @@ def set_node_field(scenario: Scenario, index: int, key: str, value: object) -> S
     return apply(scenario, change)
 
 
+def set_gpu_memory(scenario: Scenario, index: int, text: str) -> Scenario:
+    """Node group `index`'s GPUs with `text` of memory (e.g. '24 GiB'): its GPU with that memory, and
+    the capacity planned against (usable_memory) the same share below it as before."""
+    from amp_tui.core.base.units import exact_bytes, parse_bytes
+
+    gpu = scenario.cluster.nodes[index].gpu
+    field = f"cluster.nodes[{index}].gpu.memory"
+    memory = parse_bytes(text.strip(), field)
+    if not memory > 0:
+        raise SpecError(field, text, "must be greater than 0")
+    share = gpu.usable_memory_bytes / gpu.memory_bytes if gpu.memory_bytes else 1.0
+
+    def change(data: dict) -> None:
+        data["cluster"]["nodes"][index]["gpu"] = {**gpu.to_dict(), "memory": exact_bytes(memory),
+                                                  "usable_memory": exact_bytes(int(memory * share))}
+    return apply(scenario, change)
+
+
 def add_instance(scenario: Scenario, instance: str, count: int = 1) -> Scenario:
     if instance not in instance_catalog():
         raise SpecError("instance", instance, f"unknown instance; known: {', '.join(instance_catalog())}")
@@ -271,6 +289,10 @@ def follow_names(old: Scenario, new: Scenario) -> Scenario:
 # Beyond these a bandwidth is almost surely a typo (NVLink 5 is 14.4 Tbps per GPU; 100 Mbps is a slow office link).
 MAX_PLAUSIBLE_BANDWIDTH = 20e12 / 8
 MIN_PLAUSIBLE_BANDWIDTH = 100e6 / 8
+# ... and a model or batch past these (the widest trained models are near 25,000; the largest batches
+# near 16 million tokens).
+MAX_PLAUSIBLE_HIDDEN = 65536
+MAX_PLAUSIBLE_BATCH_TOKENS = 1e9
 
 
 def plausibility_warning(scenario: Scenario, before: Scenario | None = None) -> str:
@@ -291,7 +313,15 @@ def _implausible(scenario: Scenario) -> list[str]:
                 out.append(f"Implausible {what} bandwidth for node group {index}: {format_bandwidth(value)} "
                                f"(real links run from {format_bandwidth(MIN_PLAUSIBLE_BANDWIDTH)} to "
                                f"{format_bandwidth(MAX_PLAUSIBLE_BANDWIDTH)}).")
+    hidden = scenario.model.shape.get("hidden_size")
+    if isinstance(hidden, int) and hidden > MAX_PLAUSIBLE_HIDDEN:
+        out.append(f"Implausible hidden size {hidden:,}: the widest models trained are near 25,000 "
+                   f"(above {MAX_PLAUSIBLE_HIDDEN:,} is almost surely a typo).")
     gpus, batch = scenario.cluster.num_gpus, scenario.training.global_batch_size
+    tokens = batch * scenario.model.sequence_length
+    if tokens > MAX_PLAUSIBLE_BATCH_TOKENS:
+        out.append(f"Implausible global batch {batch:,}: {tokens:,.0f} tokens per step, where the largest runs use "
+                   f"about 16 million (above {MAX_PLAUSIBLE_BATCH_TOKENS:,.0f} is almost surely a typo).")
     dp = max(d for d in divisors(gpus) if batch % d == 0)
     if gpus > 1 and dp == 1:
         out.append(f"Implausible global batch {batch} for {gpus} GPUs: dp must divide it, so only dp = 1 "

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from amp_tui.core.base.units import format_bandwidth, format_bytes
+from amp_tui.core.base.units import format_bandwidth, format_bytes, format_long_seconds
 
 __all__ = ["format_bandwidth", "format_bytes", "format_seconds", "format_count", "format_flops",
            "format_ratio"]
@@ -30,6 +30,8 @@ def format_seconds(seconds: float) -> str:
     beside '1.17 s'); zero is '0 s' whatever the scale."""
     if seconds == 0:
         return "0 s"
+    if (long := format_long_seconds(seconds)) is not None:
+        return long
     for unit, scale in (("s", 1.0), ("ms", 1e-3), ("µs", 1e-6)):
         if abs(seconds) >= scale or unit == "µs":
             value = seconds / scale

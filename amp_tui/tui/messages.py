@@ -56,3 +56,7 @@ class EditRefused(Message):
     def __init__(self, reason: str) -> None:
         super().__init__()
         self.reason = reason
+
+
+class PeerGone(Message):
+    """Whoever drove the dashboard (textual-serve's server) hung up its stdin: quit as ctrl+q does."""

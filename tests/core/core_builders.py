@@ -238,3 +238,21 @@ def _gpu_precisions(gpu: object) -> list[str]:
     if isinstance(gpu, dict) and isinstance(gpu.get("base"), str):
         return list(gpu_catalog()[gpu["base"]].precisions)
     return ["fp16", "bf16", "fp32"]
+
+
+def adapter_scenario(heavy_params: float = 1e6) -> Scenario:
+    """A toy model Megatron's GPT cannot name every layer of: an embedding, 4 blocks, an adapter
+    layer, 4 more blocks, a head, on one node of 2 T4s. Megatron keeps the adapter with the block
+    before it, so it runs [6, 5] for a plan's [5, 6]; `heavy_params` on the embedding and the adapter
+    makes that stage run out of memory (6e8) while the plan's fits."""
+    layer = {"params": 1e6, "flops": 1e9, "activation_bytes": 1e6, "output_bytes": 1e5}
+    heavy = {**layer, "params": heavy_params}
+    return parse_scenario({
+        "name": "mid-layer",
+        "cluster": {"nodes": [{"count": 1, "gpu": "T4", "gpus_per_node": 2, "intra_node_bandwidth": "50 Gbps",
+                               "inter_node_bandwidth": "50 Gbps"}]},
+        "model": {"name": "toy", "hidden_size": 64, "num_heads": 4, "sequence_length": 16, "layers": [
+            {"name": "embed", "kind": "embedding", **heavy}, {"name": "block", "kind": "block", "repeat": 4, **layer},
+            {"name": "adapter", "kind": "other", **heavy}, {"name": "block", "kind": "block", "repeat": 4, **layer},
+            {"name": "head", "kind": "head", **layer}]},
+        "training": {"global_batch_size": 8}})

@@ -88,3 +88,60 @@ def test_tokens_per_s_and_mfu_by_hand(het):
     assert 0 < mfu(scenario, p) < 1
     slower = replace(p, iteration_time_s=2 * p.iteration_time_s)
     assert mfu(scenario, slower) == pytest.approx(mfu(scenario, p) / 2)
+
+
+def test_the_sentence_names_the_link_of_the_strategy_that_spends_more_on_the_term():
+    """Issue 28, minor 2: the link in '552 ms more pipeline sends at 7 Gbps' is the one the larger of
+    the two times runs over, and a strategy with idle nodes is laid out on the nodes it uses. Before,
+    the slower strategy's links always won ('at 2400 Gbps' where the faster's sends ran at 7 Gbps)."""
+    import re
+
+    from amp_tui.core.plans.compare import compare, term_links, time_terms
+    from amp_tui.core.search.planner import find_plans
+    from amp_tui.core.spec.scenario import load_scenario
+
+    scenario = load_scenario("mixed-a100-a10g-llama2-13b")     # NVLink A100 nodes, PCIe A10G nodes
+    ranked = find_plans(scenario, top=12).result.strategies
+    named = 0
+    for i, a in enumerate(ranked):
+        for b in ranked[i + 1:]:
+            sentence = compare(a, b, scenario).sentence
+            for name, link in re.findall(r"(tp comm|pipeline sends|dp all-reduce) (at [0-9.]+ [GMT]?bps)", sentence):
+                spender = a if time_terms(a)[name] > time_terms(b)[name] else b
+                assert term_links(scenario, spender)[name] == link, (sentence, a.strategy, b.strategy)
+                named += 1
+    assert named > 10
+
+
+def test_mfu_counts_the_gpus_used_not_the_idle_ones():
+    """Issue 28, minor 1: paper-het-cluster's top pick leaves the T4 node idle; its MFU divides by the
+    12 V100s it runs on. Before, by all 16 GPUs of the cluster."""
+    from amp_tui.core.plans.compare import mfu, model_flops_per_iteration
+    from amp_tui.core.search.planner import find_plans
+    from amp_tui.core.spec.scenario import load_scenario
+
+    scenario = load_scenario("paper-het-cluster")
+    top = find_plans(scenario, top=1).result.strategies[0]
+    assert top.strategy.idle and top.strategy.num_gpus == 12
+    v100 = scenario.cluster.nodes[0].gpu.peak_flops(scenario.training.precision)
+    expected = model_flops_per_iteration(scenario) / (top.iteration_time_s * 12 * v100)
+    assert mfu(scenario, top) == pytest.approx(expected, rel=1e-12)
+
+
+def test_a_measured_layer_time_reports_its_tensor_parallel_all_reduces():
+    """Issue 28, minor 3: AMP measured GPT-2's layers at tp 2 and 4, all-reduces included; the cost
+    model splits such a time into compute and all-reduces, and now reports the all-reduces as
+    tensor-parallel comm (before: 0, all of it counted as compute). The total is unchanged."""
+    from amp_tui.core.plans.compare import time_terms
+    from amp_tui.core.search.evaluate import evaluate
+    from amp_tui.core.spec.scenario import load_scenario
+    from amp_tui.core.spec.strategy import Strategy
+
+    scenario = load_scenario("paper-homogeneous")
+    assert any(2 in by_tp for layer in scenario.model.groups for by_tp in layer.profile.values())
+    for tp in (2, 4):
+        prediction = evaluate(scenario, Strategy(tp, 2, 8 // tp, 1))
+        terms = time_terms(prediction)
+        assert terms["tp comm"] > 0.05 * terms["compute"], tp
+        assert sum(terms.values()) == pytest.approx(prediction.iteration_time_s, rel=1e-9)
+    assert time_terms(evaluate(scenario, Strategy(1, 2, 8, 1)))["tp comm"] == 0

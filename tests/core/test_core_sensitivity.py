@@ -92,3 +92,36 @@ def test_cancel_stops_it():
     scenario = load_scenario("paper-homogeneous")
     with pytest.raises(Cancelled):
         sensitivity(scenario, should_cancel=lambda: True)
+
+
+@pytest.fixture(scope="module")
+def idle_cluster():
+    """paper-het-cluster: the top pick leaves the T4 node idle (issue 28, major 1)."""
+    from amp_tui.core.search.planner import find_plans
+
+    scenario = load_scenario("paper-het-cluster")
+    base = find_plans(scenario).result
+    return scenario, base, sensitivity(scenario, base)
+
+
+def test_what_ifs_search_as_plan_does_when_the_top_pick_leaves_nodes_idle(idle_cluster):
+    """Each what-if runs plan's search (idle nodes included): its best is never slower than a watched
+    strategy in the same row. Before, each what-if searched the whole cluster only, so its 'best'
+    (1x8x2, 1.18 s) was slower than the watched 1x6x2 on 12 GPUs (1.16 s) in all 38 rows, and the
+    verdict said the top pick changes in 38 of 38."""
+    scenario, base, result = idle_cluster
+    assert base.strategies[0].strategy.idle, "the preset's top pick leaves a node idle"
+    assert result.watched[0].strategy == base.strategies[0].strategy
+    for case in result.cases:
+        assert all(t is None or t >= case.best_s * (1 - 1e-9) for t in case.watched_s), case
+    changed = sum(result.changed(case) for case in result.cases)
+    assert 0 < changed < len(result.cases) / 2
+    assert "1 node idle" in result.verdict() or "1 node idle" in render(result)
+
+
+def test_what_ifs_stop_at_their_time_limit():
+    """A deadline across the loop: what-ifs past it are listed as not run, never guessed."""
+    scenario = load_scenario("paper-homogeneous")
+    result = sensitivity(scenario, time_limit_s=0.0)
+    assert result.cases and all(case.error.startswith("not run") for case in result.cases)
+    assert "not run: out of time" in result.verdict()

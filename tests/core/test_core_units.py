@@ -57,6 +57,9 @@ def _check_one_line(err: SpecError, field: str, value) -> None:
     assert "\n" not in text
     assert err.field == field
     assert text.startswith(f"{field}: ")
+    if value is None:       # nothing given: the line says what is needed, never "None" (issue 28, minor 17)
+        assert text == f"{field}: {err.reason}" and "None" not in text
+        return
     shown = repr(value) if isinstance(value, str) else str(value)
     assert shown in text
 

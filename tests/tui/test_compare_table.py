@@ -174,19 +174,25 @@ def test_abbreviations():
     assert abbreviate_placement(cluster, (1, 0)) == "1g4dn>3p3"
 
 
+async def open_what_ifs(app, pilot) -> SensitivityScreen:
+    """Press w and wait (up to a minute) for the what-ifs' result."""
+    await pilot.press("w")
+    await pilot.pause()
+    screen = app.screen
+    assert isinstance(screen, SensitivityScreen)
+    for _ in range(1200):
+        await pilot.pause(0.05)
+        if screen.result is not None:
+            break
+    assert screen.result is not None
+    return screen
+
+
 async def test_what_if_screen_runs_and_charts(make_app):
     app = make_app()
     async with app.run_test(size=(160, 48)) as pilot:
         await settle(app, pilot)
-        await pilot.press("w")
-        await pilot.pause()
-        screen = app.screen
-        assert isinstance(screen, SensitivityScreen)
-        for _ in range(600):
-            await pilot.pause(0.05)
-            if screen.result is not None:
-                break
-        assert screen.result is not None
+        screen = await open_what_ifs(app, pilot)
         verdict = str(screen.query_one("#whatif-verdict").content)
         assert "most robust:" in verdict
         table = screen.query_one(DataTable)
@@ -241,3 +247,28 @@ async def test_save_scenario_writes_yaml_that_reopens(make_app, tmp_path, monkey
         await pilot.press("ctrl+q")                     # saved: quits without asking
         await pilot.pause()
         assert not app.is_running
+
+
+async def test_dashboard_ranks_as_plan_does_and_the_what_ifs_agree(make_app, monkeypatch):
+    """Issue 28, majors 1 and 5: the dashboard's search is plan's (find_plans: idle nodes, then batch
+    shares), and `w` starts from the ranking on screen. Before, the dashboard ranked without the
+    batch-share pass (1x2x16 first where plan says 1x1x32 with shares) and the what-ifs searched the
+    whole cluster only (1x8x2 as the top pick, though the table ranked 1x6x2 with a node idle first)."""
+    from amp_tui.core.plans import sensitivity
+    from amp_tui.core.search.planner import find_plans
+
+    # Fewer factors keep it short; the core test (test_core_sensitivity) runs all 38 what-ifs.
+    monkeypatch.setattr(sensitivity, "SPEED_FACTORS", (0.5, 1.5))
+    monkeypatch.setattr(sensitivity, "BATCH_FACTORS", (2.0,))
+    for preset in ("mixed-h100-a100-llama3-8b", "paper-het-cluster"):
+        expected = find_plans(load_scenario(preset)).result.strategies[0].strategy
+        app = make_app(preset)
+        async with app.run_test(size=(160, 48)) as pilot:
+            await settle(app, pilot)
+            assert app.result.strategies[0].strategy == expected, preset
+            if preset != "paper-het-cluster":
+                continue
+            screen = await open_what_ifs(app, pilot)
+            assert screen.result.watched[0].strategy == expected
+            assert all(t is None or t >= case.best_s * (1 - 1e-9)
+                       for case in screen.result.cases for t in case.watched_s)

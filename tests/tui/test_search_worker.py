@@ -17,7 +17,7 @@ async def test_search_error_is_shown_not_raised(make_app, monkeypatch):
     def broken(*args, **kwargs):
         raise RuntimeError("cost model exploded [bold]")
 
-    monkeypatch.setattr(app_module, "search_parts", broken)   # what the dashboard searches with
+    monkeypatch.setattr(app_module, "find_plans", broken)   # what the dashboard searches with
     app = make_app()
     async with app.run_test(size=(120, 40)) as pilot:
         await settle(app, pilot)

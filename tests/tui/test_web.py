@@ -56,3 +56,28 @@ def test_command_is_quoted():
     from amp_tui.tui.web import serve_command
 
     assert "'my plan.yaml'" in serve_command("my plan.yaml")
+
+
+def test_a_served_dashboard_leaves_when_the_server_hangs_up(tmp_path):
+    """Issue 28, major 6: textual-serve drives each dashboard over its stdin; when the server goes away
+    without a quit (killed, or a tab dropped while the dashboard started), stdin hangs up. Before, the
+    dashboard stayed alive for good, with nobody to reach it."""
+    import os
+    import threading
+
+    env = dict(os.environ, TEXTUAL_DRIVER="textual.drivers.web_driver:WebDriver", COLUMNS="88", ROWS="33",
+               TERM_PROGRAM="textual", AMP_TUI_STATE_DIR=str(tmp_path))
+    dashboard = subprocess.Popen([sys.executable, "-m", "amp_tui", "ui"], stdin=subprocess.PIPE,
+                                 stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env, cwd=tmp_path)
+    try:
+        assert dashboard.stdout.readline() == b"__GANGLION__\n"     # the web driver's hello: it is up
+        threading.Thread(target=lambda: [None for _ in iter(lambda: dashboard.stdout.read1(65536), b"")],
+                         daemon=True).start()                      # read its screen, as the server does
+        time.sleep(1.0)
+        dashboard.stdin.close()                                    # the server is gone
+        dashboard.wait(timeout=15)
+        assert dashboard.returncode == 0
+    finally:
+        if dashboard.poll() is None:
+            dashboard.kill()
+            dashboard.wait()

@@ -13,7 +13,9 @@ class SpecError(ValueError):
         self.field = one_line(field)      # a field path can hold a key the user wrote
         self.value = value
         self.reason = one_line(reason)
-        super().__init__(f"{self.field}: {_show(value)}: {self.reason}")
+        # No value (a missing field) is not shown as "None", which reads as if the user wrote it.
+        super().__init__(f"{self.field}: {self.reason}" if value is None else
+                         f"{self.field}: {_show(value)}: {self.reason}")
 
     def within(self, prefix: str) -> "SpecError":
         """The same error with its field placed under `prefix` (e.g. `cluster.nodes[1]`)."""

@@ -159,7 +159,21 @@ def _three_figures(x: float) -> str:
     return f"{x:.0f}" if abs(x) >= 100 else f"{x:.1f}" if abs(x) >= 10 else f"{x:.2f}"
 
 
+# Long times in the unit a person reads them in (an implausible input can predict years per step).
+LONG_UNITS = (("years", 365.25 * 86400), ("days", 86400), ("h", 3600))
+
+
+def format_long_seconds(seconds: float) -> str | None:
+    """'5.2 h', '3.1 days', '8.73 years' from 2 hours up; None below (say it in seconds)."""
+    for unit, scale in LONG_UNITS:
+        if seconds >= 2 * scale:
+            return f"{seconds / scale:.3g} {unit}"
+    return None
+
+
 def format_seconds(seconds: float) -> str:
+    if (long := format_long_seconds(seconds)) is not None:
+        return long
     if seconds >= 100:
         return f"{seconds:.0f} s"
     if seconds >= 1:

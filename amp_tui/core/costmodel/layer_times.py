@@ -110,7 +110,16 @@ class LayerTimes:
         key = (self._node_kind[group], tp, mbs)
         if key not in self._layer_times:
             self.prepare_layer_times(group, tp, [mbs])
-        return self._layer_times[key]
+        return self._layer_times[key][:2]
+
+    def measured_tp_comm(self, group: int, tp: int, mbs: int) -> np.ndarray | float:
+        """Per layer per micro-batch, the tensor-parallel all-reduce seconds a measured layer time
+        (tp > 1) holds inside `layer_times`' compute (_split_measured): reported as tensor-parallel
+        communication, never added to the time again. 0 where nothing is measured."""
+        key = (self._node_kind[group], tp, mbs)
+        if key not in self._layer_times:
+            self.prepare_layer_times(group, tp, [mbs])
+        return self._layer_times[key][2]
 
     def prepare_layer_times(self, group: int, tp: int, micro_batch_sizes: list[int]) -> None:
         """Compute `layer_times` for several micro-batch sizes in one vectorised pass (rows are
@@ -147,8 +156,8 @@ class LayerTimes:
         # time's communication counts once per pass that communicates, not three times.
         # A measured forward's backward takes params `backward_ratio` forwards (2 by FLOPs).
         measured_passes = passes - 2.0 + self.params("backward_ratio")
-        compute = np.where(have, measured_passes, passes) * forward \
-            + (comm_passes * measured_comm if have.any() and tp > 1 else 0.0)
+        held_comm = comm_passes * measured_comm if have.any() and tp > 1 else np.zeros_like(forward)
+        compute = np.where(have, measured_passes, passes) * forward + held_comm
         if not have.all():   # flash attention's backward recomputes the scores (analytic layers only)
             compute = compute + np.where(have, 0.0, compute_terms.flash_backward_time(
                 self.model, gpu, self.params, tp, self.knobs.cp, mbs, self.training.attention_kernel))
@@ -158,7 +167,7 @@ class LayerTimes:
             compute = compute + compute_terms.selective_recompute_time(self.model, gpu, self.training, self.params,
                                                                        self.knobs, tp, mbs, forward)
         for row, m in enumerate(todo):
-            self._layer_times[(kind, tp, m)] = (compute[row], tp_bytes[row])
+            self._layer_times[(kind, tp, m)] = (compute[row], tp_bytes[row], held_comm[row])
 
     def _expert_alltoall(self, group: int, tp: int) -> np.ndarray:
         """Per layer, seconds of one pass's all-to-alls (dispatch + combine) per sample, over an
@@ -264,13 +273,15 @@ class LayerTimes:
                         *self.ring_steps(g, tp, mbs), self.knobs.cp, *cp_link,
                         forward_passes=self.knobs.forward_passes)
                 total = compute + comm
+                # Reported with the all-reduces: what a measured time holds of them (inside `compute`).
+                held = self.measured_tp_comm(g, tp, mbs) if tp > 1 else 0.0
                 exposed = 0.0
                 if sharded is not None:    # prefetched: the layer waits only for what compute does not hide
                     exposed = np.maximum(sharded - compute, 0.0) + shard[1] * collectives
                     total = total + exposed
                 slower = total > times
                 times = np.where(slower, total, times)
-                tp_part = np.where(slower, comm, tp_part)
+                tp_part = np.where(slower, comm + held, tp_part)
                 shard_part = np.where(slower, exposed, shard_part)
             self._profiles[key] = (times, tp_part, np.concatenate([[0.0], np.cumsum(times)]), shard_part)
         return self._profiles[key]

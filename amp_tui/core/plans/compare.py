@@ -72,6 +72,12 @@ def term_links(scenario: Scenario, prediction: Prediction) -> dict[str, str]:
     s = prediction.strategy
     if s.per_stage:          # no one layout: each stage has its own links (stagewise.py)
         return {}
+    if s.idle:               # laid out on the nodes it uses, as it was predicted
+        from amp_tui.core.costmodel.parts import part_scenario, to_part
+        from amp_tui.core.costmodel.pricing import used_nodes
+
+        scenario, kept = part_scenario(scenario, used_nodes(scenario, s))
+        s = to_part(s, kept)
     order = s.placement or tuple(range(len(scenario.cluster.nodes)))
     layout = CostModel(scenario).layout(s.tp, s.pp, s.dp, order)
     bottleneck = prediction.bottleneck_stage
@@ -98,9 +104,12 @@ def tokens_per_s(scenario: Scenario, prediction: Prediction) -> float:
 
 def mfu(scenario: Scenario, prediction: Prediction) -> float:
     """Model FLOPs utilisation: model FLOPs per iteration / (iteration time x the peak of every
-    GPU used). Every strategy uses every GPU of the cluster (tp x pp x dp = GPUs)."""
+    GPU the strategy uses; the nodes it leaves idle do not count)."""
+    from amp_tui.core.costmodel.pricing import used_nodes
+
     precision = scenario.training.precision
-    peak = sum(group.num_gpus * group.gpu.peak_flops(precision) for group in scenario.cluster.nodes)
+    peak = sum(nodes * group.gpus_per_node * group.gpu.peak_flops(precision)
+               for group, nodes in zip(scenario.cluster.nodes, used_nodes(scenario, prediction.strategy)))
     return model_flops_per_iteration(scenario) / (prediction.iteration_time_s * peak) if peak > 0 else 0.0
 
 
@@ -180,9 +189,13 @@ def compare(a: Prediction, b: Prediction, scenario: Scenario | None = None,
         stages.append(Row(f"stage {i} memory", memory(a), memory(b), "B"))
     links: dict[str, str] = {}
     if scenario is not None:
-        faster = a if a.iteration_time_s <= b.iteration_time_s else b
-        slower = b if faster is a else a
-        links = {**term_links(scenario, faster), **term_links(scenario, slower)}
+        # Each term's link is that of the strategy spending more on it: the link the difference is about.
+        links_a, links_b = term_links(scenario, a), term_links(scenario, b)
+        for row in terms:
+            if row.a is not None and row.b is not None:
+                link = (links_a if row.a > row.b else links_b).get(row.name)
+                if link:
+                    links[row.name] = link
     sentence = explain(a_name, b_name, a.iteration_time_s, b.iteration_time_s, terms[:-1], links)
     return Comparison(a_name, b_name, a, b, tuple(terms), tuple(stages), sentence)
 

@@ -2,14 +2,20 @@
 
 The knobs: each node group's intra-node and network bandwidth, each GPU type's speed (peak FLOP/s,
 memory bandwidth and measured layer times together) by -50/-20/-10/+10/+20/+50 %, and the global
-batch size by x1/2 and x2. For every scaled scenario the search runs again; the top pick may change.
-The base search's top few strategies are also re-predicted in each (their best partition for the
-new figures), which gives the chart of time against the factor and the most robust choice: the one
-whose worst slowdown against the best strategy of any what-if is smallest.
+batch size by x1/2 and x2. For every scaled scenario the search that `plan` runs (find_plans: idle
+nodes, then batch shares and per-stage degrees, ranked by the same objective) runs again, so a
+what-if's top pick is comparable with the base ranking; the top pick may change. The base search's
+top few strategies are also re-predicted in each (their best partition for the new figures, on the
+nodes they use), which gives the chart of time against the factor and the most robust choice: the
+one whose worst slowdown against the best strategy of any what-if is smallest.
+
+The what-ifs together stop at a deadline (TIME_LIMIT_S by default): those not reached, and the one
+running when it passed, are listed as not run, never guessed.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
@@ -17,13 +23,16 @@ from amp_tui.core.base.errors import Cancelled, SpecError
 from amp_tui.core.costmodel.cost import CostModel
 from amp_tui.core.costmodel.prediction import Prediction
 from amp_tui.core.search.evaluate import evaluate
-from amp_tui.core.search.search import SearchResult, search
+from amp_tui.core.search.objective import Objective
+from amp_tui.core.search.planner import find_plans
+from amp_tui.core.search.search import SearchResult
 from amp_tui.core.spec.scenario import Scenario
 from amp_tui.core.spec.strategy import Strategy
 
 SPEED_FACTORS = (0.5, 0.8, 0.9, 1.1, 1.2, 1.5)
 BATCH_FACTORS = (0.5, 2.0)
 WATCHED = 3  # the base search's top strategies followed through every what-if
+TIME_LIMIT_S = 60.0   # all the what-ifs together; those not reached by then are listed as not run
 
 
 @dataclass(frozen=True)
@@ -87,13 +96,21 @@ def knobs(scenario: Scenario) -> list[Knob]:
     return out
 
 
-def pick_key(strategy: Strategy) -> tuple[int, int, int, int]:
-    """What 'the same pick' means: degrees and micro-batch size (the partition follows the figures)."""
-    return (strategy.tp, strategy.pp, strategy.dp, strategy.micro_batch_size)
+def pick_key(strategy: Strategy) -> tuple:
+    """What 'the same pick' means: degrees (per stage where they differ), micro-batch size, the nodes
+    left idle and whether the batch is shared unevenly (the partition follows the figures)."""
+    return (strategy.label, strategy.micro_batch_size, strategy.idle or (), _uneven(strategy))
 
 
 def pick_label(strategy: Strategy) -> str:
-    return f"{strategy.label} mbs {strategy.micro_batch_size}"
+    """'1x6x2 mbs 1', with ', 1 node idle' and ', shares' where the pick has them."""
+    idle = sum(nodes for _, nodes in strategy.idle or ())
+    return (f"{strategy.label} mbs {strategy.micro_batch_size}" + (", shares" if _uneven(strategy) else "")
+            + (f", {idle} node{'s' if idle > 1 else ''} idle" if idle else ""))
+
+
+def _uneven(strategy: Strategy) -> bool:
+    return bool(strategy.batch_shares) and len(set(strategy.batch_shares)) > 1
 
 
 @dataclass(frozen=True)
@@ -147,12 +164,32 @@ class Sensitivity:
         total = sum(1 for case in self.cases if not case.error)
         head = (f"the top pick changes in {changes} of {total} what-ifs" if changes
                 else f"the top pick holds in all {total} what-ifs")
+        late = sum(1 for case in self.cases if case.error.startswith("not run"))
+        if late:
+            head += f" ({late} not run: out of time)"
         index = self.robust_index
         if index is None:
             return head + "; none of the top strategies runs in every what-if"
         worst = self.worst_slowdowns()[index]
         return (head + f"; most robust: {pick_label(self.watched[index].strategy)} "
                 f"(at worst {(worst - 1) * 100:.1f}% slower than the best of any what-if)")
+
+    def to_dict(self) -> dict:
+        """For `plan --sensitivity --json`: the watched strategies, every what-if and the verdict."""
+        slowdowns = self.worst_slowdowns()
+        return {
+            "watched": [{"pick": pick_label(p.strategy), "strategy": p.strategy.to_dict(),
+                         "iteration_time_s": p.iteration_time_s, "worst_slowdown": slowdown}
+                        for p, slowdown in zip(self.watched, slowdowns)],
+            "cases": [{"knob": case.knob, "factor": case.factor,
+                       "top_pick": pick_label(case.top.strategy) if case.top else None,
+                       "top_strategy": case.top.strategy.to_dict() if case.top else None,
+                       "best_s": case.best_s, "changed": (not case.error) and self.changed(case),
+                       "watched_s": list(case.watched_s), "error": case.error or None}
+                      for case in self.cases],
+            "most_robust": pick_label(self.watched[self.robust_index].strategy) if self.robust_index is not None else None,
+            "verdict": self.verdict(),
+        }
 
     def series(self, knob: str) -> tuple[list[float], list[list[float | None]]]:
         """For the chart: the factors (1 included) and each watched strategy's time at each."""
@@ -162,12 +199,17 @@ class Sensitivity:
         return [c.factor for c in cases], [[c.watched_s[i] for c in cases] for i in range(len(self.watched))]
 
 
-def sensitivity(scenario: Scenario, base: SearchResult | None = None, *, watched: int = WATCHED,
+def sensitivity(scenario: Scenario, base: SearchResult | None = None, objective: Objective | None = None, *,
+                watched: int = WATCHED, time_limit_s: float = TIME_LIMIT_S,
                 should_cancel: Callable[[], bool] | None = None,
                 progress: Callable[[float], None] | None = None) -> Sensitivity:
-    """Every what-if of `knobs(scenario)`; raises Cancelled when `should_cancel` says so."""
+    """Every what-if of `knobs(scenario)`, each searched as `plan` searches (find_plans, by
+    `objective`); `base` is that search's result on `scenario` when the caller has it. Raises
+    Cancelled when `should_cancel` says so; what-ifs past `time_limit_s` are listed as not run."""
     cancel = should_cancel or (lambda: False)
-    base = base or search(scenario, should_cancel=cancel)
+    deadline = time.monotonic() + time_limit_s
+    late = f"not run: past the {time_limit_s:g} s limit for the what-ifs"
+    base = base or find_plans(scenario, objective, should_cancel=cancel).result
     # Distinct picks: the same degrees on another node order would chart as a near-copy.
     firsts: dict[tuple, Prediction] = {}
     for prediction in base.strategies:
@@ -178,27 +220,47 @@ def sensitivity(scenario: Scenario, base: SearchResult | None = None, *, watched
     for done, (knob, factor) in enumerate(plan):
         if cancel():
             raise Cancelled()
+        not_run = tuple(None for _ in top)
+        if time.monotonic() > deadline:
+            cases.append(Case(knob.name, factor, None, not_run, error=late))
+            continue
         try:
             scaled = knob.scale(scenario, factor)
         except SpecError as error:
-            cases.append(Case(knob.name, factor, None, tuple(None for _ in top), error=error.reason
+            cases.append(Case(knob.name, factor, None, not_run, error=error.reason
                               if hasattr(error, "reason") else str(error)))
             continue
-        result = search(scaled, top=1, should_cancel=cancel)
+        try:
+            result = find_plans(scaled, objective, top=1,
+                                should_cancel=lambda: cancel() or time.monotonic() > deadline).result
+        except Cancelled:
+            if cancel():
+                raise
+            cases.append(Case(knob.name, factor, None, not_run, error=late))
+            continue
         cost = CostModel(scaled)
-        times = []
-        for prediction in top:
-            strategy = replace(prediction.strategy, partition=None)
-            try:
-                again = evaluate(scaled, strategy, cost)
-            except SpecError:
-                times.append(None)      # e.g. its micro-batch no longer divides the batch
-                continue
-            times.append(again.iteration_time_s if again.fits_memory else None)
-        cases.append(Case(knob.name, factor, result.strategies[0] if result.strategies else None, tuple(times)))
+        times = tuple(_time_in(scaled, prediction.strategy, cost, factor if knob.scale is _scale_batch else 1.0)
+                      for prediction in top)
+        cases.append(Case(knob.name, factor, result.strategies[0] if result.strategies else None, times))
         if progress is not None:
             progress((done + 1) / len(plan))
     return Sensitivity(base, tuple(top), tuple(cases))
+
+
+def _time_in(scaled: Scenario, strategy: Strategy, cost: CostModel, batch_factor: float) -> float | None:
+    """A watched strategy's time in a what-if (its best partition there), None where it cannot run
+    or fit. Batch shares follow the global batch: each is scaled with it (None if not whole)."""
+    strategy = replace(strategy, partition=None)
+    if strategy.batch_shares and batch_factor != 1.0:
+        shares = [share * batch_factor for share in strategy.batch_shares]
+        if any(share != int(share) for share in shares):
+            return None
+        strategy = replace(strategy, batch_shares=tuple(int(share) for share in shares))
+    try:
+        again = evaluate(scaled, strategy, cost)
+    except SpecError:
+        return None         # e.g. its micro-batch no longer divides the batch
+    return again.iteration_time_s if again.fits_memory else None
 
 
 def render(result: Sensitivity) -> str:

@@ -21,7 +21,7 @@ from amp_tui.core.spec.layers import LOSS_WORKSPACE_PER_LOGIT, Layer
 FAMILIES = ("gpt", "llama", "bert")
 
 _COMMON = ("hidden_size", "num_layers", "num_heads", "sequence_length", "vocab_size")
-_OPTIONAL = {"ffn_hidden_size", "num_kv_heads", "flash_attention", "name", "description", "family",
+_OPTIONAL = {"ffn_hidden_size", "num_kv_heads", "flash_attention", "rope_theta", "name", "description", "family",
              "num_experts", "top_k", "expert_ffn_hidden_size"}
 
 
@@ -49,6 +49,10 @@ def build_family(family: str, spec: dict, e: int, field: str) -> tuple[dict, tup
              "ffn_hidden_size": f, "flash_attention": flash}
     if family == "llama":
         shape["num_kv_heads"] = kv
+        if "rope_theta" in spec:    # the rotary base (Llama 3: 500000); costs nothing, exports write it
+            shape["rope_theta"] = parse_int(spec["rope_theta"], f"{field}.rope_theta")
+    elif "rope_theta" in spec:
+        raise SpecError(f"{field}.rope_theta", spec["rope_theta"], f"the {family} family has no rotary embeddings")
     experts, top_k, fe = _experts(spec, f, field)
     if experts:
         shape.update(num_experts=experts, top_k=top_k, expert_ffn_hidden_size=fe)

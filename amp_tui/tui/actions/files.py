@@ -65,7 +65,9 @@ class FileActions:
         scenario = self.result.scenario
         default = default_plan_name(scenario.name, prediction.strategy.label)
         what = f"{prediction.strategy.label}, micro-batch {prediction.strategy.micro_batch_size}"
-        self.push_screen(SaveDialog(default, what), self._confirm_overwrite(
+        from amp_tui.core.plans.runnable import custom_note
+
+        self.push_screen(SaveDialog(default, what, warning=custom_note(prediction.strategy)), self._confirm_overwrite(
             lambda path, overwrite: self.write_plan(path, scenario, prediction, overwrite=overwrite)))
 
     def action_save_scenario(self) -> None:

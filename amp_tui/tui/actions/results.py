@@ -87,6 +87,8 @@ class ResultActions:
     def _rank_by(self, objective: Objective) -> None:
         """Rerun the search ranked by `objective`, and say so."""
         self.objective = objective
+        self.status.set_error("")              # a refused value before this one no longer stands
+        self.status.ranking = "" if objective == Objective() else objective.describe()
         self.notify(f"ranking by {objective.describe()}", markup=False)
         self.start_search(0.0)
 

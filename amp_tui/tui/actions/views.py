@@ -14,7 +14,10 @@ class ViewActions:
         """w: the sensitivity view: does the top pick survive slower links or GPUs, another batch?"""
         from amp_tui.tui.screens.sensitivity import SensitivityScreen
 
-        self.push_screen(SensitivityScreen(self.scenario))
+        # The what-ifs start from the ranking on screen (when it is the current scenario's), by the
+        # same objective, so their "top pick" is the table's first row.
+        base = self.result if self.result is not None and not self.results_stale else None
+        self.push_screen(SensitivityScreen(self.scenario, base, self.objective))
 
     def action_export(self) -> None:
         try:

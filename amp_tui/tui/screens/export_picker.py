@@ -19,7 +19,6 @@ from amp_tui.core.plans.exports import EXPORT_FORMATS, export_plan
 from amp_tui.core.plans.exports.common import Export
 from amp_tui.core.plans.planfile import Plan
 from amp_tui.core.spec.scenario import Scenario
-from amp_tui.tui.format import format_seconds
 from amp_tui.tui.screens.confirm import ConfirmScreen
 from amp_tui.tui.screens.edit_value import EditValueScreen
 
@@ -57,47 +56,6 @@ def write_export(export: Export, folder: Path, *, overwrite: bool) -> list[Path]
     return [atomic_write(folder / name, content, overwrite=overwrite) for name, content in export.files.items()]
 
 
-def megatron_split_warning(plan: Plan, prediction: Prediction) -> str | None:
-    """When Megatron-LM's split flags cannot say the plan's split: which split the export runs
-    instead and how much slower it is predicted to be; None when it runs the plan's own."""
-    try:
-        from amp_tui.core.costmodel.cost import CostModel
-        from amp_tui.core.plans.exports.megatron import (
-            blocks_per_stage,
-            has_megatron_shape,
-            layer_partition,
-            megatron_split,
-            nearest_split,
-        )
-    except ImportError:  # pragma: no cover - the megatron export ships with amp-tui
-        return None
-    scenario, s = plan.scenario, plan.strategy
-    if s.partition is None or s.per_stage or s.batch_shares or not has_megatron_shape(scenario.model):
-        return None
-    blocks = blocks_per_stage(scenario.model, s.partition)
-    split = megatron_split(blocks)
-    if split is not None:
-        runs = layer_partition(scenario.model, split.blocks)
-        if runs == s.partition:
-            return None
-        cost = CostModel(scenario)
-        actual = cost.candidate(s.tp, s.pp, s.dp, s.micro_batch_size, s.placement).predict(runs)
-        written = split.blocks
-    else:
-        nearest = nearest_split(plan)
-        if nearest is None:
-            return (f"Megatron-LM cannot express this plan's split (blocks {'/'.join(map(str, blocks))}): "
-                    "no split flags are written; see the notes for the exact layout flag.")
-        split, actual = nearest
-        written = split.blocks
-    slower = actual.iteration_time_s / prediction.iteration_time_s - 1.0
-    return (f"Megatron-LM runs another split: blocks {'/'.join(map(str, written))} instead of the plan's "
-            f"{'/'.join(map(str, blocks))}, predicted {format_seconds(actual.iteration_time_s)} per iteration, "
-            f"{abs(slower) * 100:.0f}% {'slower' if slower >= 0 else 'faster'} than the plan's "
-            f"{format_seconds(prediction.iteration_time_s)}. The notes "
-            "at the end give a flag that runs the plan's split exactly on newer Megatron-Core.")
-
-
 class ExportScreen(ModalScreen):
     DEFAULT_CSS = """
     ExportScreen { align: center middle; }
@@ -128,22 +86,34 @@ class ExportScreen(ModalScreen):
         self.scenario_name = scenario.name
         self.fmt = EXPORT_FORMATS[0]
         self.export: Export | None = None
-        self.megatron_warning = megatron_split_warning(self.plan, prediction)
+        # Every format's export up front: its warnings (another split, does not fit) are said where
+        # the user picks the format, not in the notes at the end of the text.
+        self.exports: dict[str, Export | SpecError] = {}
+        for fmt in EXPORT_FORMATS:
+            try:
+                self.exports[fmt] = export_plan(self.plan, fmt)
+            except SpecError as error:
+                self.exports[fmt] = error
 
     def compose(self) -> ComposeResult:
         with Vertical() as box:
             box.border_title = f"Export {self.label} · ↑↓ format · PgUp/PgDn scroll · w write · c copy · Esc close"
-            yield Static(Text(self.megatron_warning or ""), id="export-warning")
+            yield Static("", id="export-warning")
             with Horizontal():
                 yield OptionList(*[Option(self._format_label(fmt), id=fmt) for fmt in EXPORT_FORMATS], id="formats")
-                yield TextArea("", read_only=True, id="export-text", show_line_numbers=False)
+                # No soft wrap: a wrapped shell comment would read as a command on the next line.
+                yield TextArea("", read_only=True, id="export-text", show_line_numbers=False, soft_wrap=False)
             yield Static("", id="export-hint")
         yield Footer()
 
     def _format_label(self, fmt: str) -> Text:
         label = Text(f"{fmt}\n", style="bold").append(FORMAT_HELP.get(fmt, ""), style="dim")
-        if fmt == "megatron" and self.megatron_warning:
-            label.append("\n⚠ runs another split", style="bold yellow")
+        export = self.exports.get(fmt)
+        if isinstance(export, SpecError):
+            label.append("\n✗ cannot express it", style="bold red")
+        elif export is not None and export.warnings:
+            label.append("\n⚠ " + ("does not fit" if any(w.startswith("does not fit") for w in export.warnings)
+                                    else "see the warning"), style="bold yellow")
         return label
 
     def action_scroll(self, where: str) -> None:
@@ -168,15 +138,18 @@ class ExportScreen(ModalScreen):
 
     def show_format(self, fmt: str) -> None:
         self.fmt = fmt
-        # Said where the user decides: before the preview, not in the notes at its end.
-        self.query_one("#export-warning", Static).display = fmt == "megatron" and bool(self.megatron_warning)
         area = self.query_one(TextArea)
-        try:
-            self.export = export_plan(self.plan, fmt)
-        except SpecError as error:
+        warning = self.query_one("#export-warning", Static)
+        export = self.exports[fmt]
+        if isinstance(export, SpecError):
             self.export = None
-            area.text = f"# {fmt} cannot express this strategy:\n# {error}\n"
+            warning.display = False
+            area.text = f"# {fmt} cannot express this strategy:\n# {export}\n"
             return
+        self.export = export
+        # Said where the user decides: before the preview, not in the notes at its end.
+        warning.update(Text("\n".join(f"⚠ {w[0].upper()}{w[1:]}" for w in export.warnings)))
+        warning.display = bool(export.warnings)
         area.text = export_text(self.export)
         self.query_one("#export-hint", Static).update(
             Text(f"Files: {', '.join(self.export.files)}. w writes them into a folder you choose; "

@@ -24,10 +24,13 @@ SECTIONS: list[tuple[str, list[tuple[str, str]]]] = [
         ("f", "show or hide infeasible strategies with their reason"),
         ("o", "rank by iteration time or by cost per token (needs every node group's price)"),
         ("b", "budget: leave out strategies whose nodes cost more dollars per hour (empty: none)"),
+        ("C", "calibrate: fit the cost model to runs measured on your cluster (a measurements file), "
+              "then plan with the fitted values"),
         ("v", "Serve view: place a model for serving by max flow (g picks a group, + / - edits it, c cancels)"),
         ("ctrl+p", "command palette: every action by name"),
         ("?", "this help"),
-        ("ctrl+q", "quit (asks first when the scenario has unsaved edits: y or ctrl+q again quits)"),
+        ("ctrl+q", "quit at once, whatever is running; unsaved edits are kept in a recovery file whose path "
+                   "is printed (amp-tui ui FILE reopens them)"),
     ]),
     ("Cluster", [
         ("enter / e", "edit the value under the cursor (count, GPU type, GPUs per node, bandwidths)"),

@@ -34,9 +34,11 @@ def check_plan_path(text: str) -> Path:
 class SaveDialog(EditValueScreen):
     """Returns the Path to write (its folder exists); the app asks before overwriting."""
 
-    def __init__(self, default: str, what: str, kind: str = "plan") -> None:
+    def __init__(self, default: str, what: str, kind: str = "plan", warning: str | None = None) -> None:
         hint = ("File to write (relative to the current folder). It holds the whole scenario, "
                 "the strategy and its predictions; open it again with `amp-tui ui FILE`." if kind == "plan" else
                 "File to write (relative to the current folder): the scenario as edited, as YAML; "
                 "open it again with `amp-tui ui FILE`.")
+        if warning:     # said before the file is written (e.g. no stock engine runs this plan)
+            hint = f"Warning: {warning}. {hint}"
         super().__init__(f"Save {kind}: {what}", default, check_plan_path, hint=hint)

@@ -16,6 +16,8 @@ from textual.worker import Worker, WorkerState, get_current_worker
 
 from amp_tui.core.base.errors import Cancelled
 from amp_tui.core.plans.sensitivity import Sensitivity, pick_label, sensitivity
+from amp_tui.core.search.objective import Objective
+from amp_tui.core.search.search import SearchResult
 from amp_tui.core.spec.scenario import Scenario
 from amp_tui.tui.format import cell, format_seconds
 from amp_tui.tui.widgets.key_footer import KeyFooter
@@ -79,9 +81,11 @@ class SensitivityScreen(Screen):
     BINDINGS = [Binding("escape", "close", "Back"), Binding("j", "move(1)", "Down", show=False),
                 Binding("k", "move(-1)", "Up", show=False)]
 
-    def __init__(self, scenario: Scenario) -> None:
+    def __init__(self, scenario: Scenario, base: SearchResult | None = None, objective: Objective | None = None) -> None:
         super().__init__()
         self.scenario = scenario
+        self.base = base                # the dashboard's ranking of `scenario` (None: searched again)
+        self.objective = objective
         self.result: Sensitivity | None = None
         self.knobs: list[str] = []      # per table row
         self.closed = False             # Escape: the worker stops at its next poll, its result is dropped
@@ -114,8 +118,8 @@ class SensitivityScreen(Screen):
                 last[0] = time.monotonic()
                 self.app.call_from_thread(self._progress, fraction)
         try:
-            result = sensitivity(self.scenario, should_cancel=lambda: worker.is_cancelled or self.closed,
-                                 progress=progress)
+            result = sensitivity(self.scenario, self.base, self.objective,
+                                 should_cancel=lambda: worker.is_cancelled or self.closed, progress=progress)
         except Cancelled:
             return
         self.app.call_from_thread(self.show_result, result)

@@ -19,7 +19,7 @@ from amp_tui.tui.widgets.pane import ScenarioPane
 from amp_tui.tui.widgets.table import Table
 
 # (header, node-group field edited from that column, what the edit dialog says is allowed)
-COLUMNS: list[tuple[str, str | None, str]] = [
+COLUMNS: list[tuple[str, str, str]] = [
     ("node", "instance", ""),
     ("GPU", "gpu", ""),
     ("/node", "gpus_per_node", "A whole number of GPUs per node, at least 1."),
@@ -28,7 +28,8 @@ COLUMNS: list[tuple[str, str | None, str]] = [
      "Bandwidth between GPUs of one node, e.g. '50 Gbps', '300 GB/s' (a bare number means Gbps); greater than 0."),
     ("network", "inter_node_bandwidth",
      "Bandwidth between nodes, e.g. '100 Gbps', '25 GB/s' (a bare number means Gbps); greater than 0."),
-    ("mem", None, ""),
+    ("mem", "memory", "Memory per GPU, e.g. '24 GiB' or '80 GB'; what PyTorch can allocate (the capacity planned "
+                      "against) stays the same share below it as on the card it replaces."),
 ]
 
 
@@ -147,10 +148,7 @@ class ClusterPane(ScenarioPane):
         group = self.scenario.cluster.nodes[index]
         header, key, hint = COLUMNS[self.table.cursor_column]
         where = f"node group {index} ({group.label})"
-        if key is None:
-            self.app.notify(f"{header!r} is computed; move to count, GPU, GPU/node or a bandwidth to edit",
-                            markup=False)
-        elif key == "instance":
+        if key == "instance":
             self.pick(f"Node type of {where}", instance_items()[1:],
                       lambda value: edits.set_node_group(self.scenario, index, {"instance": value[1], "count": group.count}),
                       f"{where}: node type", current=("instance", group.instance))
@@ -158,6 +156,10 @@ class ClusterPane(ScenarioPane):
             self.pick(f"GPU type of {where}", gpu_items(),
                       lambda name: edits.set_node_field(self.scenario, index, "gpu", name),
                       f"{where}: GPU type", current=group.gpu.name)
+        elif key == "memory":
+            self.edit_value(f"GPU memory of {where}", f"{group.gpu.memory_bytes / 2**30:g} GiB",
+                            lambda text: edits.set_gpu_memory(self.scenario, index, text),
+                            f"{where}: GPU memory changed", hint=hint)
         else:
             current = {"gpus_per_node": str(group.gpus_per_node), "count": str(group.count),
                        "intra_node_bandwidth": format_bandwidth(group.intra_node_bandwidth),

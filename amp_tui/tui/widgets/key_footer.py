@@ -2,7 +2,7 @@
 
 Textual's Footer rebuilds a widget per key on every focus change, which costs about half a second
 per keypress on a small machine with this many bindings; this draws the same keys as one line of
-text. The command palette key stays at the right edge.
+text. The help and command palette keys stay at the right edge.
 """
 
 from __future__ import annotations
@@ -31,8 +31,9 @@ class KeyFooter(Widget):
         key_style = "bold reverse"
         for _node, binding, enabled, _tooltip in self.screen.active_bindings.values():
             display = self.app.get_key_display(binding)
-            if binding.key == self.app.COMMAND_PALETTE_BINDING:
-                palette = Text.assemble((f" {display} ", key_style), f"{binding.description or 'palette'} ")
+            # Help and the palette stay at the right edge, whatever the width: they lead to every other key.
+            if binding.key == self.app.COMMAND_PALETTE_BINDING or (binding.action == "help" and binding.show):
+                palette = Text.assemble((f" {display} ", key_style), f"{binding.description or 'palette'} ", palette)
                 continue
             if not binding.show or binding.action in seen:
                 continue

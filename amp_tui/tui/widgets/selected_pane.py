@@ -46,6 +46,14 @@ def summary(prediction: Prediction, baseline: Prediction | None, scenario) -> Te
     text.append(f"\npredicted {confidence(scenario).describe()}", style="dim")
     if not prediction.fits_memory and prediction.reason:
         text.append(f"\n{prediction.reason}", style="bold red")
+    from amp_tui.core.plans.confidence import MEMORY_RISK_NOTE, memory_at_risk
+
+    if memory_at_risk(prediction):
+        text.append(f"\nmemory {MEMORY_RISK_NOTE}", style="bold yellow")
+    from amp_tui.core.plans.runnable import custom_note
+
+    if custom_note(strategy):
+        text.append(f"\n† {custom_note(strategy)}", style="bold yellow")
     return text
 
 
@@ -114,7 +122,7 @@ class SelectedPane(VerticalScroll):
             bars.display, chart.display = True, False
         else:
             result = getattr(self.app, "result", None)
-            text.update(Text(no_strategy_note(result) if result is not None else "No strategy yet.", style="dim"))
+            text.update(Text(no_strategy_note(result, getattr(self.app, "objective", None)) if result is not None else "No strategy yet.", style="dim"))
             bars.show(None)
             chart.show(None)
             bars.display = chart.display = False

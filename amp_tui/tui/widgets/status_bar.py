@@ -5,6 +5,7 @@ from __future__ import annotations
 from rich.text import Text
 from textual.widget import Widget
 
+from amp_tui.core.plans.no_strategy import state_shortfall
 from amp_tui.core.search.search import SearchResult
 from amp_tui.tui.format import format_seconds
 
@@ -22,6 +23,7 @@ class StatusBar(Widget):
         self.elapsed_s = 0.0
         self.error = ""
         self.show_timings = True
+        self.ranking = ""              # the objective when not the default ('cost per token within $8.00/hour')
 
     def searching(self, fraction: float = 0.0) -> None:
         self.state, self.fraction = "searching", fraction
@@ -71,10 +73,14 @@ class StatusBar(Widget):
                 text.append(" · best ")
                 text.append(f"{best.strategy.label} mbs {best.strategy.micro_batch_size}", style="bold")
                 text.append(f" {format_seconds(best.iteration_time_s)}")
+            elif state_shortfall(self.result.scenario):
+                text.append(" · the model is too big for the cluster: see the Strategies pane", style="bold red")
             elif stats.candidates == 0:
                 text.append(" · no candidates: see the Strategies pane", style="bold red")
             else:
                 text.append(" · nothing fits in memory", style="bold red")
+            if self.ranking:
+                text.append(f" · by {self.ranking}", style="bold cyan")
             text.append(f" · {stats.evaluated} of {stats.candidates} candidates evaluated, {stats.pruned} pruned, "
                         f"{len(self.result.infeasible)} infeasible")
             if not stats.all_node_orders:

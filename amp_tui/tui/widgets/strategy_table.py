@@ -20,6 +20,8 @@ from textual.widgets import DataTable, Static
 from amp_tui.core.costmodel.placement import merge_runs
 from amp_tui.core.costmodel.prediction import Prediction
 from amp_tui.core.plans.compare import mfu, tokens_per_s
+from amp_tui.core.plans.confidence import MEMORY_RISK_NOTE, memory_at_risk
+from amp_tui.core.plans.runnable import STOCK_ENGINES, custom_only
 from amp_tui.core.search.search import Infeasible, SearchResult
 from amp_tui.core.spec.scenario import Cluster
 from amp_tui.tui.format import cell, format_memory_pair, format_seconds
@@ -110,7 +112,8 @@ def _number(row: Row, get: Callable[[Prediction], float | None], missing: float)
 
 
 COLUMNS: tuple[Column, ...] = (
-    Column("#", lambda r, c: {"baseline": "unif", "infeasible": "✗"}.get(r.kind, str(r.rank)),
+    Column("#", lambda r, c: {"baseline": "unif", "infeasible": "✗"}.get(
+        r.kind, str(r.rank) + ("†" if custom_only(r.entry.strategy) else "")),
            lambda r, c: r.rank if r.kind == "ranked" else 10**9),
     Column("tp×pp×dp", lambda r, c: r.entry.strategy.label, right=False),
     Column("mbs", lambda r, c: str(r.entry.strategy.micro_batch_size), lambda r, c: r.entry.strategy.micro_batch_size),
@@ -145,7 +148,8 @@ def _memory(row: Row) -> str:
     if p is None:
         return "–"
     stage = p.tightest_stage
-    return format_memory_pair(stage.memory.total_bytes, stage.capacity_bytes, short=True)
+    return format_memory_pair(stage.memory.total_bytes, stage.capacity_bytes, short=True) + \
+        ("!" if memory_at_risk(p) else "")
 
 
 def has_prices(result: SearchResult | None, attribute: str) -> bool:
@@ -156,31 +160,13 @@ def has_prices(result: SearchResult | None, attribute: str) -> bool:
     return any(getattr(p, attribute, None) is not None for p in entries)
 
 
-def _has_candidates(scenario, gpus: int, batch: int) -> bool:
-    from amp_tui.core.search.search import divisors, tp_degrees
+def no_strategy_note(result: SearchResult, objective=None) -> str:
+    """Why the table is empty, and what to change (the core's sentence, as `plan` prints it)."""
+    from amp_tui.core.plans.no_strategy import nothing_found
 
-    layers = scenario.model.num_layers
-    return any(gpus % tp == 0 and pp <= layers and batch % (gpus // tp // pp) == 0
-               for tp in tp_degrees(scenario) for pp in divisors(gpus // tp) if (gpus // tp) % pp == 0)
-
-
-def no_strategy_note(result: SearchResult) -> str:
-    """Why the table is empty, and what to change: no candidate at all, or none fits in memory."""
-    if result.stats.candidates > 0:
+    if result.stats.candidates > 0 and result.infeasible:
         return "No strategy fits in memory: press f to see why each fails."
-    scenario = result.scenario
-    gpus, batch = scenario.cluster.num_gpus, scenario.training.global_batch_size
-    layers = scenario.model.num_layers
-    batches = [b for b in range(batch + 1, 4 * batch + 1) if _has_candidates(scenario, gpus, b)][:1]
-    counts = [n for n in range(gpus - 1, 0, -1) if _has_candidates(scenario, n, batch)][:1]
-    advice = []
-    if batches:
-        advice.append(f"a global batch of {batches[0]}")
-    if counts:
-        advice.append(f"{counts[0]} GPUs")
-    return (f"No candidates at all: {gpus} GPUs cannot be split as tp x pp x dp with dp dividing the global batch "
-            f"({batch}), pp at most the {layers} layers and tp dividing the GPUs per node. "
-            + (f"Try {' or '.join(advice)}." if advice else "Change the GPU count or the global batch."))
+    return nothing_found(result, objective)
 
 
 def row_matches(texts: list[str], query: str) -> bool:
@@ -336,12 +322,23 @@ class StrategyTable(Vertical):
         stale = Text("stale: these are the results before the latest edit; searching… ", style="bold yellow") \
             if self.has_class("-stale") else Text("")
         if not result.strategies:
-            parts.append(no_strategy_note(result))
+            parts.append(no_strategy_note(result, getattr(self.app, "objective", None)))
         else:
             parts.append(confidence_note(result))
+        if any(custom_only(p.strategy) for p in result.strategies):
+            parts.append(f"†: uneven batch shares or per-stage tp/dp, which {STOCK_ENGINES} do not run "
+                         "(export: torchrun, rankmap).")
         if result.baseline is not None:
             parts.append("unif: the best even split in rank order.")
+        else:
+            from amp_tui.core.plans.no_strategy import missing_baseline
+
+            missing = missing_baseline(result, getattr(self.app, "objective", None))
+            if missing:
+                parts.append(missing[0].upper() + missing[1:] + ".")
         parts.append("memory: fullest stage.")
+        if any(memory_at_risk(p) for p in result.strategies):
+            parts.append(MEMORY_RISK_NOTE + ".")
         if getattr(self.app, "pinned", None) is not None:
             parts.append("◆ pinned: move to compare, p unpins.")
         if result.infeasible:

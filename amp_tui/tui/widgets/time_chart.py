@@ -15,7 +15,7 @@ from amp_tui.core.costmodel.prediction import Prediction
 PARTS = [
     ("compute", 33, "color(33)"),
     ("tp comm", 214, "color(214)"),
-    ("pipeline send", 178, "color(178)"),
+    ("pipeline send", 160, "color(160)"),   # crimson: 178 (gold) read as tp comm's orange
     ("dp all-reduce", 141, "color(141)"),
     ("optimizer", 70, "color(70)"),
     ("idle (bubble)", 245, "color(245)"),

@@ -14,6 +14,7 @@ from amp_tui.core.base.errors import SpecError
 from amp_tui.core.plans.exports import deepspeed, megatron, rankmap, torchrun, torchtitan
 from amp_tui.core.plans.exports.common import Export
 from amp_tui.core.plans.planfile import Plan, prediction_changes
+from amp_tui.core.plans.runnable import CUSTOM_FORMATS, uneven_shares
 from amp_tui.core.search.evaluate import evaluate
 
 EXPORT_FORMATS = ("megatron", "deepspeed", "torchrun", "rankmap", "torchtitan")
@@ -39,13 +40,12 @@ def export_plan(plan: Plan, fmt: str) -> Export:
         plan, note = _used_nodes_only(plan)
         notes.append(note)
     export = exporters[fmt](plan)
-    return Export(export.files, [*notes, *export.notes])
+    return Export(export.files, [*notes, *export.notes], export.warnings)
 
 
-# What each format's engine is, for refusals: none of them runs per-stage degrees or uneven shares.
+# What each format's engine is, for refusals.
 ENGINES = {"megatron": "stock Megatron-LM", "deepspeed": "DeepSpeed's pipeline engine", "torchtitan": "torchtitan",
-           "torchrun": "the torchrun launch (Megatron-LM's rank order)",
-           "rankmap": "the rank map (Megatron-LM's rank order, one tp and dp for all stages)"}
+           "torchrun": "the torchrun launch", "rankmap": "the rank map"}
 
 
 # Formats whose fp8 runs through Transformer Engine.
@@ -54,17 +54,22 @@ TRANSFORMER_ENGINE_FORMATS = ("megatron", "deepspeed")
 
 def refuse_inexpressible(plan: Plan, fmt: str) -> None:
     """SpecError, one line naming what the engine cannot express: per-stage tp or dp (Metis-style
-    plans), uneven data-parallel batch shares, and fp8 scaled per row through Transformer Engine."""
+    plans) and uneven data-parallel batch shares for the stock engines (torchrun and the rank map
+    carry them: runnable.py), and fp8 scaled per row through Transformer Engine."""
     engine, strategy = ENGINES[fmt], plan.strategy
-    if strategy.stage_tp:
+    stock = fmt not in CUSTOM_FORMATS
+    if stock and strategy.stage_tp:
         raise SpecError("strategy.tp", list(strategy.stage_tp),
-                        f"cannot export to {fmt}: {engine} has one tensor-parallel degree for all stages")
-    if strategy.stage_dp:
+                        f"cannot export to {fmt}: {engine} has one tensor-parallel degree for all stages "
+                        f"(the {' and '.join(CUSTOM_FORMATS)} exports carry per-stage degrees)")
+    if stock and strategy.stage_dp:
         raise SpecError("strategy.dp", list(strategy.stage_dp),
-                        f"cannot export to {fmt}: {engine} has one data-parallel degree for all stages")
-    if strategy.batch_shares and len(set(strategy.batch_shares)) > 1:
+                        f"cannot export to {fmt}: {engine} has one data-parallel degree for all stages "
+                        f"(the {' and '.join(CUSTOM_FORMATS)} exports carry per-stage degrees)")
+    if stock and uneven_shares(strategy):
         raise SpecError("strategy.batch_shares", list(strategy.batch_shares),
-                        f"cannot export to {fmt}: {engine} gives every data-parallel replica the same share of the batch")
+                        f"cannot export to {fmt}: {engine} gives every data-parallel replica the same share of the "
+                        f"batch (the {' and '.join(CUSTOM_FORMATS)} exports carry the shares)")
     if plan.scenario.training.fp8_scaling == "rowwise" and fmt in TRANSFORMER_ENGINE_FORMATS:
         raise SpecError("training.fp8_scaling", "rowwise", f"cannot export to {fmt}: Transformer Engine's fp8 recipes "
                         "scale per tensor or per block, not per row (torchao's rowwise: use --format torchtitan)")

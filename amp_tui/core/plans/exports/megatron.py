@@ -5,10 +5,14 @@ Megatron splits transformer blocks, not the plan's expanded layers: the embeddin
 first stage and the output head on the last. A plan's partition is therefore read as blocks per
 stage. Megatron-Core takes an uneven split as `--decoder-first-pipeline-num-layers` and
 `--decoder-last-pipeline-num-layers` with equal middle stages (checked against Megatron-Core
-0.16.1's TransformerConfig rules: first and last at least 1, the middle stages even). A split those
-two flags cannot say is replaced by the expressible split with the lowest predicted iteration time,
-and the notes say what that costs. Newer Megatron-Core also reads a free per-stage layout
-(`pipeline_model_parallel_layout`, e.g. "Et*3|t*4|t*4L"); the notes give it as an alternative.
+0.16.1's TransformerConfig rules: first and last at least 1, the middle stages even); those flags
+are written where they say the plan's split. Where they cannot, the active flag is the free layout
+`--pipeline-model-parallel-layout` (e.g. "Et*3|t*4|t*4L"; Megatron-Core 0.13 or newer), which says
+any split of an embedding, blocks and a head exactly, and the notes give the nearest split the
+first/last flags can say, and what it costs, for older versions. A model with other layers keeps
+them with the block before them in Megatron, so the flags for the nearest split are written, and
+the export's warnings (shown first, and at the top of the file) say when Megatron runs another split
+than the plan's, and when what it runs is predicted not to fit in memory.
 
 The training techniques come from the strategy's resolved knobs (core/spec/knobs.py). Flag names were
 checked against Megatron-Core 0.16.1, whose config dataclasses name the options Megatron-LM's
@@ -42,6 +46,12 @@ from amp_tui.core.spec.model import Model
 FIRST_FLAG = "--decoder-first-pipeline-num-layers"
 LAST_FLAG = "--decoder-last-pipeline-num-layers"
 VIRTUAL_FLAG = "--num-virtual-stages-per-pipeline-rank"   # works with the uneven first/last flags
+# A free split per stage (or per chunk), checked in Megatron-LM's arguments.py and Megatron-Core's
+# pipeline_parallel_layer_layout.py: E embedding, t transformer layer, L loss, stages split by "|",
+# "t*3" for "ttt"; it excludes the first/last flags and the virtual-stage flag (it sets the virtual
+# size itself from its length). First released in Megatron-Core 0.13.
+LAYOUT_FLAG = "--pipeline-model-parallel-layout"
+LAYOUT_VERSION = "0.13"
 # Transformer Engine's delayed-scaling recipe as Megatron-LM's own fp8 examples set it.
 FP8_FLAGS = ["--fp8-format", "hybrid", "--fp8-amax-history-len", "1024", "--fp8-amax-compute-algo", "max"]
 # NVFP4 (Blackwell): Transformer Engine's NVFP4BlockScaling recipe, Megatron-Core's only built-in fp4 one.
@@ -162,8 +172,9 @@ def export(plan: Plan) -> Export:
     sections.append(_parallel_section(plan, knobs, notes))
 
     megatron_model = has_megatron_shape(model)
+    warnings: list[str] = []
     if megatron_model and s.pp > 1:
-        sections.append(_pipeline_section(plan, knobs, notes))
+        sections.append(_pipeline_section(plan, knobs, notes, warnings))
     elif s.pp > 1:
         notes.append(f"The pipeline split is not written: Megatron's GPT model cannot hold {model.name}'s layers, "
                      f"so the plan's partition {list(s.partition)} has to be applied in the model's own code.")
@@ -185,11 +196,13 @@ def export(plan: Plan) -> Export:
     lines = [
         "#!/usr/bin/env bash",
         f"# {summary(plan)}",
-        "# Megatron-LM arguments for this plan (the uneven pipeline flags need Megatron-Core 0.10 or newer).",
+        "# Megatron-LM arguments for this plan (the uneven pipeline flags need Megatron-Core 0.10 or newer,",
+        f"# {LAYOUT_FLAG} 0.13 or newer).",
         f"# Source this file, then start {script} on every node with the node's launch line from",
         "# `amp-tui export PLAN --format torchrun` (node order matters), for example:",
         f'#   source megatron_args.sh; TRAIN_SCRIPT={script} NODE_RANK=<k> MASTER_ADDR=<node 0> \\',
         '#     bash launch.sh "${MEGATRON_ARGS[@]}" <data, tokenizer, learning-rate and iteration arguments>',
+        *(f"# WARNING: {one_line_comment(warning)}" for warning in warnings),
         "MEGATRON_ARGS=(",
     ]
     for comment, args in sections:
@@ -203,7 +216,7 @@ def export(plan: Plan) -> Export:
     else:
         notes.append("Megatron's default rank order (tensor, then data, then pipeline) is the one the plan was "
                      "predicted with.")
-    return Export(files={"megatron_args.sh": "\n".join(lines)}, notes=notes)
+    return Export(files={"megatron_args.sh": "\n".join(lines)}, notes=notes, warnings=warnings)
 
 
 def _parallel_section(plan: Plan, knobs: Knobs, notes: list[str]) -> tuple[str, list[str]]:
@@ -226,25 +239,52 @@ def _parallel_section(plan: Plan, knobs: Knobs, notes: list[str]) -> tuple[str, 
             f"{experts} (Megatron derives dp from the world size)", args)
 
 
-def _pipeline_section(plan: Plan, knobs: Knobs, notes: list[str]) -> tuple[str, list[str]]:
-    comment, args, blocks = _split_section(plan, notes)
+def _pipeline_section(plan: Plan, knobs: Knobs, notes: list[str], warnings: list[str]) -> tuple[str, list[str]]:
     v = knobs.virtual_stages
-    if v <= 1:
-        return comment, args
-    if any(count % v for count in blocks):
+    model, s = plan.scenario.model, plan.strategy
+    blocks = blocks_per_stage(model, s.partition)
+    split = megatron_split(blocks)
+    flags_say_it = split is not None and layer_partition(model, split.blocks) == s.partition
+    if v > 1 and (any(count % v for count in blocks) or not flags_say_it):
+        # The virtual-stage flag needs every stage's blocks divisible by v, and the first/last flags
+        # equal middle stages; the layout states the plan's chunks instead (and sets the virtual size
+        # itself: the two flags exclude each other).
         chunks = interleaved_chunks(blocks, v)
-        layout = (f'replace the split and virtual-stage flags with --pipeline-model-parallel-layout '
-                  f'"{layout_string(chunks)}" (the plan\'s {len(chunks)} chunks, model order)' if min(chunks) >= 1
-                  else f"give --pipeline-model-parallel-layout with {len(chunks)} chunks")
+        if _layout_states_the_model(model):
+            candidate = CostModel(plan.scenario).candidate(s.tp, s.pp, s.dp, s.micro_batch_size, s.placement)
+            _warn_if_over(candidate.predict(s.partition), "the plan's split", warnings)
+            notes.append(f"Interleaving with {v} virtual stages per pipeline rank: the split {list(blocks)} is not in "
+                         f"multiples of {v}, which {VIRTUAL_FLAG} needs, so {LAYOUT_FLAG} states the plan's "
+                         f"{len(chunks)} chunks in model order (chunk c on pipeline rank c mod {plan.strategy.pp}; "
+                         f"Megatron-Core {LAYOUT_VERSION} or newer).")
+            return (f"Pipeline split: the plan's {len(chunks)} chunks, transformer blocks "
+                    f"{' '.join(map(str, chunks))}, interleaved 1F1B with {v} model chunks per pipeline rank "
+                    f"(Megatron-Core {LAYOUT_VERSION} or newer)", [LAYOUT_FLAG, layout_string(chunks)])
         notes.append(f"Interleaving with {v} virtual stages per pipeline rank needs every stage's transformer blocks "
                      f"divisible by {v}; the split {list(blocks)} is not, so Megatron will refuse it. Choose a split "
-                     f"in multiples of {v}, or {layout}.")
+                     f"in multiples of {v}.")
+    comment, args, _ = _split_section(plan, notes, warnings)
+    if v <= 1:
+        return comment, args
     return (comment + f"; interleaved 1F1B, {v} model chunks per pipeline rank",
             args + [VIRTUAL_FLAG, str(v)])
 
 
-def _split_section(plan: Plan, notes: list[str]) -> tuple[str, list[str], tuple[int, ...]]:
-    """Comment, split flags, and the blocks per stage Megatron will run."""
+def _layout_states_the_model(model: Model) -> bool:
+    """Whether --pipeline-model-parallel-layout can say any split of this model's layers: its only
+    layer kinds are an embedding first, transformer blocks, and a head last (E, t and L)."""
+    kinds = [layer.kind for layer in model.layers]
+    return (all(kind in ("embedding", "block", "head") for kind in kinds)
+            and kinds.count("embedding") <= 1 and kinds.count("head") <= 1
+            and (kinds[0] == "embedding" if "embedding" in kinds else True)
+            and (kinds[-1] == "head" if "head" in kinds else True))
+
+
+def _split_section(plan: Plan, notes: list[str], warnings: list[str]) -> tuple[str, list[str], tuple[int, ...]]:
+    """Comment, split flags, and the blocks per stage Megatron will run. The first/last-stage flags
+    where they say the plan's split (every Megatron-Core since 0.10); the layout flag where they
+    cannot (0.13 or newer), with the nearest split they can say as the older versions' alternative;
+    `warnings` gets a sentence when what Megatron runs differs from the plan or does not fit."""
     scenario, s = plan.scenario, plan.strategy
     model = scenario.model
     blocks = blocks_per_stage(model, s.partition)
@@ -252,45 +292,74 @@ def _split_section(plan: Plan, notes: list[str]) -> tuple[str, list[str], tuple[
     cost = CostModel(scenario)
     candidate = cost.candidate(s.tp, s.pp, s.dp, s.micro_batch_size, s.placement)
     planned = candidate.predict(s.partition)   # fresh, so both sides of a comparison use today's model
-    if split is not None:
-        runs = layer_partition(model, split.blocks)
-        if runs != s.partition:
-            actual = candidate.predict(runs)
-            notes.append(
-                f"Megatron keeps the embedding on the first stage, the head on the last, and layers between "
-                f"blocks with the block before them, so it runs the layers as {list(runs)} rather than the "
-                f"plan's {list(s.partition)}: predicted {_seconds(actual)} per iteration vs {_seconds(planned)}"
-                f"{_change(actual, planned)}.")
+    if split is not None and layer_partition(model, split.blocks) == s.partition:
         comment = f"Pipeline split, transformer blocks per stage: {' '.join(map(str, blocks))}"
         if split.first is None and split.last is None:
             comment += " (even: no split flags needed)"
+        _warn_if_over(planned, "the plan's split", warnings)
         return comment, split.args(), split.blocks
 
-    nearest = nearest_split(plan, cost)
     exact = layout_string(blocks)
+    nearest = nearest_split(plan, cost)
+    if _layout_states_the_model(model):
+        older = ""
+        if nearest is not None:
+            alternative, prediction = nearest
+            older = (f"; before 0.13 the nearest split the first/last flags can say, "
+                     f"{' '.join(alternative.args()) or 'an even split (no flags)'}, is predicted "
+                     f"{_seconds(prediction)}{_change(prediction, planned)}"
+                     + ("" if prediction.fits_memory else " and does not fit in memory"))
+        notes.append(f"The plan's split, transformer blocks per stage {list(blocks)}, cannot be said with "
+                     f"{FIRST_FLAG} / {LAST_FLAG} (the middle stages must be equal and every stage needs a block), "
+                     f"so {LAYOUT_FLAG} \"{exact}\" states it exactly (E the embedding, t a block, L the loss; "
+                     f"Megatron-Core {LAYOUT_VERSION} or newer){older}.")
+        _warn_if_over(planned, "the plan's split", warnings)
+        return (f"Pipeline split, transformer blocks per stage {' '.join(map(str, blocks))}, exactly "
+                f"(Megatron-Core {LAYOUT_VERSION} or newer)", [LAYOUT_FLAG, exact], blocks)
+
+    # Layers Megatron's GPT model does not have by name: it keeps layers between blocks with the
+    # block before them, so it runs another split than the plan's.
+    if split is not None:
+        runs = layer_partition(model, split.blocks)
+        actual = candidate.predict(runs)
+        notes.append(
+            f"Megatron keeps the embedding on the first stage, the head on the last, and layers between "
+            f"blocks with the block before them, so it runs the layers as {list(runs)} rather than the "
+            f"plan's {list(s.partition)}: predicted {_seconds(actual)} per iteration vs {_seconds(planned)}"
+            f"{_change(actual, planned)}.")
+        warnings.append(f"Megatron-LM runs another split: layers {list(runs)} instead of the plan's "
+                        f"{list(s.partition)}, predicted {_seconds(actual)}{_change(actual, planned)}.")
+        _warn_if_over(actual, "the split Megatron runs", warnings)
+        return (f"Pipeline split, transformer blocks per stage: {' '.join(map(str, blocks))}", split.args(),
+                split.blocks)
     if nearest is None:
         notes.append(
             f"Megatron needs at least one transformer block per pipeline stage and this model has "
-            f"{sum(blocks)} blocks for {s.pp} stages, so no split flags are written. Megatron-Core's "
-            f"pipeline_model_parallel_layout (--pipeline-model-parallel-layout) can state the plan's split: "
-            f'"{exact}".')
-        comment = f"Pipeline split: the plan's blocks per stage {' '.join(map(str, blocks))} cannot be expressed"
-        return comment, [], blocks
+            f"{sum(blocks)} blocks for {s.pp} stages, so no split flags are written.")
+        warnings.append(f"no split is written: Megatron-LM cannot run the plan's split {list(s.partition)} of this "
+                        "model's layers.")
+        return f"Pipeline split: the plan's blocks per stage {' '.join(map(str, blocks))} cannot be expressed", [], blocks
     split, prediction = nearest
     notes.append(
         f"The plan's split, transformer blocks per stage {list(blocks)}, cannot be expressed with "
-        f"{FIRST_FLAG} / {LAST_FLAG} (the middle stages must be equal and every stage needs a block).")
+        f"{FIRST_FLAG} / {LAST_FLAG} (the middle stages must be equal and every stage needs a block); written "
+        f"instead: the nearest expressible split {list(split.blocks)} (the one with the lowest predicted iteration "
+        f"time), predicted {_seconds(prediction)} per iteration vs the plan's {_seconds(planned)}"
+        f"{_change(prediction, planned)}.")
     notes.append(
-        f"Written instead: the nearest expressible split {list(split.blocks)} (the one with the lowest predicted "
-        f"iteration time), predicted {_seconds(prediction)} per iteration vs the plan's {_seconds(planned)}"
-        f"{_change(prediction, planned)}" + ("" if prediction.fits_memory else "; it does not fit in memory") + ".")
-    notes.append(
-        "Megatron-Core versions with pipeline_model_parallel_layout (0.16 has it; Megatron-LM flag "
-        f"--pipeline-model-parallel-layout) can run the plan's split exactly: replace the two split flags with "
-        f'--pipeline-model-parallel-layout "{exact}".')
+        f"{LAYOUT_FLAG} \"{exact}\" (Megatron-Core {LAYOUT_VERSION} or newer) states the plan's blocks per stage in "
+        "place of the two split flags, with the model's other layers where Megatron's GPT puts them.")
+    warnings.append(f"Megatron-LM runs another split: blocks {'/'.join(map(str, split.blocks))} instead of the plan's "
+                    f"{'/'.join(map(str, blocks))}, predicted {_seconds(prediction)}{_change(prediction, planned)} "
+                    f"({LAYOUT_FLAG} in the notes states the plan's).")
+    _warn_if_over(prediction, "the split written", warnings)
     return (f"Pipeline split, blocks per stage: {' '.join(map(str, split.blocks))} (nearest to the plan's "
-            f"{' '.join(map(str, blocks))}; exact alternative: --pipeline-model-parallel-layout \"{exact}\")",
-            split.args(), split.blocks)
+            f"{' '.join(map(str, blocks))})", split.args(), split.blocks)
+
+
+def _warn_if_over(prediction: Prediction, what: str, warnings: list[str]) -> None:
+    if not prediction.fits_memory:
+        warnings.append(f"does not fit: {what} is predicted to run out of memory ({prediction.reason}).")
 
 
 def _model_section(plan: Plan, knobs: Knobs, notes: list[str]) -> tuple[str, list[str]]:
@@ -315,6 +384,8 @@ def _model_section(plan: Plan, knobs: Knobs, notes: list[str]) -> tuple[str, lis
     if model.family == "llama":
         args += ["--swiglu", "--normalization", "RMSNorm", "--position-embedding-type", "rope",
                  "--disable-bias-linear", "--untie-embeddings-and-output-weights"]
+        if "rope_theta" in shape:      # Megatron's default --rotary-base is 10000 (Llama 1 and 2)
+            args += ["--rotary-base", str(shape["rope_theta"])]
     if shape.get("num_experts"):
         args += ["--num-experts", str(shape["num_experts"]), "--moe-router-topk", str(shape["top_k"]),
                  "--moe-ffn-hidden-size", str(shape.get("expert_ffn_hidden_size", shape.get("ffn_hidden_size"))),

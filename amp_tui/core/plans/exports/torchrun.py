@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from amp_tui.core.plans.exports.common import Export, nodes, summary
 from amp_tui.core.plans.planfile import Plan
+from amp_tui.core.plans.runnable import custom_note
 
 MASTER_PORT = 29500
 
@@ -63,4 +64,7 @@ def export(plan: Plan) -> Export:
                      "hands out global ranks by node rank, each node taking its own --nproc-per-node.")
     notes.append("The training script reads RANK, LOCAL_RANK and WORLD_SIZE from the environment torchrun sets; "
                  "for example: NODE_RANK=0 MASTER_ADDR=<node 0's address> bash launch.sh --your-args")
+    custom = custom_note(plan.strategy)
+    if custom:
+        notes.insert(0, custom + ": the rankmap export lists each rank's stage, replica and batch share.")
     return Export(files={"launch.sh": "\n".join(lines)}, notes=notes)

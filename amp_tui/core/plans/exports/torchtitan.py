@@ -15,6 +15,11 @@ config/job_config.py and distributed code:
 - Tensor parallelism always shards the sequence between blocks (Megatron's sequence parallelism).
 - float8 is the model converter "quantize.linear.float8", configured in [quantize.linear.float8].
 - The device mesh is ordered pp, dp_replicate, dp_shard, cp, tp (tp fastest), Megatron's order.
+- Mixed precision comes only through FSDP (distributed/utils.py, maybe_enable_amp): with neither
+  dp_shard > 1 nor cp > 1 it autocasts to bf16 only when there is no TP and no PP; under TP or PP
+  without FSDP it logs "Mixed precision training is disabled" and trains in fp32. A ZeRO-0 plan
+  with tp or pp > 1 is therefore written as FSDP over its data-parallel ranks and predicted again
+  that way (`needs_fsdp`), or refused when it has no data parallelism to shard over.
 """
 
 from __future__ import annotations
@@ -38,7 +43,7 @@ def job_config(plan: Plan) -> dict:
     scenario, s = plan.scenario, plan.strategy
     training = scenario.training
     knobs = resolve(s, training)
-    replicate, shard = data_parallel_degrees(knobs, s.dp)
+    replicate, shard = data_parallel_degrees(knobs, s.dp, needs_fsdp(plan))
     local_batch = s.micro_batch_size * (num_micro_batches(plan) if s.pp > 1 else 1)
     config: dict = {
         "job": {"description": summary(plan)},
@@ -76,11 +81,20 @@ def job_config(plan: Plan) -> dict:
     return config
 
 
-def data_parallel_degrees(knobs: Knobs, dp: int) -> tuple[int, int]:
-    """(dp_replicate, dp_shard): DDP for ZeRO 0, FSDP over all dp ranks otherwise, and HSDP (ZeRO-3
-    within groups of hsdp_shard ranks, replicated across the dp / hsdp_shard groups) as
-    (dp / group, group); torchtitan's mesh puts dp_shard inside dp_replicate, as the plan does."""
-    if knobs.zero_stage == 0:
+def needs_fsdp(plan: Plan) -> bool:
+    """Whether the plan is ZeRO-0 with tp or pp > 1 in a 16-bit precision: torchtitan would train it in
+    fp32 under DDP, so it is written as FSDP (see the module docstring)."""
+    knobs = resolve(plan.strategy, plan.scenario.training)
+    return (knobs.zero_stage == 0 and knobs.cp == 1 and (plan.strategy.tp > 1 or plan.strategy.pp > 1)
+            and plan.scenario.training.precision != "fp32")
+
+
+def data_parallel_degrees(knobs: Knobs, dp: int, fsdp: bool = False) -> tuple[int, int]:
+    """(dp_replicate, dp_shard): DDP for ZeRO 0 (FSDP where `fsdp`: needs_fsdp), FSDP over all dp
+    ranks otherwise, and HSDP (ZeRO-3 within groups of hsdp_shard ranks, replicated across the
+    dp / hsdp_shard groups) as (dp / group, group); torchtitan's mesh puts dp_shard inside
+    dp_replicate, as the plan does."""
+    if knobs.zero_stage == 0 and not fsdp:
         return dp, 1
     if knobs.zero_stage == 3 and knobs.hsdp_shard:
         return dp // knobs.hsdp_shard, knobs.hsdp_shard
@@ -183,8 +197,14 @@ def export(plan: Plan) -> Export:
         raise SpecError("training.precision", "fp4", "cannot export to torchtitan: its converters train in float8 "
                         "or MX formats, not Transformer Engine's NVFP4 (use the megatron format)")
     knobs = resolve(s, training)
+    fsdp = needs_fsdp(plan)
+    if fsdp and s.dp == 1:
+        raise SpecError("training.precision", training.precision,
+                        f"cannot export to torchtitan: with tp {s.tp} and pp {s.pp} it applies mixed precision only "
+                        "through FSDP, and dp = 1 leaves nothing to shard over, so it would train in fp32 (use "
+                        "--format megatron, or a plan with data parallelism)")
     config = job_config(plan)
-    replicate, shard = data_parallel_degrees(knobs, s.dp)
+    replicate, shard = data_parallel_degrees(knobs, s.dp, fsdp)
     header = [summary(plan),
               "torchtitan 0.2 job config: torchrun ... torchtitan/train.py --job.config_file torchtitan_job.toml",
               "Start it with the torchrun export's launch.sh so that nodes take ranks in the plan's order."]
@@ -195,7 +215,12 @@ def export(plan: Plan) -> Export:
         f"training.steps is torchtitan's default ({STEPS}); set it, the dataset and the tokenizer "
         "(model.hf_assets_path) for your run.",
     ]
-    if knobs.zero_stage == 0:
+    warnings = []
+    if fsdp:
+        note, warning = _fsdp_instead_of_ddp(plan)
+        notes.append(note)
+        warnings += [warning] if warning else []
+    elif knobs.zero_stage == 0:
         notes.append(f"ZeRO 0: plain data parallelism (DDP) over {s.dp} replicas.")
     elif knobs.zero_stage == 3:
         notes.append(f"ZeRO-3: FSDP over {s.dp} ranks, parameters resharded after forward.")
@@ -235,4 +260,29 @@ def export(plan: Plan) -> Export:
     if training.schedule == "gpipe" and knobs.virtual_stages > 1:
         notes.append("torchtitan's interleaved schedule is 1F1B-based; the plan's GPipe order is not available with "
                      "virtual stages.")
-    return Export(files={FILE: to_toml(config, header)}, notes=notes)
+    header += [f"WARNING: {warning}" for warning in warnings]
+    return Export(files={FILE: to_toml(config, header)}, notes=notes, warnings=warnings)
+
+
+def _fsdp_instead_of_ddp(plan: Plan) -> tuple[str, str | None]:
+    """The note saying why a ZeRO-0 plan is written as FSDP and what that is predicted to do, and a
+    warning when the FSDP job is predicted not to fit."""
+    from dataclasses import replace
+
+    from amp_tui.core.base.units import format_bytes, format_seconds
+    from amp_tui.core.search.evaluate import evaluate
+
+    s = plan.strategy
+    planned = evaluate(plan.scenario, s)
+    # FSDP with parameters kept gathered after forward holds them whole and shards gradients and
+    # optimizer state: the cost model's ZeRO-2.
+    written = evaluate(plan.scenario, replace(s, zero_stage=2))
+    note = (f"ZeRO 0 with tp {s.tp} and pp {s.pp}: torchtitan applies bf16 mixed precision only through FSDP and "
+            "would train this plan in fp32 under DDP (its distributed/utils.py, maybe_enable_amp), so the file "
+            f"shards over the {s.dp} data-parallel ranks with FSDP, parameters kept gathered after forward "
+            f"(fsdp_reshard_after_forward never, the cost model's ZeRO-2): predicted "
+            f"{format_seconds(written.iteration_time_s)} per iteration and "
+            f"{format_bytes(written.tightest_stage.memory.total_bytes)} on the fullest stage, against the plan's "
+            f"{format_seconds(planned.iteration_time_s)} and {format_bytes(planned.tightest_stage.memory.total_bytes)}.")
+    warning = None if written.fits_memory else f"does not fit: as torchtitan runs it (FSDP), {written.reason}"
+    return note, warning
