@@ -7,6 +7,7 @@ import json
 import re
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -73,7 +74,7 @@ def test_plan_json_shape_and_figures(capsys):
     scenario = load_scenario("paper-het-cluster")
     assert set(data) == {"scenario", "search_time_s", "candidates", "statistics", "strategies", "infeasible",
                          "baseline", "speedup_vs_baseline", "objective", "budget_usd_per_hour", "idle_search", "uneven_search",
-                         "uncertainty", "time_limit_s"}
+                         "uncertainty", "time_limit_s", "overrun_s"}
     assert 0.5 <= data["time_limit_s"] <= 1.5      # (less where the command took long to start)
     assert data["scenario"] == "paper-het-cluster"
     # candidates of every part of the cluster searched (the whole cluster's alone with --use-all-gpus)
@@ -271,6 +272,31 @@ def test_plan_past_its_time_limit_says_what_was_cut_short_and_how_to_search_long
     assert "--time-limit S searches longer" in out
 
 
+def test_plan_by_default_finds_a_first_strategy_past_a_limit_start_up_used_up(capsys, monkeypatch):
+    """A loaded machine spent plan's default 1.5 s before the first strategy and plan answered
+    with none: the default gives way until one is found, and plan says by how much."""
+    import amp_tui.cli
+    import amp_tui.core.search.deadline as deadline
+
+    monkeypatch.setattr(amp_tui.cli, "STARTED_S", time.perf_counter())     # (the command starts now)
+    monkeypatch.setattr(deadline, "DEFAULT_WALL_S", 0.0)     # start-up took all of it ...
+    monkeypatch.setattr(deadline, "MIN_DEFAULT_S", 0.01)     # ... as on a machine far slower than this one
+    code, out, _ = run(capsys, "plan", "bench-1024-gpus-1000-layers", "--top", "1")
+    assert code == 0
+    assert re.search(r"^note: no strategy was found within the default time limit .*; the search went on "
+                     r"\d\S* s past it until it found one$", out, re.M)
+    assert re.search(r"^ +1 +2x4x128 ", out, re.M)
+    assert "no strategy" not in out.split("note: no strategy was found")[0]
+
+
+def test_an_explicit_time_limit_holds_even_with_nothing_found(capsys):
+    started = time.perf_counter()
+    code, out, _ = run(capsys, "plan", "bench-1024-gpus-1000-layers", "--top", "1", "--time-limit", "0.01")
+    assert code == 0 and time.perf_counter() - started < 5.0     # (reading the scenario included: 0.3 s)
+    assert "no strategy found within the time limit" in out and "fits" not in out.split("\n\n")[1]
+    assert "no strategy was found within the default" not in out
+
+
 def test_the_scenario_file_helper_makes_a_valid_scenario(capsys, tmp_path):
     """The bad-input scenarios differ from a good one only in the field under test."""
     code, out, _ = run(capsys, "plan", write_scenario(tmp_path), "--top", "1")
@@ -295,6 +321,17 @@ def test_bench_json(capsys):
     # `plan` as users run it, beside the search alone; of it, the idle search (its search_time_s)
     assert 0 < row["idle_median_s"] < row["plan_median_s"] and row["plan_exact"] is True
     assert row["plan_top"].startswith("1x4x4") and row["idle_ratio_target"] == 1.5
+    assert row["plan_overrun_s"] == 0.0       # (it finds its first strategy well within the limit)
+
+
+def test_bench_says_when_plan_went_past_its_limit_for_a_first_strategy():
+    from amp_tui.core.search.bench import render_markdown
+
+    row = {"scenario": "x", "median_s": 1.0, "target_s": 2.0, "plan_median_s": 2.4, "plan_target_s": 1.6,
+           "idle_median_s": 2.3, "idle_target_s": None, "idle_ratio_target": None, "plan_exact": False,
+           "plan_gap": 0.216, "plan_overrun_s": 0.8, "meets_target": False, "machine_factor": 2.0,
+           "plan_top": "2x4x128 mbs 1, 12.16 s"}
+    assert "| gap 21.6%, +0.8s to a first **missed** |" in render_markdown([row])
 
 
 def test_bench_rows_in_the_documented_order():

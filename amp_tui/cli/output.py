@@ -202,6 +202,9 @@ def render_search(result, top: int, objective=None, idle_search=None) -> str:
 
         if idle_search is not None and idle_search.out_of_time and not state_shortfall(scenario):
             out.append("no strategy found within the time limit")
+        elif idle_search is not None and not idle_search.exact and not state_shortfall(scenario):
+            # (a part not searched may hold one: nothing known to fit nowhere)
+            out.append("no strategy found on the parts of the cluster searched (see the note above)")
         else:
             out.append(f"no strategy: {nothing_found(result, objective)}")
     else:

@@ -25,7 +25,8 @@ def add_parser(sub) -> None:
                     help="only strategies whose nodes cost at most this many dollars per hour")
     pl.add_argument("--time-limit", type=float, default=None, metavar="S",
                     help="seconds the search may take (default 1.5, less if reading the scenario took long: "
-                         "plan answers within 2 s); past it, the best found and a proven gap")
+                         "plan answers within 2 s, later only if it has found nothing by then); past it, the "
+                         "best found and a proven gap")
     pl.add_argument("--use-all-gpus", action="store_true",
                     help="never leave nodes idle (as search.use_all_gpus: true)")
     pl.add_argument("--sensitivity", action="store_true",
@@ -51,12 +52,16 @@ def run(args) -> int:
     if args.use_all_gpus:
         scenario = replace(scenario, search=replace(scenario.search, use_all_gpus=True))
     top = max(args.top or scenario.search.top, args.rank if args.save else 1)
-    if args.time_limit is None:     # the default answers within about 2 s of the command's start
+    first_strategy_s = None     # an explicit limit holds, found or not
+    if args.time_limit is None:     # the default answers within about 2 s of the command's start ...
         from amp_tui.cli import STARTED_S
-        from amp_tui.core.search.deadline import DEFAULT_WALL_S, MIN_DEFAULT_S
+        from amp_tui.core.search.deadline import DEFAULT_FIRST_STRATEGY_S, DEFAULT_WALL_S, MIN_DEFAULT_S
 
-        time_limit_s = max(MIN_DEFAULT_S, min(time_limit_s, DEFAULT_WALL_S - (time.perf_counter() - STARTED_S)))
-    plans = find_plans(scenario, objective, top=top, time_limit_s=time_limit_s)
+        elapsed_s = time.perf_counter() - STARTED_S
+        time_limit_s = max(MIN_DEFAULT_S, min(time_limit_s, DEFAULT_WALL_S - elapsed_s))
+        first_strategy_s = max(time_limit_s, DEFAULT_FIRST_STRATEGY_S - elapsed_s)    # ... unless it finds nothing
+    plans = find_plans(scenario, objective, top=top, time_limit_s=time_limit_s,
+                       first_strategy_limit_s=first_strategy_s)
     result, idle_search, uneven = plans.result, plans.idle_search, plans.uneven
     saved = None
     if args.save and result.strategies:
@@ -87,13 +92,17 @@ def run(args) -> int:
         print(json_text({**result.to_dict(top=shown), "uncertainty": confidence(scenario).band, "objective": objective.kind,
                      "budget_usd_per_hour": objective.budget_usd_per_hour,
                      "idle_search": idle_search.to_dict(), "uneven_search": uneven.to_dict(),
-                     "time_limit_s": time_limit_s,
+                     "time_limit_s": time_limit_s, "overrun_s": plans.overrun_s,
                      **({} if result.strategies else {"no_strategy": nothing_found(result, objective)}),
                      **({"sensitivity": what_ifs.to_dict()} if what_ifs is not None else {})}))
     else:
         print(render_search(result, shown, objective, idle_search))
         if uneven.found or uneven.timed_out:     # (said only when the post-pass changed or cut the ranking)
             print(f"note: {uneven.note}")
+    if plans.overrun_s > 0:
+        print(f"note: no strategy was found within the default time limit ({time_limit_s:.2g} s of search, what "
+              f"start-up left of {DEFAULT_WALL_S:g} s); the search went on {plans.overrun_s:.2g} s past it "
+              f"{'until it found one' if result.strategies else 'and found none'}", file=sys.stderr if args.json else sys.stdout)
     if plans.out_of_time and (idle_search.gap is None or idle_search.gap > 0.01):
         print(f"note: the search stopped at its time limit of {time_limit_s:.2g} s; --time-limit S searches "
               f"longer (e.g. --time-limit {max(10 * round(time_limit_s), 15)})",
@@ -107,10 +116,10 @@ def run(args) -> int:
         print(f"saved strategy {args.rank} to {saved}", file=sys.stderr if args.json else sys.stdout)
     if not result.strategies and args.save:
         print("amp-tui: nothing saved: no strategy was found", file=sys.stderr)
-    if not result.strategies and not plans.out_of_time:
+    if not result.strategies and not plans.out_of_time and idle_search.exact:
         # Searched to the end, and nothing can train: not a user error (2), but not a plan either. The
-        # reason is in the output above (and in the JSON's "no_strategy"). Cut short by the time limit,
-        # nothing is known yet: the note says to search longer.
+        # reason is in the output above (and in the JSON's "no_strategy"). Cut short by the time limit
+        # (or parts of the cluster left unsearched), nothing is known yet: the note says so.
         return 1
     return 0
 

@@ -84,9 +84,9 @@ def test_a_soft_deadline_waits_for_the_first_strategy():
 def test_plan_holds_its_time_limit_where_it_cannot_finish(name):
     scenario = load_scenario(name)
     limit = 0.8
-    plans, elapsed = _timed(lambda: find_plans(scenario, time_limit_s=limit))
+    plans, elapsed = _timed(lambda: find_plans(scenario, time_limit_s=limit, first_strategy_limit_s=None))
     assert elapsed <= limit + TIME_LIMIT_SLACK_S
-    assert plans.out_of_time and not plans.idle_search.exact
+    assert plans.out_of_time and not plans.idle_search.exact and plans.overrun_s == 0
     assert plans.idle_search.note and "time" in plans.idle_search.note
     if plans.result.strategies:
         assert plans.idle_search.gap is not None and plans.idle_search.gap > 0
@@ -143,3 +143,36 @@ def test_rankings_within_a_limit_are_those_without_one(name):
     got = [(p.strategy, p.iteration_time_s) for p in limited.result.strategies]
     want = [(p.strategy, p.iteration_time_s) for p in unlimited.result.strategies]
     assert len(got) == len(want) and all(a == b and close(x, y) for (a, x), (b, y) in zip(got, want))
+
+
+def test_a_default_limit_gives_way_until_a_first_strategy_is_found():
+    """find_plans's default: a limit too short to find anything (start-up ate it on a loaded
+    machine) extends to the first strategy, then holds: the answer comes with its proven gap and
+    says how far past the limit it went."""
+    scenario = load_scenario(SLOW)
+    exact_best = 12.136         # the optimum (found without a limit; bench-1024-gpus-1000-layers)
+    limit = 0.01
+    plans, elapsed = _timed(lambda: find_plans(scenario, time_limit_s=limit))
+    assert plans.result.strategies and plans.overrun_s > 0
+    assert plans.overrun_s <= elapsed - limit + 1e-9
+    best = plans.result.strategies[0].iteration_time_s
+    assert plans.idle_search.gap is not None and best / (1 + plans.idle_search.gap) <= exact_best * (1 + 1e-4)
+    assert plans.uneven.timed_out        # the post-pass had no time left: it tried nothing
+
+
+def test_a_default_limit_gives_way_only_up_to_its_ceiling():
+    scenario = load_scenario(SLOW)
+    ceiling = 0.2
+    plans, elapsed = _timed(lambda: find_plans(scenario, time_limit_s=0.01, first_strategy_limit_s=ceiling))
+    assert elapsed <= ceiling + TIME_LIMIT_SLACK_S
+    assert plans.out_of_time and not plans.idle_search.exact and not plans.result.strategies
+
+
+def test_past_the_limit_the_search_stops_at_its_first_strategy():
+    """Given way to, the limit holds again as soon as a strategy is in hand: plan searches no part
+    and settles no candidate beyond the whole cluster's first strategy."""
+    scenario = load_scenario(SLOW)
+    now = time.perf_counter()
+    first = search(scenario, deadline=now, hard_deadline=now + 60.0).stats.evaluated
+    plans = find_plans(scenario, time_limit_s=0.01, first_strategy_limit_s=60.0)
+    assert plans.idle_search.searched == 1 and plans.result.stats.evaluated == first

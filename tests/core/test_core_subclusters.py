@@ -329,6 +329,18 @@ def test_a_part_bound_counts_an_all_reduce_nothing_hides():
     assert 0.9 * best.iteration_time_s <= bound <= best.iteration_time_s
 
 
+def test_a_part_bound_counts_the_state_each_replica_holds():
+    """512 H100 of the 1,000-layer benchmark: with tp 1 and dp 512 the compute bound is 9.9 s, but
+    no stage of 63 B parameters' state fits there; every replica holds a copy of the weights and
+    gradients, so dp is at most 128 and the bound rises to within 10% of the part's best (14.3 s)."""
+    scn = load_scenario("bench-1024-gpus-1000-layers")
+    counts = (64, 0, 0)
+    part, _ = part_scenario(scn, counts)
+    best = search(part, top=1).strategies[0].iteration_time_s
+    (bound,) = part_bounds(scn, np.array([counts]))
+    assert 0.9 * best <= bound <= best
+
+
 def test_evaluate_refuses_impossible_idle_nodes():
     scn = load_scenario("bench-128-gpus")
     with pytest.raises(SpecError, match=r"strategy.idle.*node group 1 has 8 nodes"):

@@ -5,10 +5,11 @@ degrees (uneven.py), all ranked by one objective.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from amp_tui.core.search.deadline import DEFAULT_TIME_LIMIT_S, Clock
+from amp_tui.core.search.deadline import DEFAULT_FIRST_STRATEGY_S, DEFAULT_TIME_LIMIT_S, Clock
 from amp_tui.core.search.objective import Objective
 from amp_tui.core.search.search import SearchResult
 from amp_tui.core.search.subclusters import IdleSearch, search_parts
@@ -24,6 +25,7 @@ class Plans:
     idle_search: IdleSearch     # which parts of the cluster were searched, and how exactly
     uneven: UnevenSearch        # what the post-pass tried and added
     time_limit_s: float | None = None   # what it was given (None: none)
+    overrun_s: float = 0.0      # how long past time_limit_s it ran to find a first strategy (0: it did not)
 
     @property
     def out_of_time(self) -> bool:
@@ -34,18 +36,24 @@ class Plans:
 def find_plans(scenario: Scenario, objective: Objective | None = None, *, top: int | None = None,
                should_cancel: Callable[[], bool] | None = None,
                progress: Callable[[float], None] | None = None,
-               time_limit_s: float | None = DEFAULT_TIME_LIMIT_S) -> Plans:
+               time_limit_s: float | None = DEFAULT_TIME_LIMIT_S,
+               first_strategy_limit_s: float | None = DEFAULT_FIRST_STRATEGY_S) -> Plans:
     """The best `top` strategies for `scenario` by `objective`, as `amp-tui plan` ranks them.
 
     `time_limit_s` bounds all of it (None: no limit but each step's own; see search_parts and
     improve): the exact search gets all but POST_PASS_SHARE of it, and stops with the best found
     and a proven gap if it runs out; the post-pass gets what is left, at least POST_PASS_SHARE.
-    `should_cancel` is polled inside every loop beneath (Cancelled is raised); `progress` gets the
-    exact search's rising fraction."""
-    clock = Clock(time_limit_s, should_cancel)
+    While nothing has been found, the limit is `first_strategy_limit_s` instead (when later; None:
+    time_limit_s holds whatever was found): an answer a little late beats none, and
+    Plans.overrun_s says how late. `should_cancel` is polled inside every loop beneath (Cancelled
+    is raised); `progress` gets the exact search's rising fraction."""
+    started = time.perf_counter()
+    hard = None if time_limit_s is None or first_strategy_limit_s is None else started + first_strategy_limit_s
+    clock = Clock(time_limit_s, should_cancel, hard_deadline=hard)
     exact = clock.within(1.0 - POST_PASS_SHARE) if time_limit_s is not None else None
     result, idle_search = search_parts(scenario, objective, top=top, should_cancel=should_cancel, progress=progress,
-                                       deadline=exact.deadline if exact else None)
+                                       deadline=exact.deadline if exact else None, hard_deadline=hard)
     result, uneven = improve(scenario, result, objective, should_cancel=should_cancel,
                              deadline=clock.deadline if time_limit_s is not None else None)
-    return Plans(result, idle_search, uneven, time_limit_s)
+    overrun_s = max(time.perf_counter() - clock.deadline, 0.0) if idle_search.overran_s > 0 else 0.0
+    return Plans(result, idle_search, uneven, time_limit_s, overrun_s)

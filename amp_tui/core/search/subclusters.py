@@ -63,10 +63,11 @@ class IdleSearch:
     gap: float | None = None    # not exact: the best found is at most this fraction above the optimum
     note: str | None = None
     out_of_time: bool = False   # the time limit cut it short (gap and note say how far)
+    overran_s: float = 0.0      # how long past its deadline it searched for a first strategy (a hard deadline)
 
     def to_dict(self) -> dict:
         return {"parts": self.parts, "searched": self.searched, "exact": self.exact, "gap": self.gap,
-                "note": self.note, "out_of_time": self.out_of_time}
+                "note": self.note, "out_of_time": self.out_of_time, "overran_s": self.overran_s}
 
 
 # -- bounds -----------------------------------------------------------------------------------------
@@ -114,7 +115,7 @@ def _prices(scenario: Scenario, rows: np.ndarray) -> np.ndarray:
 def search_parts(scenario: Scenario, objective: Objective | None = None, *, top: int | None = None,
                  should_cancel: Callable[[], bool] | None = None,
                  progress: Callable[[float], None] | None = None,
-                 deadline: float | None = None) -> tuple[SearchResult, IdleSearch]:
+                 deadline: float | None = None, hard_deadline: float | None = None) -> tuple[SearchResult, IdleSearch]:
     """The best `top` strategies by `objective` over every part of the cluster (only the whole
     cluster with search.use_all_gpus). Infeasible candidates and the baseline are the whole
     cluster's.
@@ -122,13 +123,15 @@ def search_parts(scenario: Scenario, objective: Objective | None = None, *, top:
     `deadline` (a time.perf_counter() time) bounds all of it, the whole cluster's search too:
     past it, the best found is returned with the proven gap (IdleSearch.gap) over what was left
     unsearched. Without one, the whole cluster and the seeds are searched in full and the other
-    parts for TIME_LIMIT_S."""
+    parts for TIME_LIMIT_S. With a later `hard_deadline`, the deadline holds only once a strategy
+    has been found: until then the search goes on to the hard one (IdleSearch.overran_s says how
+    long past the deadline it went)."""
     started = time.perf_counter()
     objective = objective or Objective()
     objective.check(scenario)
     top = top or scenario.search.top
     report = progress or (lambda fraction: None)
-    clock = Clock(should_cancel=should_cancel, deadline=deadline)
+    clock = Clock(should_cancel=should_cancel, deadline=deadline, hard_deadline=hard_deadline)
     # the parts beyond the seeds stop here (TIME_LIMIT_S after the start without a deadline)
     parts_deadline = clock.deadline if deadline is not None else started + TIME_LIMIT_S
     user_cancel = clock.user_cancel
@@ -145,7 +148,8 @@ def search_parts(scenario: Scenario, objective: Objective | None = None, *, top:
     try:
         quick = part_bounds(scenario, rows, cost, quick=True, should_cancel=clock.poll)
     except OutOfTime:
-        return _nothing_in_time(scenario, started, len(rows))
+        return _nothing_in_time(scenario, started, len(rows), 0.0 if clock.hard == clock.deadline
+                                else time.perf_counter() - clock.deadline)
     prices = _prices(scenario, rows)
     keep = np.isfinite(quick) & objective.within_budget(prices)
     rows, quick, prices = rows[keep], quick[keep], prices[keep]
@@ -174,18 +178,20 @@ def search_parts(scenario: Scenario, objective: Objective | None = None, *, top:
     open_floor = math.inf       # objective weight x a lower bound on what a search cut short left
     attempted = np.zeros(len(rows), dtype=bool)     # parts whose search was started
     cut_short: list[str] = []   # what a limit cut short, for the note
+    first_found_s: float | None = None      # when the first strategy was in hand
 
     def cutoff() -> float:
         return ranked[top - 1][0] if len(ranked) >= top else math.inf
 
-    def search_part(i: int, until: float | None, hard: float | None = None) -> None:
-        """Search part i until the deadline `until` (or `hard`, if it has found nothing by then;
-        the part's bound stays open where it stops)."""
+    def search_part(i: int, until: float | None) -> None:
+        """Search part i until the deadline `until` (or the hard deadline while nothing has been
+        found anywhere; the part's bound stays open where it stops)."""
         nonlocal whole_result, searched, candidates, pruned, evaluated, solves, all_orders, orders_floor
-        nonlocal open_floor
+        nonlocal open_floor, first_found_s
         counts = tuple(rows[i].tolist())
         part, kept = part_scenario(scenario, counts)
         attempted[i] = True
+        hard = None if ranked or until is None else clock.hard
         try:
             result = search(part, top=top, should_cancel=user_cancel, cutoff=cutoff() / weights[i],
                             details=counts == whole, deadline=until, hard_deadline=hard,
@@ -211,6 +217,8 @@ def search_parts(scenario: Scenario, objective: Objective | None = None, *, top:
             ranked.append((weights[i] * prediction.iteration_time_s, to_whole(scenario, counts, kept, prediction)))
         ranked.sort(key=lambda item: (item[0], objective.key(item[1])))
         del ranked[top:]
+        if ranked and not clock.found:
+            clock.found, first_found_s = True, time.perf_counter()
 
     def tighten(indices: np.ndarray, poll: Callable[[], bool]) -> np.ndarray:
         """The full bound of the parts the quick one (or the full one, given the N-th best found so
@@ -239,8 +247,7 @@ def search_parts(scenario: Scenario, objective: Objective | None = None, *, top:
         # with a deadline, the full bounds of the other parts get the time the whole cluster's search
         # leaves (without them the gap stated is the quick bounds', often far below the best), unless
         # it has found nothing by then
-        search_part(seeds.pop(0), None if deadline is None else started + WHOLE_TIME_SHARE * (deadline - started),
-                    deadline)
+        search_part(seeds.pop(0), None if deadline is None else started + WHOLE_TIME_SHARE * (deadline - started))
     order: list[int] = []
     try:
         # (without a deadline the full bounds always complete: bounded work, and what makes it exact)
@@ -261,10 +268,10 @@ def search_parts(scenario: Scenario, objective: Objective | None = None, *, top:
         report(WHOLE_SHARE + (1.0 - WHOLE_SHARE) * min(done, 1.0))
         if user_cancel():
             raise Cancelled
-        if seed and clock.expired():
+        if seed and clock.over():
             break
         if not seed and ((searched >= MAX_SEARCHES and len(rows) > SMALL_PARTS)
-                         or time.perf_counter() > parts_deadline):
+                         or (clock.over() if deadline is not None else time.perf_counter() > parts_deadline)):
             break
         search_part(i, deadline if seed else parts_deadline)
     # Every part not searched has its bound (quick, or full where computed); those below the N-th
@@ -305,14 +312,19 @@ def search_parts(scenario: Scenario, objective: Objective | None = None, *, top:
                         search_time_s=time.perf_counter() - started, orders_floor=float(orders_floor),
                         open_floor=float(open_floor))
     result = SearchResult(scenario, strategies, base.infeasible if base else (), base.baseline if base else None, stats)
+    # past the deadline with nothing found by it: how far the hard deadline let it go on
+    late = deadline is not None and clock.hard > deadline and (first_found_s or time.perf_counter()) > deadline
+    overran_s = (first_found_s or time.perf_counter()) - deadline if late else 0.0
     return result, IdleSearch(parts=len(rows), searched=searched, exact=exact, gap=gap, note=note,
-                              out_of_time=open_floor < math.inf and clock.expired())
+                              out_of_time=open_floor < math.inf and clock.expired(), overran_s=overran_s)
 
 
-def _nothing_in_time(scenario: Scenario, started: float, parts: int) -> tuple[SearchResult, IdleSearch]:
-    """The deadline passed before any search began: no strategy, and a note that says so."""
+def _nothing_in_time(scenario: Scenario, started: float, parts: int,
+                     overran_s: float) -> tuple[SearchResult, IdleSearch]:
+    """The deadline (or the hard one, `overran_s` after it) passed before any search began: no
+    strategy, and a note that says so."""
     stats = SearchStats(candidates=0, pruned=0, evaluated=0, infeasible=0, solves=0, node_orders=0,
                         all_node_orders=True, search_time_s=time.perf_counter() - started, open_floor=0.0)
     return (SearchResult(scenario, (), (), None, stats),
             IdleSearch(parts=parts, searched=0, exact=False, note="the time limit passed before any part of "
-                       "the cluster was searched", out_of_time=True))
+                       "the cluster was searched", out_of_time=True, overran_s=overran_s))

@@ -233,8 +233,12 @@ def _shares_beyond(scenario: Scenario, best: Prediction, poll: Callable[[], bool
         return []
     cost = CostModel(part, knobs)
     orders = tuple(dict.fromkeys([tuple(range(len(part.cluster.nodes))), local.placement]))
-    keys = [key for key in enumerate_candidates(part, NodeOrders(orders, False), knobs) if key[2] > 1]
-    keys = [key for key in keys if replicas_differ(cost.layout(key[0], key[1], key[2], key[4]))]
+    keys = []
+    for key in enumerate_candidates(part, NodeOrders(orders, False), knobs):
+        if poll():          # (a layout each: 40 ms in all on 1,000 layers)
+            raise Cancelled
+        if key[2] > 1 and replicas_differ(cost.layout(key[0], key[1], key[2], key[4])):
+            keys.append(key)
     keys.sort(key=lambda key: (key[1], -key[3], key))
     out = []
     for tp, pp, dp, mbs, order in keys[:SHARE_CANDIDATES]:

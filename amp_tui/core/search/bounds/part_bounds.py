@@ -75,13 +75,15 @@ def part_bounds(scenario: Scenario, rows: np.ndarray, cost: CostModel | None = N
     gbs, layers = training.global_batch_size, scenario.model.num_layers
     gpn = np.array([g.gpus_per_node for g in groups], dtype=np.int64)
     gpus = rows * gpn                                   # (parts, groups)
+    gpu_counts = gpus.astype(np.float64)   # for products with floats: BLAS's, 6x numpy's integer loop
     totals, total_index = np.unique(gpus.sum(axis=1), return_inverse=True)
     subsets, subset_index = np.unique((rows > 0) @ (1 << np.arange(len(groups))), return_inverse=True)
     in_subset = (subsets[:, None] >> np.arange(len(groups))) & 1 == 1          # (subsets, groups)
     per_node = [math.gcd(*gpn[row].tolist()) for row in in_subset]
     # Memory: the part's GPUs must hold every parameter's state once (ZeRO-3 across all of them).
     room = np.array([g.gpu.usable_memory_bytes - training.runtime_reserve_bytes for g in groups])
-    fits = gpus @ np.maximum(room, 0.0) >= scenario.model.total_params * training.state_bytes_per_param
+    fits = gpu_counts @ np.maximum(room, 0.0) >= scenario.model.total_params * training.state_bytes_per_param
+    part_room = gpu_counts @ room   # (may be negative)
 
     # The fastest link a tensor-parallel ring on a group's GPUs can have: inside one of its nodes
     # (any link at all when tensor parallelism may cross nodes).
@@ -97,6 +99,12 @@ def part_bounds(scenario: Scenario, rows: np.ndarray, cost: CostModel | None = N
     # (_send_floors: over the network when every boundary crosses nodes).
     plain = (cost.knobs.cp == 1 and cost.knobs.virtual_stages == 1
              and knob_choices(training, scenario.model) == [cost.knobs])     # (no `auto` technique)
+    # Each stage's state and reserve fit its least GPU memory, so the stages' capacities, at most
+    # the part's memory / (tp x dp), hold a replica's state: part's room >= dp x P x (state bytes
+    # per parameter at dp), P the parameters less the experts other ranks hold (their state, sharded
+    # over fewer ranks, is larger; ZeRO-3 under pipelines larger too). Rules out large dp.
+    columns = scenario.model.columns
+    replica_params = float((columns["params"] - columns["expert_params"] * (1.0 - 1.0 / cost.knobs.ep)).sum())
     whole = Nodes(scenario.cluster, tuple(range(len(groups))), cost.params)
     output = scenario.model.columns["output_bytes"]
     least_cut = 2.0 * float(output[:-1].min() if len(output) > 1 else 0.0)     # bytes per sample, at tp 1
@@ -147,7 +155,7 @@ def part_bounds(scenario: Scenario, rows: np.ndarray, cost: CostModel | None = N
             # the quick bound of this tp and micro-batch size: every dp's bound below is at least
             # it (their stages' speed is at most R / (tp x dp)), so only rows where it lies below
             # the bound so far and the limit need them (where it reaches the limit, it stands)
-            coarse = np.where(allowed_tp, np.maximum(gbs / mbs * tp * a / (gpus @ (1.0 / V)), f), np.inf)
+            coarse = np.where(allowed_tp, np.maximum(gbs / mbs * tp * a / (gpu_counts @ (1.0 / V)), f), np.inf)
             reaches = quick | (coarse >= limit)
             best = np.where(reaches, np.minimum(best, coarse), best)
             if quick:
@@ -163,7 +171,9 @@ def part_bounds(scenario: Scenario, rows: np.ndarray, cost: CostModel | None = N
                 if cancel():
                     raise Cancelled
                 ok_total = (totals % (tp * dp) == 0) & (totals // (tp * dp) <= layers)
-                rows_ok = np.flatnonzero(ok_total[total_index] & open_rows)
+                fits_dp = (part_room >= dp * replica_params * state_bytes_per_param(training, dp, cost.knobs.zero_stage).total
+                           if plain else True)
+                rows_ok = np.flatnonzero(ok_total[total_index] & open_rows & fits_dp)
                 if not len(rows_ok):
                     continue
                 # stages whose GPUs are all among the k fastest types, at most; the j-th fastest
