@@ -73,7 +73,8 @@ def test_plan_json_shape_and_figures(capsys):
     scenario = load_scenario("paper-het-cluster")
     assert set(data) == {"scenario", "search_time_s", "candidates", "statistics", "strategies", "infeasible",
                          "baseline", "speedup_vs_baseline", "objective", "budget_usd_per_hour", "idle_search", "uneven_search",
-                         "uncertainty"}
+                         "uncertainty", "time_limit_s"}
+    assert 0.5 <= data["time_limit_s"] <= 1.5      # (less where the command took long to start)
     assert data["scenario"] == "paper-het-cluster"
     # candidates of every part of the cluster searched (the whole cluster's alone with --use-all-gpus)
     assert data["candidates"] == data["statistics"]["candidates"] == search_parts(scenario, top=3)[0].stats.candidates
@@ -242,6 +243,9 @@ BAD_INPUT = {  # case: (arguments, {tmp} standing for tmp_path; what the error l
     "missing file": (["plan", "{tmp}/nope.yaml"], ["nope.yaml", "no such file"]),
     "unknown preset": (["plan", "no-such-preset"], ["'no-such-preset'"]),
     "top 0": (["plan", "paper-homogeneous", "--top", "0"], ["--top: 0:"]),
+    "time limit 0": (["plan", "paper-homogeneous", "--time-limit", "0"], ["--time-limit: 0.0:", "more than 0"]),
+    "time limit nan": (["plan", "paper-homogeneous", "--time-limit", "nan"], ["--time-limit: nan:"]),
+    "time limit huge": (["plan", "paper-homogeneous", "--time-limit", "1e9"], ["--time-limit: 1000000000.0:", "3,600"]),
     "bench runs 0": (["bench", "--runs", "0"], ["--runs: 0:"]),
     "bench unknown": (["bench", "--only", "nosuch"], ["--only: 'nosuch':"]),
     "degrees": (["evaluate", "paper-homogeneous", "{tmp}/degrees.yaml"], ["strategies[0].tp*pp*dp", "1*4*2=8", "(16)"]),
@@ -257,6 +261,14 @@ def test_bad_input_is_one_line_naming_field_and_value(capsys, tmp_path, case):
     line = user_error(capsys, *(arg.format(tmp=tmp_path) for arg in argv))
     for needle in needles:
         assert needle in line
+
+
+def test_plan_past_its_time_limit_says_what_was_cut_short_and_how_to_search_longer(capsys):
+    code, out, _ = run(capsys, "plan", "bench-1024-gpus-1000-layers", "--top", "1", "--time-limit", "0.3")
+    assert code == 0
+    assert re.search(r"^note: .*stopped at the time limit.*(at most \d+\.\d% above the optimum|nothing found)",
+                     out, re.M)
+    assert "--time-limit S searches longer" in out
 
 
 def test_the_scenario_file_helper_makes_a_valid_scenario(capsys, tmp_path):
@@ -280,6 +292,20 @@ def test_bench_json(capsys):
     assert row["candidates_per_s"] == row["candidates"] / row["median_s"]
     assert row["peak_memory_bytes"] > 0 and row["worst_poll_gap_s"] > 0
     assert row["machine_factor"] > 0
+    # `plan` as users run it, beside the search alone; of it, the idle search (its search_time_s)
+    assert 0 < row["idle_median_s"] < row["plan_median_s"] and row["plan_exact"] is True
+    assert row["plan_top"].startswith("1x4x4") and row["idle_ratio_target"] == 1.5
+
+
+def test_bench_rows_in_the_documented_order():
+    """docs/benchmarks.md's table lists the rows as `amp-tui bench` prints them."""
+    from pathlib import Path
+
+    from amp_tui.core.search.bench import BENCHMARKS
+
+    docs = (Path(__file__).resolve().parent.parent / "docs" / "benchmarks.md").read_text()
+    listed = [name for name in re.findall(r"^\| ([a-z0-9.-]+) \|", docs, re.M) if name not in ("scenario", "---")]
+    assert listed == [b.name for b in BENCHMARKS]
 
 
 def test_bench_text(capsys):
@@ -288,7 +314,9 @@ def test_bench_text(capsys):
     rows = [line for line in out.splitlines() if line.startswith("paper-homogeneous")]
     assert len(rows) == 1
     assert "cancel" in out
-    assert re.search(r" yes +\d+\.\d\dx  1x4x4 ", rows[0]) and "machine: a fixed workload" in out
+    # ok (either), plan exact, ..., the machine factor, plan's best
+    assert re.search(r" (yes|NO) +yes +\d+ +\d+ .* \d+\.\d\dx  1x4x4 ", rows[0]) and "machine: a fixed workload" in out
+    assert "plan: what `amp-tui plan` runs" in out
 
 
 def test_presets(capsys):

@@ -7,6 +7,16 @@ commands print. Commands import the core when they run, so that `amp-tui --help`
 May import: amp_tui, amp_tui.core, amp_tui.serving, amp_tui.tui
 """
 
-from amp_tui.cli.main import main
+import os
+import time
+
+STARTED_S = time.perf_counter()     # about when the command started (plan's default time limit counts from it)
+
+# One BLAS thread unless the user asks for more: the arrays here are small (a matrix product of
+# a few hundred cells at most), and starting OpenBLAS's thread pool when numpy loads took 100 ms
+# of the 2-core development VM's 230 ms `import numpy`. Read when numpy loads, so set first.
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
+from amp_tui.cli.main import main  # noqa: E402 - after the environment above
 
 __all__ = ["main"]

@@ -173,7 +173,9 @@ def render_search(result, top: int, objective=None, idle_search=None) -> str:
         out.append(f"predicted times {sure.describe()}"
                    + (f"; the top {close} are within each other's band" if close > 1 else "; the top pick stands clear"))
     out.append("")
-    if not result.strategies:
+    if not result.strategies and idle_search is not None and idle_search.out_of_time:
+        out.append("no strategy found within the time limit")
+    elif not result.strategies:
         out.append("no strategy fits in memory; see the reasons below" if objective is None
                    or objective.budget_usd_per_hour is None else
                    f"no strategy fits in memory on nodes costing at most ${objective.budget_usd_per_hour:,.2f}/hour")

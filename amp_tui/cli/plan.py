@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+import time
 from pathlib import Path
 
 from amp_tui.cli.output import json_text, render_search
@@ -22,6 +23,9 @@ def add_parser(sub) -> None:
                     help="rank by iteration time (default) or by cost per token (needs prices)")
     pl.add_argument("--budget", type=float, default=None, metavar="USD_PER_HOUR",
                     help="only strategies whose nodes cost at most this many dollars per hour")
+    pl.add_argument("--time-limit", type=float, default=None, metavar="S",
+                    help="seconds the search may take (default 1.5, less if reading the scenario took long: "
+                         "plan answers within 2 s); past it, the best found and a proven gap")
     pl.add_argument("--use-all-gpus", action="store_true",
                     help="never leave nodes idle (as search.use_all_gpus: true)")
     pl.add_argument("--sensitivity", action="store_true",
@@ -39,6 +43,7 @@ def run(args) -> int:
         raise SpecError("--top", args.top, "must be at least 1")
     if args.rank < 1:
         raise SpecError("--rank", args.rank, "must be at least 1")
+    time_limit_s = _time_limit(args.time_limit)
     if args.save is not None:
         _check_save_target(args.save, args.force)
     objective = Objective(args.objective, args.budget)
@@ -46,7 +51,12 @@ def run(args) -> int:
     if args.use_all_gpus:
         scenario = replace(scenario, search=replace(scenario.search, use_all_gpus=True))
     top = max(args.top or scenario.search.top, args.rank if args.save else 1)
-    plans = find_plans(scenario, objective, top=top)
+    if args.time_limit is None:     # the default answers within about 2 s of the command's start
+        from amp_tui.cli import STARTED_S
+        from amp_tui.core.search.deadline import DEFAULT_WALL_S, MIN_DEFAULT_S
+
+        time_limit_s = max(MIN_DEFAULT_S, min(time_limit_s, DEFAULT_WALL_S - (time.perf_counter() - STARTED_S)))
+    plans = find_plans(scenario, objective, top=top, time_limit_s=time_limit_s)
     result, idle_search, uneven = plans.result, plans.idle_search, plans.uneven
     saved = None
     if args.save:
@@ -61,10 +71,15 @@ def run(args) -> int:
 
         print(json_text({**result.to_dict(top=shown), "uncertainty": confidence(scenario).band, "objective": objective.kind,
                      "budget_usd_per_hour": objective.budget_usd_per_hour,
-                     "idle_search": idle_search.to_dict(), "uneven_search": uneven.to_dict()}))
+                     "idle_search": idle_search.to_dict(), "uneven_search": uneven.to_dict(),
+                     "time_limit_s": time_limit_s}))
     else:
         print(render_search(result, shown, objective, idle_search))
         print(f"note: {uneven.note}")
+    if plans.out_of_time and (idle_search.gap is None or idle_search.gap > 0.01):
+        print(f"note: the search stopped at its time limit of {time_limit_s:.2g} s; --time-limit S searches "
+              f"longer (e.g. --time-limit {max(10 * round(time_limit_s), 15)})",
+              file=sys.stderr if args.json else sys.stdout)
     if args.sensitivity:
         from amp_tui.core.plans.sensitivity import render, sensitivity
 
@@ -73,6 +88,17 @@ def run(args) -> int:
     if saved:
         print(f"saved strategy {args.rank} to {saved}", file=sys.stderr if args.json else sys.stdout)
     return 0
+
+
+def _time_limit(seconds: float | None) -> float:
+    from amp_tui.core.base.limits import MAX_TIME_LIMIT_S
+    from amp_tui.core.search.deadline import DEFAULT_TIME_LIMIT_S
+
+    if seconds is None:
+        return DEFAULT_TIME_LIMIT_S
+    if not 0 < seconds <= MAX_TIME_LIMIT_S:      # (nan fails too)
+        raise SpecError("--time-limit", seconds, f"must be more than 0 and at most {MAX_TIME_LIMIT_S:,} seconds")
+    return seconds
 
 
 def _check_save_target(save: str, force: bool) -> None:

@@ -16,6 +16,7 @@ from amp_tui.core.costmodel.shares import ReplicaTimes, best_shares, predict_wit
 from amp_tui.core.costmodel.stagewise import StageWise
 from amp_tui.core.costmodel.terms import shares as terms
 from amp_tui.core.search.evaluate import evaluate
+from amp_tui.core.search.partition.walk import best_per_stage_partition
 from amp_tui.core.spec.scenario import load_scenario, parse_scenario
 from amp_tui.core.spec.strategy import Strategy, parse_strategy
 from amp_tui.core.spec.validity import validate_strategy
@@ -177,11 +178,15 @@ def _walk_matches_brute_force(scenario, tps, dps, mbs, order):
     best_time, _ = brute_force(model)
     partition, exact = model.best_partition()
     assert exact
+    # the search's walk over per-stage segment tables (what plan's post-pass runs) agrees
+    walked = best_per_stage_partition(model)
     if best_time is None:
-        assert partition is None
+        assert partition is None and walked.partition is None
     else:
         assert close(model.iteration_time(partition), best_time, 1e-9) and model.fits(partition)
         assert model.predict(partition).fits_memory
+        assert close(model.iteration_time(walked.partition), best_time, 1e-9) and model.fits(walked.partition)
+        assert close(walked.iteration_time_s, best_time, 1e-9)
     return strategy, best_time
 
 

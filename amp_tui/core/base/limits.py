@@ -30,6 +30,7 @@ MAX_WHOLE_NUMBER = 2**40        # counts, sizes and batch sizes: exact in a floa
 
 MAX_STRATEGIES = 1_000          # in one `evaluate` file; each may need a partition search
 MAX_BENCH_RUNS = 100
+MAX_TIME_LIMIT_S = 3_600        # `plan --time-limit`: the largest preset is exact in about a minute
 
 # Real-valued figures (bytes, FLOPs, seconds, FLOP/s...). With every input in [MIN, MAX], sums over
 # layers and micro-batches and the products the cost model forms (at most three factors) stay far

@@ -22,7 +22,6 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 
 import numpy as np
-from scipy.optimize import least_squares
 
 from amp_tui.core.base.errors import SpecError
 from amp_tui.core.base.units import format_bytes
@@ -194,6 +193,10 @@ def fit(measurements: list[Measurement], predict: Predict, names: list[str], *,
     space = _Space(informed)
     measured = np.log(np.array([[m.iteration_time_s if m.timed else 1.0, m.peak_memory_bytes or 1.0]
                                 for m in measurements]))
+
+    # imported here: scipy.optimize takes half a second to import, and `plan` reads this module
+    # (calibrated_uncertainty) without fitting anything
+    from scipy.optimize import least_squares
 
     def solve(keep: np.ndarray, u0: np.ndarray) -> np.ndarray:
         runs = [m for m, k in zip(measurements, keep) if k]

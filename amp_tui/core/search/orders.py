@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from amp_tui.core.costmodel.placement import merge_runs
 from amp_tui.core.spec.scenario import Scenario
 
-MAX_ORDERS = 120           # distinct sequences searched in full
+MAX_ORDERS = 6             # distinct sequences searched in full (more: family by family, see below)
 MAX_LISTED = 720           # distinct sequences listed for the search to enumerate family by family
 MAX_STEPS = 50_000         # arrangements tried before giving up on listing every sequence
 ORDERS_NOTE = (f"the node groups have more than {MAX_LISTED} distinct orders; only rank order and the "

@@ -8,11 +8,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from amp_tui.core.search.deadline import DEFAULT_TIME_LIMIT_S, Clock
 from amp_tui.core.search.objective import Objective
 from amp_tui.core.search.search import SearchResult
 from amp_tui.core.search.subclusters import IdleSearch, search_parts
 from amp_tui.core.search.uneven import UnevenSearch, improve
 from amp_tui.core.spec.scenario import Scenario
+
+POST_PASS_SHARE = 0.15    # of the time limit, kept for the post-pass over shares and per-stage degrees
 
 
 @dataclass(frozen=True)
@@ -20,12 +23,29 @@ class Plans:
     result: SearchResult        # the ranking, with what the post-pass found
     idle_search: IdleSearch     # which parts of the cluster were searched, and how exactly
     uneven: UnevenSearch        # what the post-pass tried and added
+    time_limit_s: float | None = None   # what it was given (None: none)
+
+    @property
+    def out_of_time(self) -> bool:
+        """Whether the time limit cut the exact search short (its gap is idle_search.gap)."""
+        return self.idle_search.out_of_time
 
 
 def find_plans(scenario: Scenario, objective: Objective | None = None, *, top: int | None = None,
                should_cancel: Callable[[], bool] | None = None,
-               progress: Callable[[float], None] | None = None) -> Plans:
-    """The best `top` strategies for `scenario` by `objective`, as `amp-tui plan` ranks them."""
-    result, idle_search = search_parts(scenario, objective, top=top, should_cancel=should_cancel, progress=progress)
-    result, uneven = improve(scenario, result, objective)
-    return Plans(result, idle_search, uneven)
+               progress: Callable[[float], None] | None = None,
+               time_limit_s: float | None = DEFAULT_TIME_LIMIT_S) -> Plans:
+    """The best `top` strategies for `scenario` by `objective`, as `amp-tui plan` ranks them.
+
+    `time_limit_s` bounds all of it (None: no limit but each step's own; see search_parts and
+    improve): the exact search gets all but POST_PASS_SHARE of it, and stops with the best found
+    and a proven gap if it runs out; the post-pass gets what is left, at least POST_PASS_SHARE.
+    `should_cancel` is polled inside every loop beneath (Cancelled is raised); `progress` gets the
+    exact search's rising fraction."""
+    clock = Clock(time_limit_s, should_cancel)
+    exact = clock.within(1.0 - POST_PASS_SHARE) if time_limit_s is not None else None
+    result, idle_search = search_parts(scenario, objective, top=top, should_cancel=should_cancel, progress=progress,
+                                       deadline=exact.deadline if exact else None)
+    result, uneven = improve(scenario, result, objective, should_cancel=should_cancel,
+                             deadline=clock.deadline if time_limit_s is not None else None)
+    return Plans(result, idle_search, uneven, time_limit_s)

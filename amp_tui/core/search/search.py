@@ -23,6 +23,7 @@ from amp_tui.core.costmodel.prediction import Prediction, over_capacity
 from amp_tui.core.costmodel.pricing import priced
 from amp_tui.core.search.bounds.floors import REFINE_BATCH, REFINE_MIN_LAYERS, memory_shortfall, time_floors
 from amp_tui.core.search.bounds.order_floors import expand_family, family_entries, order_free_floors
+from amp_tui.core.search.deadline import Clock, OutOfTime
 from amp_tui.core.search.orders import NodeOrders, node_orders
 from amp_tui.core.search.partition.dp import INF
 from amp_tui.core.search.partition.memory import even_split_memory, partitions_fit
@@ -55,23 +56,35 @@ class SearchStats:
     # Not every order searched: a lower bound on every candidate of an order left out (inf: none
     # can beat the N-th best found, so the ranking is exact all the same).
     orders_floor: float = math.inf
+    # Stopped at its deadline: a lower bound on every candidate it left unsettled (inf: none of
+    # them could enter the top N, so the ranking is exact all the same).
+    open_floor: float = math.inf
 
     @property
     def exact(self) -> bool:
-        """Whether the ranking is the best over every node order."""
-        return self.all_node_orders or self.orders_floor == math.inf
+        """Whether the ranking is the best over every node order and every candidate."""
+        return (self.all_node_orders or self.orders_floor == math.inf) and self.open_floor == math.inf
+
+    @property
+    def out_of_time(self) -> bool:
+        """Whether the deadline cut the search short of proving its top N."""
+        return self.open_floor < math.inf
 
     def orders_gap(self, best: float | None) -> float | None:
-        """Not exact: the most the best found (`best` seconds) can be above the optimum."""
+        """Not exact: the most the best found (`best` seconds) can be above the optimum, over the
+        orders left out and the candidates left unsettled."""
         if self.exact or best is None:
             return None
-        return max(best / self.orders_floor - 1.0, 0.0)
+        floor = min(self.open_floor, math.inf if self.all_node_orders else self.orders_floor)
+        return max(best / floor - 1.0, 0.0) if floor > 0 else math.inf
 
     def to_dict(self) -> dict:
         return {"candidates": self.candidates, "pruned": self.pruned, "evaluated": self.evaluated,
                 "infeasible": self.infeasible, "solves": self.solves, "node_orders": self.node_orders,
                 "all_node_orders": self.all_node_orders, "exact": self.exact,
-                "orders_floor": None if self.exact else self.orders_floor, "search_time_s": self.search_time_s}
+                "orders_floor": None if self.all_node_orders or self.orders_floor == math.inf else self.orders_floor,
+                "out_of_time": self.out_of_time, "open_floor": self.open_floor if self.out_of_time else None,
+                "search_time_s": self.search_time_s}
 
 
 @dataclass(frozen=True)
@@ -129,8 +142,9 @@ def tp_degrees(scenario: Scenario) -> list[int]:
 def enumerate_candidates(scenario: Scenario, orders: NodeOrders | None = None, knobs: Knobs | None = None
                          ) -> list[tuple[int, int, int, int, tuple[int, ...]]]:
     """Every (tp, pp, dp, micro-batch size, node-group order) to search with these training
-    techniques (default: the training section's), over `orders` (by default
-    node_orders(scenario)). One pipeline stage with one replica has a single order: rank order.
+    techniques (default: the training section's), over `orders` (by default every order
+    node_orders(scenario) lists, those the search enumerates family by family too). One pipeline
+    stage with one replica has a single order: rank order.
     Context parallelism takes its share of the GPUs (tp x cp x pp x dp); combinations a
     technique cannot change are left out (sequence parallelism without tensor parallelism,
     interleaving without a pipeline to interleave). Expert parallelism takes its ep GPUs from
@@ -144,7 +158,10 @@ def enumerate_candidates(scenario: Scenario, orders: NodeOrders | None = None, k
     out = []
     if n % cp or (cp > 1 and scenario.model.sequence_length % (2 * cp)):
         return out
-    orders = (orders or node_orders(scenario)).orders
+    if orders is None:
+        listed = node_orders(scenario)
+        orders = NodeOrders(listed.orders + listed.rest, listed.complete or bool(listed.rest))
+    orders = orders.orders
     for tp in tp_degrees(scenario):
         if (n // cp) % tp or (knobs.sequence_parallel and tp == 1) or tp * cp > _largest_node(scenario, tp):
             continue
@@ -175,16 +192,29 @@ def _largest_node(scenario: Scenario, tp: int) -> int:
 def search(scenario: Scenario, *, top: int | None = None,
            should_cancel: Callable[[], bool] | None = None,
            progress: Callable[[float], None] | None = None, cutoff: float = INF,
-           details: bool = True) -> SearchResult:
+           details: bool = True, deadline: float | None = None,
+           hard_deadline: float | None = None) -> SearchResult:
     """Rank strategies for `scenario`. `should_cancel` is polled often; when it turns true the search
     raises Cancelled. `progress` receives a rising fraction from 0 to 1: the first fifth while
     candidates are enumerated and bounded, the rest as they are settled (evaluated or pruned).
     Strategies predicted at `cutoff` seconds or more are left out (a caller that already holds
     better ones elsewhere, e.g. on another part of the cluster). Without `details`, the infeasible
-    list and the baseline are left empty (faster)."""
+    list and the baseline are left empty (faster).
+
+    `deadline` (a time.perf_counter() time) is polled with `should_cancel`: past it while candidates
+    are settled, the search returns what it found, with the lowest bound of those left unsettled
+    (SearchStats.open_floor, the proven gap); past it before, it raises OutOfTime (nothing found).
+    With a later `hard_deadline`, `deadline` stops it only once it has found a strategy."""
     started = time.perf_counter()
     top = top or scenario.search.top
-    cancel = should_cancel or (lambda: False)
+    clock = Clock(should_cancel=should_cancel, deadline=deadline if hard_deadline is None else hard_deadline)
+    soft = INF if deadline is None or hard_deadline is None else deadline
+    best: list[tuple[float, tuple, tuple[int, ...], Candidate]] = []  # max-heap by -J of the top N
+
+    def cancel() -> bool:
+        if best and time.perf_counter() > soft:
+            raise OutOfTime
+        return clock.poll()
     report = progress or (lambda fraction: None)
     rank = tuple(range(len(scenario.cluster.nodes)))
     orders = node_orders(scenario)
@@ -228,72 +258,81 @@ def search(scenario: Scenario, *, top: int | None = None,
     count = len(keys) + len(families) * len(orders.rest)     # candidates, every order's
     seeds = set(orders.orders)
 
-    best: list[tuple[float, tuple, tuple[int, ...], Candidate]] = []  # max-heap by -J of the top N
     baseline: tuple[float, tuple, Candidate] | None = None
     evaluated = solves = 0
     pruned: list[Candidate] = []
     pruned_unlisted = 0          # candidates of the orders left out ruled out by bounds
     settled = len(no_fit)        # candidates settled (to report progress)
-    while queue:
-        if cancel():
-            raise Cancelled
-        limit = min(-best[0][0] if len(best) >= top else INF, cutoff)
-        floor, key, refined, candidate = heapq.heappop(queue)
-        if not key[4]:              # a family of the orders left out
-            if not refined and floor < limit:   # its bound with the pipeline's ends placed, back in line
-                (finer,) = order_free_floors(costs[key[5]], [key[:4]], cancel, ends=True)
-                heapq.heappush(queue, (max(floor, finer), key, True, None))
+    # Past the deadline, the candidate at hand and those queued are left unsettled: the bound of the
+    # one at hand (popped first, so no higher than theirs) bounds them all.
+    floor = INF
+    open_floor = INF
+    try:
+        while queue:
+            if cancel():
+                raise Cancelled
+            limit = min(-best[0][0] if len(best) >= top else INF, cutoff)
+            floor, key, refined, candidate = heapq.heappop(queue)
+            if not key[4]:              # a family of the orders left out
+                if not refined and floor < limit:   # its bound with the pipeline's ends placed, back in line
+                    (finer,) = order_free_floors(costs[key[5]], [key[:4]], cancel, ends=True)
+                    heapq.heappush(queue, (max(floor, finer), key, True, None))
+                    continue
+                more = expand_family(costs[key[5]], key, orders.rest, floor, cancel, limit) if floor < limit else []
+                pruned_unlisted += len(orders.rest) - len(more)      # (by the bound, or short of memory)
+                settled += len(orders.rest) - len(more)
+                for item in more:
+                    heapq.heappush(queue, item)
                 continue
-            more = expand_family(costs[key[5]], key, orders.rest, floor, cancel, limit) if floor < limit else []
-            pruned_unlisted += len(orders.rest) - len(more)      # (by the bound, or short of memory)
-            settled += len(orders.rest) - len(more)
-            for item in more:
-                heapq.heappush(queue, item)
-            continue
-        if candidate is None:       # one of its candidates (rebuilt: hundreds queued would hold their arrays)
-            candidate = costs[key[5]].candidate(*key[:5])
-        # (with no limit yet it is solved whatever its bound; on shallow models a solve costs less
-        # than refining the bound)
-        if not refined and floor < limit < INF and candidate.num_layers >= REFINE_MIN_LAYERS:
-            batch, aside = [(floor, key, candidate)], []
-            while queue and len(batch) < REFINE_BATCH:
-                item = heapq.heappop(queue)
-                if not item[2] and item[0] < limit and item[3] is not None:
-                    batch.append((item[0], item[1], item[3]))
+            if candidate is None:       # one of its candidates (rebuilt: hundreds queued would hold their arrays)
+                candidate = costs[key[5]].candidate(*key[:5])
+            # (with no limit yet it is solved whatever its bound; on shallow models a solve costs less
+            # than refining the bound)
+            if not refined and floor < limit < INF and candidate.num_layers >= REFINE_MIN_LAYERS:
+                batch, aside = [(floor, key, candidate)], []
+                while queue and len(batch) < REFINE_BATCH:
+                    item = heapq.heappop(queue)
+                    if not item[2] and item[0] < limit and item[3] is not None:
+                        batch.append((item[0], item[1], item[3]))
+                    else:
+                        aside.append(item)
+                finer = time_floors([c for _, _, c in batch], cancel)
+                for (old, k, c), new in zip(batch, finer):
+                    heapq.heappush(queue, (max(old, new), k, True, c))
+                for item in aside:
+                    heapq.heappush(queue, item)
+                continue
+            report(PREPARATION + (1 - PREPARATION) * settled / max(count, 1))
+            settled += 1
+            if details and key[4] == rank and (baseline is None or floor < baseline[0]):   # could be the best uniform one
+                uniform, _, over = candidate.quick_evaluate(even_partition(candidate.num_layers, candidate.pp))
+                if over <= 0 and (baseline is None or (uniform, key) < baseline[:2]):
+                    baseline = (uniform, key, candidate)
+            listed = key[4] in seeds     # (the infeasible list covers the orders searched in full)
+            if floor >= limit:
+                if listed:
+                    pruned.append(candidate)
                 else:
-                    aside.append(item)
-            finer = time_floors([c for _, _, c in batch], cancel)
-            for (old, k, c), new in zip(batch, finer):
-                heapq.heappush(queue, (max(old, new), k, True, c))
-            for item in aside:
-                heapq.heappush(queue, item)
-            continue
-        report(PREPARATION + (1 - PREPARATION) * settled / max(count, 1))
-        settled += 1
-        if details and key[4] == rank and (baseline is None or floor < baseline[0]):   # could be the best uniform one
-            uniform, _, over = candidate.quick_evaluate(even_partition(candidate.num_layers, candidate.pp))
-            if over <= 0 and (baseline is None or (uniform, key) < baseline[:2]):
-                baseline = (uniform, key, candidate)
-        listed = key[4] in seeds     # (the infeasible list covers the orders searched in full)
-        if floor >= limit:
-            if listed:
-                pruned.append(candidate)
-            else:
-                pruned_unlisted += 1
-            continue
-        tables = SegmentTables(candidate)
-        result = solve(tables, limit, cancel)
-        evaluated += 1
-        solves += result.solves
-        if not result.fits:
-            if listed:
-                no_fit.append((candidate, None))
-        elif result.partition is not None:
-            entry = (-result.iteration_time_s, _negate(key), result.partition, candidate)
-            if len(best) < top:
-                heapq.heappush(best, entry)
-            else:
-                heapq.heappushpop(best, entry)
+                    pruned_unlisted += 1
+                continue
+            tables = SegmentTables(candidate)
+            result = solve(tables, limit, cancel)
+            evaluated += 1
+            solves += result.solves
+            if not result.fits:
+                if listed:
+                    no_fit.append((candidate, None))
+            elif result.partition is not None:
+                entry = (-result.iteration_time_s, _negate(key), result.partition, candidate)
+                if len(best) < top:
+                    heapq.heappush(best, entry)
+                else:
+                    heapq.heappushpop(best, entry)
+    except OutOfTime:
+        open_floor = min(floor, queue[0][0] if queue else INF)
+        if open_floor >= min(-best[0][0] if len(best) >= top else INF, cutoff):
+            open_floor = INF      # none of them could enter the top N: exact all the same
+    cancel = clock.user_poll     # what is left is bounded work: only the user stops it
     orders_floor = math.inf
     if not orders.complete and not orders.rest:     # the orders left out: is any family within reach?
         limit = min(-best[0][0] if len(best) >= top else INF, cutoff)
@@ -301,9 +340,13 @@ def search(scenario: Scenario, *, top: int | None = None,
             if floor < limit:
                 orders_floor = min(orders_floor, floor)
     # Whether a pruned candidate fits decides only whether it is listed as infeasible, so that the
-    # list does not depend on `top`.
-    if details:
-        no_fit += [(candidate, None) for candidate, fits in zip(pruned, partitions_fit(pruned, cancel)) if not fits]
+    # list does not depend on `top` (out of time: the infeasible list holds those met so far).
+    if details and open_floor == INF:
+        try:
+            no_fit += [(candidate, None) for candidate, fits in zip(pruned, partitions_fit(pruned, clock.poll))
+                       if not fits]
+        except OutOfTime:
+            pass
     infeasible = _infeasible(no_fit, cancel) if details else []
     report(1.0)
 
@@ -325,7 +368,8 @@ def search(scenario: Scenario, *, top: int | None = None,
                         evaluated=evaluated, infeasible=len(infeasible), solves=solves,
                         node_orders=len(orders.orders) + len(orders.rest),
                         all_node_orders=orders.complete or bool(orders.rest),
-                        search_time_s=time.perf_counter() - started, orders_floor=float(orders_floor))
+                        search_time_s=time.perf_counter() - started, orders_floor=float(orders_floor),
+                        open_floor=float(open_floor))
     infeasible.sort(key=lambda entry: (entry.strategy.tp, entry.strategy.pp, entry.strategy.micro_batch_size,
                                        entry.strategy.placement or ()))
     return SearchResult(scenario, tuple(strategies), tuple(infeasible), baseline_prediction, stats)

@@ -40,6 +40,7 @@ from amp_tui.core.costmodel.cost import CostModel
 from amp_tui.core.costmodel.parts import part_scenario, to_whole
 from amp_tui.core.costmodel.prediction import Prediction
 from amp_tui.core.search.bounds.part_bounds import part_bounds
+from amp_tui.core.search.deadline import Clock, OutOfTime
 from amp_tui.core.search.objective import Objective
 from amp_tui.core.search.search import SearchResult, SearchStats, search
 from amp_tui.core.spec.scenario import Scenario
@@ -48,6 +49,8 @@ MAX_PARTS = 200_000     # node-count vectors bounded in full
 MAX_SEARCHES = 32       # parts searched before settling for the best found and a stated gap ...
 SMALL_PARTS = 256       # ... on a cluster of more parts than this
 TIME_LIMIT_S = 3.0      # ... or once this long has passed (the whole cluster's search always completes)
+TIGHTEN_CHUNK = 4096    # parts given the full bound at once (between them, a deadline keeps what is done)
+WHOLE_TIME_SHARE = 0.7  # of a deadline's time, the most the whole cluster's search may take
 WHOLE_SHARE = 0.4       # of the progress bar: the whole cluster's search; the other parts share the rest
 
 
@@ -59,10 +62,11 @@ class IdleSearch:
     exact: bool                 # False: a limit was reached; see note and gap
     gap: float | None = None    # not exact: the best found is at most this fraction above the optimum
     note: str | None = None
+    out_of_time: bool = False   # the time limit cut it short (gap and note say how far)
 
     def to_dict(self) -> dict:
         return {"parts": self.parts, "searched": self.searched, "exact": self.exact, "gap": self.gap,
-                "note": self.note}
+                "note": self.note, "out_of_time": self.out_of_time}
 
 
 # -- bounds -----------------------------------------------------------------------------------------
@@ -109,25 +113,25 @@ def _prices(scenario: Scenario, rows: np.ndarray) -> np.ndarray:
 
 def search_parts(scenario: Scenario, objective: Objective | None = None, *, top: int | None = None,
                  should_cancel: Callable[[], bool] | None = None,
-                 progress: Callable[[float], None] | None = None) -> tuple[SearchResult, IdleSearch]:
+                 progress: Callable[[float], None] | None = None,
+                 deadline: float | None = None) -> tuple[SearchResult, IdleSearch]:
     """The best `top` strategies by `objective` over every part of the cluster (only the whole
     cluster with search.use_all_gpus). Infeasible candidates and the baseline are the whole
-    cluster's."""
+    cluster's.
+
+    `deadline` (a time.perf_counter() time) bounds all of it, the whole cluster's search too:
+    past it, the best found is returned with the proven gap (IdleSearch.gap) over what was left
+    unsearched. Without one, the whole cluster and the seeds are searched in full and the other
+    parts for TIME_LIMIT_S."""
     started = time.perf_counter()
     objective = objective or Objective()
     objective.check(scenario)
     top = top or scenario.search.top
     report = progress or (lambda fraction: None)
-    user_cancel = should_cancel or (lambda: False)
-    out_of_time = False
-    seeding = True      # the whole cluster, and without each one group: searched whatever the time
-
-    def cancel() -> bool:
-        nonlocal out_of_time
-        if user_cancel():
-            return True
-        out_of_time = not seeding and time.perf_counter() - started > TIME_LIMIT_S
-        return out_of_time
+    clock = Clock(should_cancel=should_cancel, deadline=deadline)
+    # the parts beyond the seeds stop here (TIME_LIMIT_S after the start without a deadline)
+    parts_deadline = clock.deadline if deadline is not None else started + TIME_LIMIT_S
+    user_cancel = clock.user_cancel
 
     groups = scenario.cluster.nodes
     whole = tuple(g.count for g in groups)
@@ -138,9 +142,10 @@ def search_parts(scenario: Scenario, objective: Objective | None = None, *, top:
     if user_cancel():
         raise Cancelled
     cost = CostModel(scenario)
-    quick = part_bounds(scenario, rows, cost, quick=True, should_cancel=user_cancel)
-    if user_cancel():
-        raise Cancelled
+    try:
+        quick = part_bounds(scenario, rows, cost, quick=True, should_cancel=clock.poll)
+    except OutOfTime:
+        return _nothing_in_time(scenario, started, len(rows))
     prices = _prices(scenario, rows)
     keep = np.isfinite(quick) & objective.within_budget(prices)
     rows, quick, prices = rows[keep], quick[keep], prices[keep]
@@ -166,22 +171,40 @@ def search_parts(scenario: Scenario, objective: Objective | None = None, *, top:
     searched = candidates = pruned = evaluated = solves = 0
     all_orders = True
     orders_floor = math.inf     # objective weight x a lower bound on every order left out
+    open_floor = math.inf       # objective weight x a lower bound on what a search cut short left
+    attempted = np.zeros(len(rows), dtype=bool)     # parts whose search was started
+    cut_short: list[str] = []   # what a limit cut short, for the note
 
     def cutoff() -> float:
         return ranked[top - 1][0] if len(ranked) >= top else math.inf
 
-    def search_part(i: int) -> None:
+    def search_part(i: int, until: float | None, hard: float | None = None) -> None:
+        """Search part i until the deadline `until` (or `hard`, if it has found nothing by then;
+        the part's bound stays open where it stops)."""
         nonlocal whole_result, searched, candidates, pruned, evaluated, solves, all_orders, orders_floor
+        nonlocal open_floor
         counts = tuple(rows[i].tolist())
         part, kept = part_scenario(scenario, counts)
-        result = search(part, top=top, should_cancel=cancel, cutoff=cutoff() / weights[i], details=counts == whole,
-                        progress=(lambda f: report(WHOLE_SHARE * f)) if counts == whole else None)
+        attempted[i] = True
+        try:
+            result = search(part, top=top, should_cancel=user_cancel, cutoff=cutoff() / weights[i],
+                            details=counts == whole, deadline=until, hard_deadline=hard,
+                            progress=(lambda f: report(WHOLE_SHARE * f)) if counts == whole else None)
+        except OutOfTime:           # before it settled anything: the part's bound is all it proved
+            open_floor = min(open_floor, float(weighted[i]))
+            cut_short.append("the whole cluster's search stopped at the time limit" if counts == whole
+                             else "a part's search stopped at the time limit")
+            return
         searched += 1
         stats = result.stats
         candidates, pruned, evaluated, solves = (candidates + stats.candidates, pruned + stats.pruned,
                                                  evaluated + stats.evaluated, solves + stats.solves)
         all_orders &= stats.all_node_orders
         orders_floor = min(orders_floor, weights[i] * stats.orders_floor)
+        if stats.out_of_time:
+            open_floor = min(open_floor, weights[i] * stats.open_floor)
+            cut_short.append("the whole cluster's search stopped at the time limit" if counts == whole
+                             else "a part's search stopped at the time limit")
         if counts == whole:
             whole_result = result
         for prediction in result.strategies:
@@ -189,68 +212,85 @@ def search_parts(scenario: Scenario, objective: Objective | None = None, *, top:
         ranked.sort(key=lambda item: (item[0], objective.key(item[1])))
         del ranked[top:]
 
-    def tighten(indices: np.ndarray) -> np.ndarray:
+    def tighten(indices: np.ndarray, poll: Callable[[], bool]) -> np.ndarray:
         """The full bound of the parts the quick one (or the full one, given the N-th best found so
-        far) does not rule out; returns those."""
+        far) does not rule out; returns those, lowest bound first. Computed lowest quick bound
+        first, TIGHTEN_CHUNK parts at a time: where `poll` raises OutOfTime, the parts bounded so
+        far keep their full bound (the gap stated is the least bound left: it shrinks chunk by
+        chunk)."""
         indices = indices[weighted[indices] < cutoff()]
-        if len(indices):
+        indices = indices[np.argsort(weighted[indices], kind="stable")]
+        for start in range(0, len(indices), TIGHTEN_CHUNK):
+            chunk = indices[start:start + TIGHTEN_CHUNK]
+            # Fewer than N found (a deadline): a bound need not go past the best found to show that a
+            # part is no better (the gap stated is the best's), and without a limit it costs 15x more.
+            reach = cutoff() if len(ranked) >= top or not ranked else ranked[0][0]
             with np.errstate(divide="ignore"):     # (a part of free nodes weighs nothing)
-                limit = cutoff() / weights[indices]
-            tight = part_bounds(scenario, rows[indices], cost, limit=limit, should_cancel=user_cancel)
-            weighted[indices] = np.maximum(weighted[indices], weights[indices] * tight)
-        return indices[weighted[indices] < cutoff()]
+                limit = reach / weights[chunk]
+            tight = part_bounds(scenario, rows[chunk], cost, limit=limit, should_cancel=poll)
+            weighted[chunk] = np.maximum(weighted[chunk], weights[chunk] * tight)
+        indices = indices[weighted[indices] < cutoff()]
+        return indices[np.argsort(weighted[indices], kind="stable")]      # by the bound now held
 
-    # The whole cluster first: its search always completes, and its N-th best strategy tells which
-    # parts need the full bound at all (the quick bound rules out the rest). Then the other seeds,
-    # lowest full bound first (the N-th best they find makes the full bound of the other parts
-    # stop earlier, and rules out more of them).
+    # The whole cluster first: its search always completes (but for a deadline), and its N-th best
+    # strategy tells which parts need the full bound at all (the quick bound rules out the rest).
+    # Then the seeds, then the other parts, each lowest bound first.
     if seeds and tuple(rows[seeds[0]].tolist()) == whole:
-        search_part(seeds.pop(0))
-    seeds = sorted(tighten(np.array(seeds, dtype=np.int64)).tolist(), key=lambda i: weighted[i])
-    for i in seeds:
-        if weighted[i] < cutoff():
-            search_part(i)
-    seeding = False
-    others = np.ones(len(rows), dtype=bool)
-    others[seeds + [i for i in [find(whole)] if i is not None]] = False      # searched already
-    survivors = tighten(np.flatnonzero(others))
-    order = survivors[np.argsort(weighted[survivors], kind="stable")].tolist()
-    stopped_at = None        # no part left unsearched can beat this (objective weight x time)
+        # with a deadline, the full bounds of the other parts get the time the whole cluster's search
+        # leaves (without them the gap stated is the quick bounds', often far below the best), unless
+        # it has found nothing by then
+        search_part(seeds.pop(0), None if deadline is None else started + WHOLE_TIME_SHARE * (deadline - started),
+                    deadline)
+    order: list[int] = []
+    try:
+        # (without a deadline the full bounds always complete: bounded work, and what makes it exact)
+        survivors = tighten(np.flatnonzero(~attempted), clock.poll).tolist()
+        first = set(seeds)
+        order = [i for i in survivors if i in first] + [i for i in survivors if i not in first]
+    except OutOfTime:               # in a full bound: the bounds of the parts so far stand
+        pass
     for index, i in enumerate(order):
-        if weighted[i] >= cutoff():     # parts come in order of bound
+        seed = i in first
+        if weighted[i] >= cutoff():     # each kind comes in order of bound
+            if seed:
+                continue
             break
-        # Parts stop at MAX_SEARCHES or TIME_LIMIT_S, whichever comes first: the bar moves with both.
-        done = max(index / len(order), (time.perf_counter() - started) / TIME_LIMIT_S,
+        # Parts stop at MAX_SEARCHES or the deadline, whichever comes first: the bar moves with both.
+        done = max(index / len(order), (time.perf_counter() - started) / max(parts_deadline - started, 1e-9),
                    searched / MAX_SEARCHES if len(rows) > SMALL_PARTS else 0.0)
         report(WHOLE_SHARE + (1.0 - WHOLE_SHARE) * min(done, 1.0))
-        if (searched >= MAX_SEARCHES and len(rows) > SMALL_PARTS) or cancel():
-            stopped_at = index
-            break
-        try:
-            search_part(i)
-        except Cancelled:
-            if not out_of_time:
-                raise
-            stopped_at = index
-            break
-    if stopped_at is not None:
         if user_cancel():
             raise Cancelled
-        stopped_at = float(weighted[order[stopped_at:]].min())
+        if seed and clock.expired():
+            break
+        if not seed and ((searched >= MAX_SEARCHES and len(rows) > SMALL_PARTS)
+                         or time.perf_counter() > parts_deadline):
+            break
+        search_part(i, deadline if seed else parts_deadline)
+    # Every part not searched has its bound (quick, or full where computed); those below the N-th
+    # best are what a limit left open.
+    if not attempted.all():
+        left = float(weighted[~attempted].min())
+        if left < cutoff():
+            open_floor = min(open_floor, left)
+            cut_short.append(f"{searched} of the {len(rows)} parts of the cluster searched"
+                             + (f" (at most {MAX_SEARCHES})" if searched >= MAX_SEARCHES else " in the time allowed"))
     report(1.0)
 
     best = ranked[0][0] if ranked else None
     if best is not None and orders_floor >= cutoff():
         orders_floor = math.inf     # found since: nothing left out can enter the top N
-    exact = stopped_at is None and complete and orders_floor == math.inf
+    if open_floor >= cutoff():
+        open_floor = math.inf
+    exact = complete and orders_floor == math.inf and open_floor == math.inf
     gap, notes = None, []
     if not complete:
         notes.append("too many ways to leave nodes idle: only counts near 0 and near each group's size were tried")
-    if stopped_at is not None and best is not None:
-        gap = float(max(best / stopped_at - 1.0, 0.0))
-        notes.append(f"searched the {searched} most promising parts of the cluster"
-                     f"{' in the time allowed' if out_of_time else ''}; another part"
-                     f"{' of those tried' if not complete else ''} could be at most {gap:.1%} better")
+    if open_floor < math.inf:
+        gap = float(max(best / open_floor - 1.0, 0.0)) if best is not None else None
+        notes.append("; ".join(dict.fromkeys(cut_short))
+                     + (f"; the best found could be at most {gap:.1%} above the optimum" if gap is not None
+                        else "; nothing found in the time allowed"))
     if orders_floor < math.inf and best is not None:
         orders_gap = float(max(best / orders_floor - 1.0, 0.0))
         gap = max(gap or 0.0, orders_gap)
@@ -262,6 +302,17 @@ def search_parts(scenario: Scenario, objective: Objective | None = None, *, top:
     stats = SearchStats(candidates=candidates, pruned=pruned, evaluated=evaluated,
                         infeasible=base.stats.infeasible if base else 0, solves=solves,
                         node_orders=base.stats.node_orders if base else 0, all_node_orders=all_orders,
-                        search_time_s=time.perf_counter() - started, orders_floor=float(orders_floor))
+                        search_time_s=time.perf_counter() - started, orders_floor=float(orders_floor),
+                        open_floor=float(open_floor))
     result = SearchResult(scenario, strategies, base.infeasible if base else (), base.baseline if base else None, stats)
-    return result, IdleSearch(parts=len(rows), searched=searched, exact=exact, gap=gap, note=note)
+    return result, IdleSearch(parts=len(rows), searched=searched, exact=exact, gap=gap, note=note,
+                              out_of_time=open_floor < math.inf and clock.expired())
+
+
+def _nothing_in_time(scenario: Scenario, started: float, parts: int) -> tuple[SearchResult, IdleSearch]:
+    """The deadline passed before any search began: no strategy, and a note that says so."""
+    stats = SearchStats(candidates=0, pruned=0, evaluated=0, infeasible=0, solves=0, node_orders=0,
+                        all_node_orders=True, search_time_s=time.perf_counter() - started, open_floor=0.0)
+    return (SearchResult(scenario, (), (), None, stats),
+            IdleSearch(parts=parts, searched=0, exact=False, note="the time limit passed before any part of "
+                       "the cluster was searched", out_of_time=True))

@@ -24,12 +24,14 @@ to the optimum over these dimensions is claimed.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-from amp_tui.core.base.errors import SpecError
+from amp_tui.core.base.errors import Cancelled, SpecError
 from amp_tui.core.costmodel.cost import CostModel
 from amp_tui.core.costmodel.prediction import Prediction
 from amp_tui.core.costmodel.pricing import priced, used_nodes
+from amp_tui.core.search.deadline import Clock, OutOfTime
 from amp_tui.core.search.objective import Objective
 from amp_tui.core.search.search import SearchResult
 from amp_tui.core.spec.knobs import resolve
@@ -39,7 +41,7 @@ INF = float("inf")
 
 POST_PASS_TOP = 5        # strategies of the exact search's top tried with shares and per-stage degrees
 POST_PASS_LAYOUTS = 48   # per-stage degree layouts per strategy
-POST_PASS_TIME_S = 1.0   # after the best strategy's turn, the pass stops here (and says so)
+POST_PASS_TIME_S = 1.0   # without a deadline: after the best strategy's turn, the pass stops here (and says so)
 # Stock Megatron-LM, DeepSpeed and torchtitan express neither uneven shares nor per-stage degrees:
 # such a plan is listed only where it beats the best uniform plan by at least this share.
 MIN_GAIN = 0.01
@@ -52,11 +54,11 @@ class UnevenSearch:
     shares_tried: int    # of them, with replicas on different GPU types
     layouts_tried: int   # per-stage (tp, dp) layouts x micro-batch sizes evaluated
     found: int           # strategies added to the ranking
-    timed_out: bool = False   # POST_PASS_TIME_S reached before every top strategy was tried
+    timed_out: bool = False   # the time limit reached before every top strategy was tried
 
     @property
     def note(self) -> str:
-        limit = f", stopped at the {POST_PASS_TIME_S:g} s limit" if self.timed_out else ""
+        limit = ", stopped at the time limit" if self.timed_out else ""
         return (f"batch shares and per-stage tp/dp searched heuristically (README, Uneven shares): tried on the "
                 f"top {self.strategies} strategies ({self.shares_tried} with replicas on different GPU types, "
                 f"{self.layouts_tried} per-stage layouts{limit}), {self.found} added; no bound on the gap is claimed")
@@ -68,26 +70,35 @@ class UnevenSearch:
 
 
 def improve(scenario: Scenario, result: SearchResult, objective: Objective | None = None,
-            top: int = POST_PASS_TOP) -> tuple[SearchResult, UnevenSearch]:
-    """`result` with the strategies the post-pass found added and the list re-ranked."""
+            top: int = POST_PASS_TOP, *, deadline: float | None = None,
+            should_cancel: Callable[[], bool] | None = None) -> tuple[SearchResult, UnevenSearch]:
+    """`result` with the strategies the post-pass found added and the list re-ranked. Past
+    `deadline` (a time.perf_counter() time, polled inside every loop with `should_cancel`) it
+    keeps what it found and says it stopped; without one, the best strategy's turn completes and
+    the rest stop after POST_PASS_TIME_S."""
     objective = objective or Objective()
     found: list[Prediction] = []
-    shares_tried = layouts = 0
+    counts = [0, 0]         # shares tried, per-stage layouts tried (kept by the steps a deadline cuts)
     started = time.perf_counter()
+    clock = Clock(should_cancel=should_cancel, deadline=deadline)
+    later = clock if deadline is not None else Clock(should_cancel=should_cancel, deadline=started + POST_PASS_TIME_S)
     tried, timed_out = [], False
-    for prediction in result.strategies[:top]:
-        if tried and time.perf_counter() - started > POST_PASS_TIME_S:
-            timed_out = True
-            break
-        tried.append(prediction)
-        extra, s_tried, l_tried = _improve_one(scenario, prediction)
-        shares_tried += s_tried
-        layouts += l_tried
-        found += [p for p in extra if objective.admits(p.cost_per_hour_usd)]
-    if result.strategies:
-        extra, tried_more = _shares_beyond(scenario, result.strategies[0])
-        shares_tried += tried_more
-        found += [p for p in extra if objective.admits(p.cost_per_hour_usd)]
+    try:
+        # Shares beyond the top first: where shares win, they win on other degrees than the
+        # uniform best's (pure data parallelism, e.g.), and a partition solve each is cheap.
+        if result.strategies:
+            found += [p for p in _shares_beyond(scenario, result.strategies[0], clock.poll, counts)
+                      if objective.admits(p.cost_per_hour_usd)]
+        for prediction in result.strategies[:top]:
+            poll = (later if tried else clock).poll
+            if poll():
+                raise Cancelled
+            tried.append(prediction)
+            found += [p for p in _improve_one(scenario, prediction, poll, counts)
+                      if objective.admits(p.cost_per_hour_usd)]
+    except OutOfTime:
+        timed_out = True
+    shares_tried, layouts = counts
     seen = {_key(p) for p in result.strategies}
     unique = []
     for p in found:
@@ -109,30 +120,32 @@ def _key(p: Prediction) -> tuple:
     return (s.tps, s.pp, s.dps, s.micro_batch_size, s.partition, s.placement, s.batch_shares, s.idle)
 
 
-def _improve_one(scenario: Scenario, prediction: Prediction) -> tuple[list[Prediction], int, int]:
+def _improve_one(scenario: Scenario, prediction: Prediction, poll: Callable[[], bool],
+                 tried: list[int]) -> list[Prediction]:
+    """What shares and per-stage degrees add to one strategy; `tried` counts the shares and the
+    per-stage layouts tried (in place: a deadline keeps the count)."""
     from amp_tui.core.costmodel.parts import part_scenario, to_part, to_whole
 
     strategy = prediction.strategy
     if strategy.per_stage or strategy.batch_shares:
-        return [], 0, 0
+        return []
     counts = used_nodes(scenario, strategy)
     part, kept = part_scenario(scenario, counts)
     local = to_part(strategy, kept)
     knobs = resolve(local, part.training)
     if knobs.ep > 1 or knobs.zero_stage >= 3:
-        return [], 0, 0
+        return []
     cost = CostModel(part, knobs)
     out = []
-    shares_tried = 0
     shared = _with_shares(cost, local, prediction.iteration_time_s)
     if shared is not None:
-        shares_tried = 1
+        tried[0] += 1
         if shared[0] is not None:
             out.append(shared[0])
-    best, layouts = _per_stage(part, cost, local, prediction.iteration_time_s)
+    best, _ = _per_stage(part, cost, local, prediction.iteration_time_s, poll, tried)
     if best is not None:
         out.append(best)
-    return [priced(scenario, to_whole(scenario, counts, kept, p)) for p in out], shares_tried, layouts
+    return [priced(scenario, to_whole(scenario, counts, kept, p)) for p in out]
 
 
 def _with_shares(cost: CostModel, strategy, time_s: float):
@@ -157,8 +170,13 @@ def _with_shares(cost: CostModel, strategy, time_s: float):
     return (None,)
 
 
-def _per_stage(scenario: Scenario, cost: CostModel, strategy, time_s: float) -> tuple[Prediction | None, int]:
+def _per_stage(scenario: Scenario, cost: CostModel, strategy, time_s: float,
+               poll: Callable[[], bool] = lambda: False, counts: list[int] | None = None
+               ) -> tuple[Prediction | None, int]:
+    """The best per-stage layout of `strategy` that beats `time_s`, and how many were tried (also
+    added to counts[1]); `poll` is the cancellation check, polled inside each partition search."""
     from amp_tui.core.costmodel.stagewise import StageWise, micro_batch_sizes, typed_stage_degrees
+    from amp_tui.core.search.partition.walk import best_per_stage_partition
     from amp_tui.core.spec.strategy import varying_degrees
     from amp_tui.core.spec.validity import validate_strategy
 
@@ -167,8 +185,11 @@ def _per_stage(scenario: Scenario, cost: CostModel, strategy, time_s: float) -> 
     order = strategy.placement
     target = strategy.micro_batch_size * strategy.dp
     best, tried = None, 0
+    counts = counts if counts is not None else [0, 0]
     for tps, dps in typed_stage_degrees(scenario, strategy.pp, order, cost.knobs.cp, POST_PASS_LAYOUTS):
         for mbs in micro_batch_sizes(scenario, dps):
+            if poll():
+                raise Cancelled
             if mbs * max(dps) not in (target // 2, target, target * 2):
                 continue
             candidate = replace(strategy, tp=max(tps), dp=max(dps), stage_tp=varying_degrees(tps),
@@ -179,8 +200,10 @@ def _per_stage(scenario: Scenario, cost: CostModel, strategy, time_s: float) -> 
             except SpecError:
                 continue
             tried += 1
+            counts[1] += 1
             model = StageWise(cost, candidate, order)
-            partition, _ = model.best_partition(min(time_s, best[0] if best else INF) * (1 - 1e-9))
+            found = best_per_stage_partition(model, min(time_s, best[0] if best else INF) * (1 - 1e-9), poll)
+            partition = found.partition
             if partition is None:
                 continue
             seconds = model.iteration_time(partition)
@@ -189,22 +212,25 @@ def _per_stage(scenario: Scenario, cost: CostModel, strategy, time_s: float) -> 
     return (best[1].predict(best[2]) if best else None), tried
 
 
-def _shares_beyond(scenario: Scenario, best: Prediction) -> tuple[list[Prediction], int]:
-    """Strategies with batch shares among candidates whose replicas run on different GPU types."""
+def _shares_beyond(scenario: Scenario, best: Prediction, poll: Callable[[], bool],
+                   counts: list[int]) -> list[Prediction]:
+    """Strategies with batch shares among candidates whose replicas run on different GPU types
+    (counts[0] counts those tried, in place; `poll` as for _improve_one)."""
     from amp_tui.core.costmodel.parts import part_scenario, to_part, to_whole
     from amp_tui.core.costmodel.shares import best_shares, predict_with_shares, replicas_differ
     from amp_tui.core.search.orders import NodeOrders
-    from amp_tui.core.search.partition.walk import best_partition
+    from amp_tui.core.search.partition.tables import SegmentTables
+    from amp_tui.core.search.partition.walk import solve
     from amp_tui.core.search.search import enumerate_candidates
 
     if best.strategy.per_stage or best.strategy.batch_shares:
-        return [], 0
-    counts = used_nodes(scenario, best.strategy)
-    part, kept = part_scenario(scenario, counts)
+        return []
+    used = used_nodes(scenario, best.strategy)
+    part, kept = part_scenario(scenario, used)
     local = to_part(best.strategy, kept)
     knobs = resolve(local, part.training)
     if knobs.ep > 1 or knobs.zero_stage >= 3 or len({g.gpu.name for g in part.cluster.nodes}) < 2:
-        return [], 0
+        return []
     cost = CostModel(part, knobs)
     orders = tuple(dict.fromkeys([tuple(range(len(part.cluster.nodes))), local.placement]))
     keys = [key for key in enumerate_candidates(part, NodeOrders(orders, False), knobs) if key[2] > 1]
@@ -212,8 +238,11 @@ def _shares_beyond(scenario: Scenario, best: Prediction) -> tuple[list[Predictio
     keys.sort(key=lambda key: (key[1], -key[3], key))
     out = []
     for tp, pp, dp, mbs, order in keys[:SHARE_CANDIDATES]:
+        if poll():
+            raise Cancelled
+        counts[0] += 1
         candidate = cost.candidate(tp, pp, dp, mbs, order)
-        partition = best_partition(candidate).partition
+        partition = solve(SegmentTables(candidate), INF, poll).partition
         if partition is None:
             continue
         shares = best_shares(candidate, partition)
@@ -225,5 +254,5 @@ def _shares_beyond(scenario: Scenario, best: Prediction) -> tuple[list[Predictio
         even = (part.training.global_batch_size // dp,) * dp      # shares, not the per-replica view, must win
         if p.iteration_time_s < predict_with_shares(cost.candidate(tp, pp, dp, mbs, order), partition,
                                                     even).iteration_time_s * (1 - 1e-9):
-            out.append(priced(scenario, to_whole(scenario, counts, kept, p)))
-    return out, min(len(keys), SHARE_CANDIDATES)
+            out.append(priced(scenario, to_whole(scenario, used, kept, p)))
+    return out

@@ -12,12 +12,15 @@ from __future__ import annotations
 from collections import defaultdict
 from functools import cache
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from amp_tui.core.base.errors import SpecError
 from amp_tui.core.base.yamlio import atomic_write, dump_yaml, load_yaml_file
 from amp_tui.core.spec.scenario import Scenario
 from amp_tui.core.validation import metrics
-from amp_tui.core.validation.replay import Replayed, Validation
+
+if TYPE_CHECKING:       # (types only: `plan` reads the bands without replaying anything)
+    from amp_tui.core.validation.replay import Replayed, Validation
 
 BANDS_FILE = Path(__file__).resolve().parent.parent.parent / "data" / "error_bands.yaml"
 QUANTILE = 0.68

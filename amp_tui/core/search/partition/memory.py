@@ -15,6 +15,7 @@ import numpy as np
 
 from amp_tui.core.base.errors import Cancelled
 from amp_tui.core.costmodel.cost import Candidate
+from amp_tui.core.search.partition.per_stage import PerStageCandidate
 from amp_tui.core.spec.strategy import even_partition
 
 PROBES = 8                 # segment lengths tried at once per row in _greedy_fits
@@ -42,6 +43,8 @@ def partitions_fit(candidates: list[Candidate], should_cancel: Callable[[], bool
     fits = np.zeros(len(candidates), dtype=bool)
     if not candidates:
         return fits
+    if isinstance(candidates[0], PerStageCandidate):     # (one at a time: the post-pass asks for few)
+        return np.array([c.some_partition_fits() for c in candidates])
     cancel = should_cancel or (lambda: False)
     need, capacity = even_split_memory(candidates, cancel)
     fits[:] = np.all(need <= capacity, axis=1)
@@ -245,10 +248,19 @@ def segment_need(c: Candidate, start: np.ndarray, end: np.ndarray, in_flight) ->
             + in_flight * (act_prefix[end] - act_prefix[start]))
 
 
-def partition_fits(c: Candidate, partition: tuple[int, ...]) -> bool:
+def stage_need(c: Candidate | PerStageCandidate, stage: np.ndarray, start: np.ndarray, end: np.ndarray
+               ) -> np.ndarray:
+    """Memory of the segments [start, end) on stages `stage` (arrays broadcast): segment_need
+    with each stage's micro-batches in flight, or a per-stage strategy's own (per_stage.py)."""
+    if isinstance(c, PerStageCandidate):
+        return c.segment_need(stage, start, end)
+    return segment_need(c, start, end, c.memory_arrays[2][stage])
+
+
+def partition_fits(c: Candidate | PerStageCandidate, partition: tuple[int, ...]) -> bool:
     """Whether every stage of a partition fits its memory, in SegmentTables' arithmetic."""
     ends = np.cumsum(partition)
-    need = segment_need(c, ends - np.array(partition), ends, c.memory_arrays[2])
+    need = stage_need(c, np.arange(len(partition)), ends - np.array(partition), ends)
     return bool(np.all(need <= c.layout.stage_capacity))
 
 

@@ -12,7 +12,8 @@ import numpy as np
 from amp_tui.core.base.lazy import cached_property
 from amp_tui.core.costmodel.cost import Candidate
 from amp_tui.core.search.partition.dp import INF, SegmentDP, band_limits
-from amp_tui.core.search.partition.memory import segment_need
+from amp_tui.core.search.partition.memory import segment_need, stage_need
+from amp_tui.core.search.partition.per_stage import PerStageCandidate
 
 MAX_TABLE_CELLS = 2**22    # larger segment tables are lean: never held whole (SegmentTables.lean)
 
@@ -169,7 +170,7 @@ class SegmentTables(SegmentDP):
         _SegmentMemory.need, the transient peak from its sparse table)."""
         c = self.candidate
         ends, stage = self._ends[rows], self._stage[rows]
-        capacity, in_flight = c.layout.stage_capacity[stage], c.memory_arrays[2][stage]
+        capacity = c.layout.stage_capacity[stage]
         low, high = np.zeros(len(ends), dtype=np.int64), most        # low fit, more than high do not
         probe = True                    # first try the longest: when memory binds nowhere, done
         while True:
@@ -178,7 +179,7 @@ class SegmentTables(SegmentDP):
                 return low
             w = np.where(open_, high if probe else (low + high + 1) // 2, 1)
             probe = False
-            fits = segment_need(c, ends - w, ends, in_flight) <= capacity
+            fits = stage_need(c, stage, ends - w, ends) <= capacity
             low = np.where(open_ & fits, w, low)
             high = np.where(open_ & ~fits, w - 1, high)
 
@@ -191,6 +192,8 @@ class SegmentTables(SegmentDP):
         share it."""
         c = self.candidate
         room, fewest = c.layout.stage_capacity.max(), c.memory_arrays[2].min()
+        if isinstance(c, PerStageCandidate):         # (no cache shared with other candidates)
+            return self._longest_fitting_search(room, fewest)
         key = ("longest fitting", c.tp, c.pp, c.dp, c.mbs, float(room))
         cache = c.cost.floor_cache
         if key not in cache:
@@ -202,6 +205,9 @@ class SegmentTables(SegmentDP):
 
         def fits(w: int) -> bool:
             start = np.arange(L - w + 1)
+            if isinstance(c, PerStageCandidate):     # on some stage, with its own memory
+                stage = np.arange(self.pp)[:, None]
+                return bool(np.any(c.segment_need(stage, start, start + w) <= c.layout.stage_capacity[:, None]))
             return bool(np.any(segment_need(c, start, start + w, fewest) <= room))
 
         low, high = 0, self.R              # low layers fit (0: trivially), high + 1 do not
@@ -270,8 +276,7 @@ class SegmentTables(SegmentDP):
         extra = np.full(len(stage), overhead)         # the last stage sends nothing after it
         inner = stage < pp - 1
         stage = stage[inner]
-        extra[inner] = (c.cut_unit[ends[inner]] * c.layout.boundary_seconds_per_byte[stage]
-                        + c.cut_latency[stage] + overhead)
+        extra[inner] = c.cut_cost(stage, ends[inner]) + overhead
         return compute + extra[:, None]
 
     def _rows_g(self, busy: np.ndarray) -> np.ndarray:
@@ -289,18 +294,22 @@ class SegmentTables(SegmentDP):
         stage = self._stage[rows]
         first = int(np.count_nonzero(stage == 0))       # rows of stage 0 come first, and receive nothing
         before = stage[first:] - 1                      # the boundary before each other row
-        received = np.where(valid[first:], c.cut_unit[start[first:]], 0.0)
+        # (a segment that does not exist, starting before layer 0, is masked out: its send is moot)
+        received = c.cut_cost(before[:, None], np.where(valid[first:], start[first:], 1))
         tau = np.empty(busy.shape)
         tau[:first] = busy[:first]
-        np.add(busy[first:], received * c.layout.boundary_seconds_per_byte[before][:, None]
-               + c.cut_latency[before][:, None], out=tau[first:])
+        np.add(busy[first:], received, out=tau[first:])
         return tau
 
     def _rows_e(self, rows: slice, compute: np.ndarray, start: np.ndarray) -> np.ndarray:
         """Per segment, the tail E after the last micro-batch: the exposed all-reduce and the
         optimizer step, with the iteration's fixed cost."""
         c, stage = self.candidate, self._stage[rows]
-        segment_params = c.param_prefix[self._ends[rows]][:, None] - c.param_prefix[start]
+        prefix = c.param_prefix
+        if prefix.ndim == 2:        # per-stage degrees (per_stage.py): each stage's GPUs hold their share
+            segment_params = prefix[stage, self._ends[rows]][:, None] - prefix[stage[:, None], start]
+        else:
+            segment_params = prefix[self._ends[rows]][:, None] - prefix[start]
         if c.hidden_share:      # the backward pass hides part of the all-reduce (cost.Candidate)
             last = c.last_bucket_latency[stage][:, None]
             allreduce = c.dp_coef[stage][:, None] * segment_params + last

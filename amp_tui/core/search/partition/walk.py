@@ -57,8 +57,10 @@ import numpy as np
 
 from amp_tui.core.base.errors import Cancelled
 from amp_tui.core.costmodel.cost import Candidate
+from amp_tui.core.costmodel.stagewise import StageWise
 from amp_tui.core.search.partition.dp import INF
 from amp_tui.core.search.partition.memory import partition_fits, partitions_fit
+from amp_tui.core.search.partition.per_stage import PerStageCandidate
 from amp_tui.core.search.partition.tables import SegmentTables, cheapest_sends
 from amp_tui.core.spec.strategy import even_partition
 
@@ -82,6 +84,13 @@ def best_partition(candidate: Candidate, upper_bound: float = INF) -> PartitionR
     """
     tables = SegmentTables(candidate)
     return solve(tables, upper_bound)
+
+
+def best_per_stage_partition(model: StageWise, upper_bound: float = INF,
+                             should_cancel: Callable[[], bool] | None = None) -> PartitionResult:
+    """best_partition for a strategy with per-stage tp and dp (costmodel/stagewise.py), by the same
+    walk over its own segment tables (per_stage.py); `should_cancel` as for solve."""
+    return solve(SegmentTables(PerStageCandidate(model)), upper_bound, should_cancel)
 
 
 def solve(tables: SegmentTables, upper_bound: float = INF,
