@@ -12,11 +12,17 @@ from amp_tui.core.base.units import format_seconds
 
 
 def add_parser(sub) -> None:
-    se = sub.add_parser("serve", help="place a model for serving by max flow (Helix) and print it")
+    se = sub.add_parser("serve", help="place a model for serving: most predicted decode tokens/s (or max flow)")
     se.add_argument("scenario", metavar="SCENARIO", help="serving scenario preset or file, or a saved placement")
     se.add_argument("--json", action="store_true", help="print JSON instead of a table")
     se.add_argument("--time-limit", type=float, default=10.0, metavar="S", help="search time limit in seconds (default 10)")
     se.add_argument("--save", metavar="FILE.yaml", help="save the placement (reopen with serve or ui)")
+    se.add_argument("--objective", choices=("decode", "flow"), default="decode",
+                    help="decode: most predicted decode tokens/s (default); flow: most max flow (Helix's objective)")
+    se.add_argument("--max-tpot", type=float, metavar="S", help="keep the predicted time per output token under S seconds")
+    se.add_argument("--max-ttft", type=float, metavar="S", help="keep the predicted time to first token under S seconds")
+    se.add_argument("--export", metavar="DIR", help="write the placement where engines can run it: a Helix-style "
+                                                    "layout, the routes, and vLLM launch scripts per pipeline")
 
 
 def run(args) -> int:
@@ -27,11 +33,20 @@ def run(args) -> int:
         raise SpecError("--time-limit", args.time_limit, "expected seconds between 0 and 3600")
     if args.save and Path(args.save).is_dir():
         raise SpecError("--save", Path(args.save), "is a folder; give the file's name")
+    for flag, value in (("--max-tpot", args.max_tpot), ("--max-ttft", args.max_ttft)):
+        if value is not None and not 0 < value <= 86400:
+            raise SpecError(flag, value, "expected seconds between 0 and 86400")
     scenario, placement = open_serving(args.scenario)
-    result = run_serve(scenario, time_limit_s=args.time_limit, placement=placement)
+    result = run_serve(scenario, time_limit_s=args.time_limit, placement=placement, objective=args.objective,
+                       max_tpot_s=args.max_tpot, max_ttft_s=args.max_ttft)
     if args.save:
         saved = save_placement(args.save, result)
         print(f"saved the placement to {saved}", file=sys.stderr)
+    if args.export:
+        from amp_tui.serving.export import export_placement
+
+        for path in export_placement(args.export, result):
+            print(f"wrote {path}", file=sys.stderr)
     print(json.dumps(result.to_json(), indent=2) if args.json else render(result))
     return 0
 
@@ -42,9 +57,16 @@ def render(result) -> str:
     groups = " + ".join(f"{g.count} x {g.label}" + (f" ({g.region})" if len(sc.regions) > 1 else "") for g in sc.groups)
     how = "reopened placement" if sol.stopped_by == "given" else f"solved in {format_seconds(sol.solve_time_s)}"
     out = [f"{sc.name}: {sc.num_machines} machines ({groups}); {model.name}: {model.num_layers} layers; "
-           f"{sc.serving.prompt_tokens} prompt + {sc.serving.output_tokens} output tokens per request",
-           f"throughput {sol.throughput:,.1f} tokens/s   upper bound {sol.upper_bound:,.1f}   gap {sol.gap:.2%}   "
-           f"{how} ({sol.evaluations} max-flow evaluations)", ""]
+           f"{sc.serving.prompt_tokens} prompt + {sc.serving.output_tokens} output tokens per request"]
+    if result.served is not None:
+        p = result.served.prediction
+        over = result.to_json()["predicted"]["measured_over"]
+        out.append(f"predicted ({over}): decode {result.served.decode_tokens_per_s:,.1f} tokens/s, prompt "
+                   f"{result.served.prompt_tokens_per_s:,.1f} tokens/s; TTFT {format_seconds(p.ttft_s)}, TPOT "
+                   f"{format_seconds(p.tpot_s)}; {p.requests_in_flight:,.0f} requests in flight ({p.limited_by}); "
+                   f"depth {p.depth:.1f} machines")
+    out += [f"max flow {sol.throughput:,.1f} tokens/s (prompt and decode)   bound {sol.upper_bound:,.1f}   "
+            f"objective {result.objective}   {how} ({sol.evaluations} evaluations)", ""]
     util = result.utilisation()
     rows = []
     for m in range(net.num_machines):
@@ -57,7 +79,7 @@ def render(result) -> str:
     out += ["", "baselines (max flow of their placements):"]
     for name, (_, value) in result.baselines.items():
         if value > 0:
-            out.append(f"  {name:<20} {value:>10,.1f} tokens/s   amp-tui is {sol.throughput / value:.2f}x")
+            out.append(f"  {name:<20} {value:>10,.1f} tokens/s of max flow")
         else:
             out.append(f"  {name:<20} {0:>10,.1f} tokens/s   (no complete pipeline: the model does not fit)")
     busiest = sorted(range(net.num_machines), key=lambda m: -util[m])[:5]
@@ -67,8 +89,9 @@ def render(result) -> str:
         out.append(f"  {a} -> {b}: {f:,.1f} tokens/s ({u:.1%} of the link)")
     out += ["", f"routes ({len(result.routes)}; weighted round robin by share):"]
     for route in result.routes[:10]:
-        path = " -> ".join(f"{result.machine_label(m)}[{x}-{y}]" for m, (x, y) in zip(route.machines, route.layers))
-        out.append(f"  {route.share:6.1%}  {route.tokens_per_s:9,.1f} tokens/s  {path}")
+        hops = [f"{result.machine_label(m)}[{x}-{y}]" for m, (x, y) in zip(route.machines, route.layers)]
+        out.append(f"  {route.share:6.1%}  {route.tokens_per_s:9,.1f} tokens/s  {len(hops)} machines")
+        out += ["      " + " -> ".join(hops[i:i + 4]) for i in range(0, len(hops), 4)]     # short lines
     if len(result.routes) > 10:
         out.append(f"  ... {len(result.routes) - 10} more (--json lists them all)")
     return "\n".join(out)

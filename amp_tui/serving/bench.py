@@ -7,7 +7,7 @@ import statistics
 import time
 
 from amp_tui.serving.network import build_network
-from amp_tui.serving.solver import solve
+from amp_tui.serving.flow.solver import solve
 from amp_tui.serving.spec import load_serving_scenario
 
 SERVING_BENCHMARKS = ("helix-single24-llama2-70b", "helix-geo3x24-llama2-70b", "helix-hetero42-llama2-70b")

@@ -40,6 +40,8 @@ class Network:
     tables: tuple[np.ndarray, ...]  # per group: tokens/s by layer count (NIC cap applied), [0] = 0
     link: np.ndarray                # tokens/s from machine i to machine j (0: not connected)
     coordinator: np.ndarray         # tokens/s between the coordinator and each machine
+    link_latency_s: np.ndarray | None = None       # one hop from machine i to machine j
+    coordinator_latency_s: np.ndarray | None = None  # one hop between the coordinator and each machine
 
     @property
     def num_machines(self) -> int:
@@ -73,6 +75,7 @@ def build_network(scenario: ServingScenario) -> Network:
         nics += [group.nic_bandwidth] * group.count
     n = len(groups)
     bandwidth = np.zeros((n, n))
+    latency = np.full((n, n), scenario.hop_latency_s)
     for i in range(n):
         for j in range(n):
             if regions[i] == regions[j]:
@@ -80,16 +83,20 @@ def build_network(scenario: ServingScenario) -> Network:
             else:
                 link = scenario.links.get(frozenset((regions[i], regions[j])))
                 bandwidth[i, j] = link.bandwidth if link else 0.0
+                latency[i, j] = link.latency_s if link else 0.0
     coord = scenario.coordinator
     if coord.bandwidth is not None:
         to_coordinator = np.full(n, coord.bandwidth)
+        coordinator_latency = np.full(n, coord.latency_s)
     else:
-        to_coordinator = np.array([bandwidth[i, regions.index(coord.region)] if regions[i] != coord.region else nics[i]
-                                   for i in range(n)])
+        home = regions.index(coord.region)
+        to_coordinator = np.array([bandwidth[i, home] if regions[i] != coord.region else nics[i] for i in range(n)])
+        coordinator_latency = np.array([latency[i, home] for i in range(n)])
     return Network(num_layers=model.num_layers, machine_group=np.array(groups, dtype=np.int64),
                    machine_node=np.array([k for g in scenario.groups for k in range(g.count)], dtype=np.int64),
                    machine_region=tuple(regions), tables=tuple(tables), link=bandwidth / act,
-                   coordinator=to_coordinator / TOKEN_ID_BYTES)
+                   coordinator=to_coordinator / TOKEN_ID_BYTES, link_latency_s=latency,
+                   coordinator_latency_s=coordinator_latency)
 
 
 @dataclass(frozen=True)

@@ -5,12 +5,19 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import time
+
+from amp_tui.core.base.errors import SpecError
 from amp_tui.serving.baselines import all_baselines
 from amp_tui.serving.network import Flow, Network, build_network, max_flow
 from amp_tui.serving.placement import Placement
 from amp_tui.serving.routes import Route, decompose
-from amp_tui.serving.solver import Solution, solve
+from amp_tui.serving.served import Served, evaluate, search
+from amp_tui.serving.flow.solver import Solution, solve, upper_bound
 from amp_tui.serving.spec import ServingScenario
+
+OBJECTIVES = ("decode", "flow")
+FLOW_SHARE = 0.3    # of the time limit, for the max-flow solver when the objective is decode tokens/s
 
 
 @dataclass(frozen=True)
@@ -20,7 +27,9 @@ class ServeResult:
     solution: Solution
     flow: Flow
     routes: tuple[Route, ...]
-    baselines: dict     # name -> (Placement, tokens/s)
+    baselines: dict     # name -> (Placement, tokens/s of max flow)
+    served: Served | None = None     # the serving model's figures for the placement
+    objective: str = "decode"
 
     @property
     def placement(self) -> Placement:
@@ -53,7 +62,18 @@ class ServeResult:
         return sorted(rows, key=lambda r: (-r[3], -r[2]))[:top]
 
     def to_json(self) -> dict:
+        predicted = {}
+        if self.served is not None:
+            predicted = self.served.prediction.to_json()
+            predicted["decode_tokens_per_s"] = self.served.decode_tokens_per_s
+            predicted["prompt_tokens_per_s"] = self.served.prompt_tokens_per_s
+            predicted["steady_decode_tokens_per_s"] = self.served.prediction.decode_tokens_per_s
+            bench = self.scenario.serving.benchmark
+            predicted["measured_over"] = ("steady state" if bench is None or self.served.window is None else
+                                          f"benchmark window [{bench[0]:g} s, {bench[0] + bench[1]:g} s]")
         return {
+            "objective": self.objective,
+            "predicted": predicted,
             "throughput_tokens_per_s": self.solution.throughput,
             "upper_bound_tokens_per_s": self.solution.upper_bound,
             "solve_time_s": self.solution.solve_time_s,
@@ -68,18 +88,42 @@ def _gpu_types(scenario: ServingScenario) -> list:
 
 
 def run_serve(scenario: ServingScenario, *, time_limit_s: float = 10.0, placement: Placement | None = None,
+              objective: str = "decode", max_tpot_s: float | None = None, max_ttft_s: float | None = None,
               progress: Callable[[float, float, float], None] | None = None,
               should_cancel: Callable[[], bool] | None = None) -> ServeResult:
-    """Solve the placement (or evaluate the given one) and compute baselines and routes."""
+    """Search the placement (or evaluate the given one), with baselines, routes and predicted figures.
+
+    objective "decode": most predicted decode tokens/s within the TPOT and TTFT bounds (served.py);
+    "flow": most max flow (solver.py, Helix's objective). Either way the max-flow bound is reported.
+    """
+    if objective not in OBJECTIVES:
+        raise SpecError("--objective", objective, f"expected one of {', '.join(OBJECTIVES)}")
+    started = time.perf_counter()
     net = build_network(scenario)
     baselines = all_baselines(net, _gpu_types(scenario))
-    if placement is None:
-        solution = solve(net, time_limit_s=time_limit_s, starts=[p for p, _ in baselines.values()],
-                         progress=progress, should_cancel=should_cancel)
-    else:
-        from amp_tui.serving.solver import upper_bound
-
+    if placement is not None:
         value = max_flow(net, *placement.arrays()).value
         solution = Solution(placement, value, max(upper_bound(net), value), 0.0, 1, "given")
+        served = evaluate(scenario, net, placement)
+    else:
+        flow_limit = time_limit_s if objective == "flow" else FLOW_SHARE * time_limit_s
+        flow_solution = solve(net, time_limit_s=flow_limit, starts=[p for p, _ in baselines.values()],
+                              progress=progress, should_cancel=should_cancel)
+        if objective == "flow":
+            solution, served = flow_solution, evaluate(scenario, net, flow_solution.placement)
+        else:
+            remaining = max(0.05, time_limit_s - (time.perf_counter() - started))
+            served, evaluations, stopped_by = search(
+                scenario, net, time_limit_s=remaining, starts=[flow_solution.placement, *(p for p, _ in baselines.values())],
+                max_tpot_s=max_tpot_s, max_ttft_s=max_ttft_s, should_cancel=should_cancel,
+                progress=(lambda f: progress(0.5 + 0.5 * f, flow_solution.throughput, flow_solution.upper_bound))
+                if progress else None)
+            if served is None:
+                raise SpecError("--max-tpot/--max-ttft", f"{max_tpot_s} / {max_ttft_s}",
+                                "no placement found meets the latency bound; relax it")
+            value = served.flow.value
+            solution = Solution(served.placement, value, max(flow_solution.upper_bound, value),
+                                time.perf_counter() - started, flow_solution.evaluations + evaluations, stopped_by)
     flow = max_flow(net, *solution.placement.arrays())
-    return ServeResult(scenario, net, solution, flow, tuple(decompose(flow, solution.placement)), baselines)
+    return ServeResult(scenario, net, solution, flow, tuple(decompose(flow, solution.placement)), baselines,
+                       served, "given" if placement is not None else objective)

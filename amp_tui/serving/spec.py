@@ -1,12 +1,15 @@
 """The serving view of a scenario: the `serving:` section and the cluster fields serve mode reads.
 
-    serving: {precision: fp16, prompt_tokens: 750, output_tokens: 240}
+    serving: {precision: fp16, prompt_tokens: 763, output_tokens: 232, prompt_tokens_in_flight: 923,
+              request_rate: offline, kv_fill: 0.8}
     cluster:
       nodes:
-        - {gpu: A100-40GB, count: 4, ..., region: r0, serving_throughput: {1: 23833, 2: 11384}}
+        - {gpu: A100-40GB, count: 4, ..., region: r0, serving_profile: helix-llama2-70b-a100,
+           serving_throughput: {1: 23833, 2: 11384}}
       links:                       # between regions, per pair of machines (as Helix's cluster files)
         - {between: [r0, r1], bandwidth: 100 Mbps, latency: 50 ms}
       coordinator: {region: r0}    # or {bandwidth: ..., latency: ...}
+      hop_latency: 1 ms            # one hop between machines of a region, and to a coordinator there
 
 Training reads none of these; core/spec/scenario.py keeps them as written and this module checks them.
 """
@@ -22,10 +25,16 @@ from amp_tui.core.spec.hardware import GPU
 from amp_tui.core.spec.model import Model, parse_model
 from amp_tui.core.spec.presets import load_preset, preset_names
 from amp_tui.core.spec.scenario import PRECISIONS, Cluster, parse_cluster
+from amp_tui.serving.profile import ServingProfile, analytic_profile, parse_profile
 
 DEFAULT_REGION = "default"
 TOKEN_ID_BYTES = 2           # what Helix sends per token between the coordinator and a machine
-_SERVING_KEYS = ("precision", "prompt_tokens", "output_tokens")
+MAX_SEQUENCE_TOKENS = 10_000_000
+MAX_REQUEST_RATE = 1e6          # requests/s
+_SERVING_KEYS = ("precision", "prompt_tokens", "output_tokens", "prompt_tokens_in_flight", "request_rate", "kv_fill",
+                 "benchmark", "output_token_deciles", "prompt_token_deciles")
+_BENCHMARK_KEYS = ("warmup_s", "window_s", "initial_requests")
+OFFLINE = "offline"
 
 
 # Serving holds its weights at the training tensors' width; NVFP4 weights (half a byte) are not modelled.
@@ -34,16 +43,65 @@ _SERVING_PRECISIONS = tuple(p for p in PRECISIONS if p != "fp4")
 
 @dataclass(frozen=True)
 class Serving:
+    """The workload and how it arrives.
+
+    prompt_tokens, output_tokens: averages per request. prompt_tokens_in_flight: the average prompt of
+    the requests being served at a moment; requests with long answers stay longer, and where long
+    answers follow long prompts (Azure's conversation trace: 923 against 763) the KV cache holds
+    longer prompts than the average (default: prompt_tokens, lengths independent). request_rate:
+    requests/s, or None for offline (as many requests as the KV cache admits, Helix's offline mode).
+    kv_fill: the share of the KV cache admission fills, reserving prompt + output tokens per request
+    (Helix's offline feeder stops at 0.8 of the most used layer). benchmark (offline only): predict
+    what a closed-loop benchmark measures over [warmup_s, warmup_s + window_s], starting from
+    initial_requests requests, each finished prompt admitting one more (Helix's offline feeder);
+    None: the steady state.
+    """
+
     precision: str = "fp16"
-    prompt_tokens: int = 750     # average per request
+    prompt_tokens: int = 750
     output_tokens: int = 240
+    prompt_tokens_in_flight: int | None = None
+    request_rate: float | None = None
+    kv_fill: float = 0.8
+    benchmark: tuple[float, float, int] | None = None    # (warmup_s, window_s, initial_requests)
+    # The requests sorted by output length in ten equal parts: each part's mean output and mean prompt.
+    output_token_deciles: tuple[float, ...] | None = None
+    prompt_token_deciles: tuple[float, ...] | None = None
 
     @property
     def bytes_per_element(self) -> int:
         return PRECISIONS[self.precision]
 
+    @property
+    def held_prompt_tokens(self) -> float:
+        """The mean prompt of the requests in flight: given, or from the deciles (each part held for as
+        long as its answers take), or the mean prompt."""
+        if self.prompt_tokens_in_flight is not None:
+            return self.prompt_tokens_in_flight
+        if self.output_token_deciles is not None and self.prompt_token_deciles is not None:
+            weights = [o + 1 for o in self.output_token_deciles]
+            return sum(w * p for w, p in zip(weights, self.prompt_token_deciles)) / sum(weights)
+        return self.prompt_tokens
+
+    def classes(self) -> list[tuple[float, float, float]]:
+        """(share, prompt tokens, output tokens) of each kind of request: the deciles, or one kind."""
+        if self.output_token_deciles is None:
+            return [(1.0, float(self.prompt_tokens), float(self.output_tokens))]
+        prompts = self.prompt_token_deciles or (self.prompt_tokens,) * 10
+        return [(0.1, float(p), float(o)) for p, o in zip(prompts, self.output_token_deciles)]
+
     def to_dict(self) -> dict:
-        return {"precision": self.precision, "prompt_tokens": self.prompt_tokens, "output_tokens": self.output_tokens}
+        out = {"precision": self.precision, "prompt_tokens": self.prompt_tokens, "output_tokens": self.output_tokens}
+        if self.prompt_tokens_in_flight is not None:
+            out["prompt_tokens_in_flight"] = self.prompt_tokens_in_flight
+        out["request_rate"] = OFFLINE if self.request_rate is None else self.request_rate
+        out["kv_fill"] = self.kv_fill
+        if self.benchmark is not None:
+            out["benchmark"] = dict(zip(_BENCHMARK_KEYS, self.benchmark))
+        for key in ("output_token_deciles", "prompt_token_deciles"):
+            if getattr(self, key) is not None:
+                out[key] = list(getattr(self, key))
+        return out
 
 
 @dataclass(frozen=True)
@@ -58,6 +116,7 @@ class MachineGroup:
     gpus_per_node: int
     nic_bandwidth: float                # bytes/s: the group's inter_node_bandwidth
     measured: tuple[float, ...] | None  # tokens/s holding k = 1.. layers, from serving_throughput
+    profile: ServingProfile | None = None  # from serving_profile; None: modelled (serving_profile_of)
 
 
 @dataclass(frozen=True)
@@ -104,6 +163,7 @@ class ServingScenario:
     links: dict = field(hash=False)     # frozenset({a, b}) -> Link
     coordinator: Coordinator = Coordinator()
     description: str = ""
+    hop_latency_s: float = 0.0          # one hop between machines of a region (cluster.hop_latency)
 
     @property
     def serving_model(self) -> ServingModel:
@@ -138,16 +198,57 @@ def parse_serving(value: object, field_name: str = "serving") -> Serving:
     if value is None:
         value = {}
     if not isinstance(value, dict):
-        raise SpecError(field_name, value, "expected a mapping with precision, prompt_tokens, output_tokens")
+        raise SpecError(field_name, value, f"expected a mapping with {', '.join(_SERVING_KEYS)}")
     for key in value:
         if key not in _SERVING_KEYS:
             raise SpecError(f"{field_name}.{key}", value[key], f"unknown serving field; allowed: {', '.join(_SERVING_KEYS)}")
     precision = value.get("precision", "fp16")
     if precision not in _SERVING_PRECISIONS:
         raise SpecError(f"{field_name}.precision", precision, f"expected one of {', '.join(_SERVING_PRECISIONS)}")
+    rate = value.get("request_rate", OFFLINE)
+    benchmark = _benchmark(value.get("benchmark"), f"{field_name}.benchmark")
+    if benchmark is not None and rate != OFFLINE:
+        raise SpecError(f"{field_name}.benchmark", value["benchmark"], "only for offline serving (request_rate: offline)")
+    in_flight = value.get("prompt_tokens_in_flight")
     return Serving(precision=precision,
-                   prompt_tokens=parse_int(value.get("prompt_tokens", 750), f"{field_name}.prompt_tokens"),
-                   output_tokens=parse_int(value.get("output_tokens", 240), f"{field_name}.output_tokens"))
+                   prompt_tokens=parse_int(value.get("prompt_tokens", 750), f"{field_name}.prompt_tokens",
+                                           maximum=MAX_SEQUENCE_TOKENS),
+                   output_tokens=parse_int(value.get("output_tokens", 240), f"{field_name}.output_tokens",
+                                           maximum=MAX_SEQUENCE_TOKENS),
+                   prompt_tokens_in_flight=(None if in_flight is None else
+                                            parse_int(in_flight, f"{field_name}.prompt_tokens_in_flight",
+                                                      maximum=MAX_SEQUENCE_TOKENS)),
+                   request_rate=(None if rate == OFFLINE else
+                                 float(parse_number(rate, f"{field_name}.request_rate", positive=True,
+                                                    maximum=MAX_REQUEST_RATE))),
+                   kv_fill=float(parse_number(value.get("kv_fill", 0.8), f"{field_name}.kv_fill", positive=True,
+                                              maximum=1)),
+                   benchmark=benchmark,
+                   output_token_deciles=_deciles(value.get("output_token_deciles"), f"{field_name}.output_token_deciles"),
+                   prompt_token_deciles=_deciles(value.get("prompt_token_deciles"), f"{field_name}.prompt_token_deciles"))
+
+
+def _deciles(value: object, field_name: str) -> tuple[float, ...] | None:
+    if value is None:
+        return None
+    if not isinstance(value, list) or len(value) != 10:
+        raise SpecError(field_name, value, "expected ten numbers: the mean of each tenth of the requests, "
+                                           "sorted by output length")
+    return tuple(float(parse_number(v, f"{field_name}[{i}]", positive=True, maximum=MAX_SEQUENCE_TOKENS))
+                 for i, v in enumerate(value))
+
+
+def _benchmark(value: object, field_name: str) -> tuple[float, float, int] | None:
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise SpecError(field_name, value, f"expected a mapping with {', '.join(_BENCHMARK_KEYS)}")
+    for key in value:
+        if key not in _BENCHMARK_KEYS:
+            raise SpecError(f"{field_name}.{key}", value[key], f"unknown field; allowed: {', '.join(_BENCHMARK_KEYS)}")
+    return (float(parse_number(value.get("warmup_s", 60), f"{field_name}.warmup_s", minimum=0, maximum=86400)),
+            float(parse_number(value.get("window_s", 600), f"{field_name}.window_s", positive=True, maximum=86400)),
+            parse_int(value.get("initial_requests", 20), f"{field_name}.initial_requests", maximum=1_000_000))
 
 
 def _region_name(value: object, field_name: str) -> str:
@@ -184,10 +285,26 @@ def machine_groups(cluster: Cluster, field_name: str = "cluster") -> tuple[Machi
         region = _region_name(extra["region"], f"{where}.region") if "region" in extra else DEFAULT_REGION
         measured = (_measured(extra["serving_throughput"], f"{where}.serving_throughput")
                     if "serving_throughput" in extra else None)
+        profile = (parse_profile(extra["serving_profile"], f"{where}.serving_profile")
+                   if "serving_profile" in extra else None)
         groups.append(MachineGroup(index=i, count=node.count, label=node.label, region=region, gpu=node.gpu,
                                    gpus_per_node=node.gpus_per_node, nic_bandwidth=node.inter_node_bandwidth,
-                                   measured=measured))
+                                   measured=measured, profile=profile))
     return tuple(groups)
+
+
+def serving_profile_of(group: MachineGroup, model: ServingModel, precision: str) -> ServingProfile:
+    """The group's measured profile, or one modelled from its GPU's datasheet."""
+    return group.profile or analytic_profile(group.gpu, group.gpus_per_node, model, precision)
+
+
+def _check_profiles(groups: tuple[MachineGroup, ...], model: Model) -> None:
+    for group in groups:
+        profile = group.profile
+        if profile is not None and profile.model and profile.model != model.name:
+            raise SpecError(f"cluster.nodes[{group.index}].serving_profile", profile.name,
+                            f"measured with {profile.model}, but the scenario serves {model.name}; remove it to "
+                            "model this machine from its GPU's datasheet")
 
 
 def parse_links(value: object, regions: tuple[str, ...], field_name: str = "cluster.links") -> dict:
@@ -257,10 +374,12 @@ def parse_serving_scenario(value: object) -> ServingScenario:
     regions = tuple(dict.fromkeys(g.region for g in groups))
     links = parse_links(cluster.serving_fields.get("links"), regions)
     coordinator = parse_coordinator(cluster.serving_fields.get("coordinator"), regions)
+    hop_latency = _latency(cluster.serving_fields.get("hop_latency", 0), "cluster.hop_latency")
     serving_model(model, serving.bytes_per_element)   # refuse a model without a hidden size now
+    _check_profiles(groups, model)
     return ServingScenario(name=str(value.get("name", "scenario")), description=str(value.get("description", "")),
                            cluster=cluster, model=model, serving=serving, groups=groups, regions=regions,
-                           links=links, coordinator=coordinator)
+                           links=links, coordinator=coordinator, hop_latency_s=hop_latency)
 
 
 def load_serving_scenario(name_or_path: str) -> ServingScenario:
@@ -277,6 +396,14 @@ def load_serving_scenario(name_or_path: str) -> ServingScenario:
         return parse_serving_scenario(load_preset("scenarios", name_or_path))
     raise SpecError("scenario", name_or_path,
                     f"neither a file nor a scenario preset; presets: {', '.join(preset_names('scenarios'))}")
+
+
+def serving_scenario_from(scenario) -> ServingScenario:
+    """Serve the model and cluster of a training scenario (the dashboard's `v`): its serving section if it
+    has one, else the defaults; machines without serving_profile are modelled from their GPU's datasheet."""
+    data = scenario.to_dict()
+    return parse_serving_scenario({"name": data.get("name", "scenario"), "cluster": data["cluster"],
+                                   "model": data["model"], "serving": data.get("serving") or {}})
 
 
 def with_group_count(scenario: ServingScenario, group: int, count: int) -> ServingScenario:

@@ -17,17 +17,37 @@ def _run(capsys, *argv):
 
 
 def test_json_has_exactly_the_issue_keys(capsys):
-    code, out, _ = _run(capsys, "serve", "helix-single24-llama2-70b", "--json", "--time-limit", "5")
+    code, out, _ = _run(capsys, "serve", "helix-single24-llama2-70b", "--json", "--time-limit", "5", "--objective", "flow")
     assert code == 0
     data = json.loads(out)
-    assert set(data) == {"throughput_tokens_per_s", "upper_bound_tokens_per_s", "solve_time_s", "placement",
-                         "baselines", "routes"}
+    assert set(data) == {"objective", "predicted", "throughput_tokens_per_s", "upper_bound_tokens_per_s",
+                         "solve_time_s", "placement", "baselines", "routes"}
+    assert data["objective"] == "flow"
+    assert {"decode_tokens_per_s", "prompt_tokens_per_s", "ttft_s", "tpot_s", "requests_in_flight",
+            "depth"} <= set(data["predicted"])
     assert set(data["baselines"]) == {"petals", "swarm", "separate_pipelines"}
     assert len(data["placement"]) == 24
     assert all(set(row) == {"group", "node", "first_layer", "num_layers"} for row in data["placement"])
     assert data["throughput_tokens_per_s"] <= data["upper_bound_tokens_per_s"] + 1e-9
     assert sum(r["share"] for r in data["routes"]) == pytest.approx(1.0)
     assert data["throughput_tokens_per_s"] >= max(data["baselines"].values())
+
+
+def test_decode_objective_reports_predicted_figures_and_beats_the_flow_placement_on_them(capsys):
+    code, out, _ = _run(capsys, "serve", "helix-single24-llama2-70b", "--json", "--time-limit", "5")
+    decode = json.loads(out)
+    code, out, _ = _run(capsys, "serve", "helix-single24-llama2-70b", "--json", "--time-limit", "5", "--objective", "flow")
+    flow = json.loads(out)
+    assert decode["objective"] == "decode"
+    # the flow placement races in the decode search, so the search never predicts less for its pick
+    assert decode["predicted"]["decode_tokens_per_s"] >= flow["predicted"]["decode_tokens_per_s"] - 1e-6
+    assert decode["predicted"]["ttft_s"] > 0 and decode["predicted"]["tpot_s"] > 0
+
+
+def test_a_latency_bound_that_nothing_meets_is_one_line_and_exit_2(capsys):
+    code, out, err = _run(capsys, "serve", "helix-single24-llama2-70b", "--max-tpot", "0.001", "--time-limit", "3")
+    assert code == 2
+    assert "--max-tpot" in err and "\n" not in err.strip()
 
 
 def test_save_and_reopen_round_trip(capsys, tmp_path):

@@ -7,7 +7,7 @@ import pytest
 from serving_builders import scenario
 
 from amp_tui.serving.network import build_network, max_flow
-from amp_tui.serving.solver import solve, upper_bound
+from amp_tui.serving.flow.solver import solve, upper_bound
 
 
 def _brute_force(net) -> float:

@@ -34,8 +34,8 @@ AUTO = "auto"   # a training technique the search chooses per strategy
 FULL_SHARD = "full"   # training.data_parallel_shard: ZeRO shards over every data-parallel rank
 
 # Cluster fields for serve mode (amp_tui.serving.spec checks them); training carries them unread.
-SERVING_NODE_FIELDS = ("region", "serving_throughput")
-SERVING_CLUSTER_FIELDS = ("links", "coordinator")
+SERVING_NODE_FIELDS = ("region", "serving_throughput", "serving_profile")
+SERVING_CLUSTER_FIELDS = ("links", "coordinator", "hop_latency")
 
 
 @dataclass(frozen=True)
@@ -64,7 +64,7 @@ class NodeGroup:
         """RDMA fabrics (InfiniBand, EFA, RoCE) come at 100 Gbps and more per node; below is TCP."""
         return self.inter_node_link or ("infiniband" if self.inter_node_bandwidth >= 12.5e9 else "ethernet")
     price_per_hour: float | None = None     # US dollars per node-hour; None: unknown (see pricing.py)
-    # Fields only serve mode reads (region, serving_throughput), kept as written; amp_tui.serving
+    # Fields only serve mode reads (region, serving_throughput, serving_profile), kept as written; amp_tui.serving
     # validates them, training ignores them.
     serving_fields: dict = field(default_factory=dict, hash=False)
 

@@ -41,11 +41,17 @@ class ViewActions:
         self.push_screen(CalibrateScreen(self.scenario), applied)
 
     def action_serve_view(self) -> None:
-        """The Serve view (serving is a sibling of training: it keeps its own scenario)."""
-        from amp_tui.serving.spec import load_serving_scenario
-        from amp_tui.tui.screens.serve import DEFAULT_SERVING_SCENARIO, ServeScreen
+        """The Serve view, serving the model on the cluster being edited (edits there stay in the view)."""
+        from amp_tui.core.base.errors import SpecError
+        from amp_tui.serving.spec import serving_scenario_from
+        from amp_tui.tui.screens.serve import ServeScreen
 
-        self.push_screen(ServeScreen(load_serving_scenario(DEFAULT_SERVING_SCENARIO)))
+        try:
+            scenario = serving_scenario_from(self.scenario)
+        except SpecError as err:
+            self.notify(f"Serve: {err}", severity="error", markup=False)
+            return
+        self.push_screen(ServeScreen(scenario))
 
     def action_help(self) -> None:
         self.push_screen(HelpScreen())

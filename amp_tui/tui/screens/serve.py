@@ -1,4 +1,4 @@
-"""The Serve view: place the scenario's model for serving by max flow, live.
+"""The Serve view: place the scenario's model for serving (most predicted decode tokens/s), live.
 
 Keys: g / G pick a node group, + / - add or remove one of its machines (the placement is solved
 again at once), c cancels a running solve, escape goes back.

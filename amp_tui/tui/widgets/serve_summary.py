@@ -1,4 +1,5 @@
-"""Serve view: throughput against bound and baselines, and the busiest links."""
+"""Serve view: predicted decode and prompt tokens/s and latencies, the max flow against its bound and the
+baselines', and the busiest links."""
 
 from __future__ import annotations
 
@@ -19,8 +20,15 @@ class ServeSummary(Static):
             self.update(text)
             return
         sol = result.solution
-        text.append(f"throughput {sol.throughput:,.1f} tokens/s", style="bold")
-        text.append(f"   bound {sol.upper_bound:,.1f}   gap {sol.gap:.2%}   solve {sol.solve_time_s:.2f} s\n")
+        if result.served is not None:
+            p = result.served.prediction
+            text.append(f"decode {result.served.decode_tokens_per_s:,.1f} tokens/s", style="bold")
+            text.append(f"   prompt {result.served.prompt_tokens_per_s:,.1f} tokens/s   TTFT {p.ttft_s:.2f} s   "
+                        f"TPOT {p.tpot_s:.3f} s\n")
+            text.append(f"{p.requests_in_flight:,.0f} requests in flight ({p.limited_by})   depth {p.depth:.1f} "
+                        f"machines   {result.to_json()['predicted']['measured_over']}\n")
+        text.append(f"max flow {sol.throughput:,.1f} tokens/s")
+        text.append(f"   bound {sol.upper_bound:,.1f}   objective {result.objective}   solve {sol.solve_time_s:.2f} s\n")
         best = max([sol.throughput, *(v for _, v in result.baselines.values())]) or 1.0
         for name, value in [("amp-tui", sol.throughput), *((n, v) for n, (_, v) in result.baselines.items())]:
             bar = "█" * int(30 * value / best)

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from amp_tui.core.base.errors import Cancelled
-from amp_tui.serving.columns import blocks_at, config_bound, solve_config_lp
+from amp_tui.serving.flow.columns import blocks_at, config_bound, solve_config_lp
 from amp_tui.serving.network import Network, max_flow
 from amp_tui.serving.placement import Placement
 

@@ -1,0 +1,72 @@
+"""The serving model's terms, each by hand on a two-machine case (model/*.py)."""
+
+import math
+
+import numpy as np
+import pytest
+
+from amp_tui.serving.model.compute import FRAGMENTATION, machine_load, receive_copy_s, RECEIVE_COPY_BYTES_PER_S
+from amp_tui.serving.model.kv import admitted_requests, reserve_tokens, room_per_layer
+from amp_tui.serving.model.network import decode_hop_s, link_wait_s, prompt_hop_s
+from amp_tui.serving.model.predict import predict
+from amp_tui.serving.model.routing import Hop, Routing
+from amp_tui.serving.profile import parse_profile
+from amp_tui.serving.spec import Serving
+
+PROFILE = parse_profile({"decode_ms_per_layer": {1: 2.0, 100: 4.0}, "prompt_ms_per_layer": {1000: 10.0},
+                         "kv_tokens_per_layer": {1: 10_000, 2: 4_000}, "max_decode_batch": {1: 64, 2: 64}})
+SERVING = Serving(prompt_tokens=100, output_tokens=50, kv_fill=0.8)
+
+
+def test_profile_interpolates_and_extends():
+    assert PROFILE.decode_step_s(1) == pytest.approx(2e-3)
+    assert PROFILE.decode_step_s(0.2) == pytest.approx(2e-3)            # below the smallest batch: its cost
+    assert PROFILE.decode_step_s(50.5) == pytest.approx(3e-3)           # halfway: halfway
+    assert PROFILE.decode_step_s(199) == pytest.approx(6e-3)            # past the last point: its slope
+    assert PROFILE.prompt_step_s(500) == pytest.approx(5e-3)            # from (0, 0)
+
+
+def test_kv_room_and_admission_by_hand():
+    # machine 0 holds layers 0-1 (4,000 tokens per layer at 2 layers), machine 1 layer 2 (10,000 at 1 layer)
+    kv = np.array([4_000.0, 10_000.0])
+    room = room_per_layer(kv, np.array([0, 2]), np.array([2, 1]), 3)
+    assert list(room) == [4_000, 4_000, 10_000]
+    assert reserve_tokens(SERVING) == 150
+    assert admitted_requests(room, SERVING) == pytest.approx(0.8 * 4_000 / 150)
+
+
+def test_hop_terms_by_hand():
+    hop = Hop(share=1.0, latency_s=1e-3, bandwidth=1e6, activations=True, sender=0, receiver=1)
+    token = (1000 + 2) / 1e6                              # one token's activations and its id over 1 MB/s
+    prompt = 100 * token
+    # 2 prompts/s and 10 tokens/s cross it: busy 0.2 + 0.01002; Pollaczek-Khinchine wait
+    busy = 2 * prompt + 10 * token
+    wait = (2 * prompt ** 2 + 10 * token ** 2) / (2 * (1 - busy))
+    assert link_wait_s(hop, 10, 2, 100, 1000) == pytest.approx(wait)
+    assert decode_hop_s(hop, 10, 2, 100, 1000) == pytest.approx(1e-3 + token + wait)
+    assert prompt_hop_s(hop, 10, 2, 100, 1000) == pytest.approx(1e-3 + prompt + wait)
+    assert math.isinf(link_wait_s(hop, 0, 20, 100, 1000))      # 20 prompts of 0.1 s each: saturated
+
+
+def test_machine_wave_and_residence_by_hand():
+    assert receive_copy_s(1000, 1000) == pytest.approx(1e6 / RECEIVE_COPY_BYTES_PER_S)
+    # almost no traffic: one token per wave, two layers at 2 ms, the copy of one token's activations
+    load = machine_load(PROFILE, 2, 2, 1e-6, 0.0, 100, 1000)
+    wave = 2 * 2e-3 + receive_copy_s(1, 1000)
+    assert load.batch == 1.0
+    assert load.wave_s == pytest.approx(wave)
+    assert load.residence_s == pytest.approx(FRAGMENTATION * wave, rel=1e-4)
+    # prompts make the machine busier and its tokens stay longer
+    busier = machine_load(PROFILE, 2, 2, 50, 5.0, 100, 1000)
+    assert busier.busy > load.busy and busier.residence_s > load.residence_s
+
+
+def test_closed_loop_obeys_littles_law_and_the_kv_bound():
+    hops = (Hop(1.0, 1e-3, 1e9, False, -1, 0), Hop(1.0, 1e-3, 1e9, True, 0, 1), Hop(1.0, 1e-3, 1e9, False, 1, -1))
+    route = Routing(visits=np.array([1.0, 1.0]), layers=np.array([2.0, 1.0]), hops=hops, flow_tokens_per_s=1e6)
+    p = predict(route, [PROFILE, PROFILE], np.array([0, 2]), np.array([2, 1]), 3, SERVING, 1000)
+    assert p.limited_by == "kv cache"
+    assert p.requests_in_flight == pytest.approx(p.admitted_requests, rel=1e-3)
+    life = p.ttft_s + SERVING.output_tokens * p.tpot_s
+    assert p.requests_in_flight == pytest.approx(p.decode_tokens_per_s * life / SERVING.output_tokens, rel=1e-3)
+    assert p.prompt_tokens_per_s == pytest.approx(p.decode_tokens_per_s * 100 / 50)
