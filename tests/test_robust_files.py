@@ -332,3 +332,26 @@ def test_a_temporary_left_by_a_killed_write_is_removed_by_the_next(tmp_path):
     atomic_write(tmp_path / "plan.yaml", "whole")
     assert (tmp_path / "plan.yaml").read_text() == "whole"
     assert not dead.exists() and alive.exists() and other.exists()
+
+
+def test_a_set_written_file_by_file_names_nothing_a_killed_run_would_leave(tmp_path, monkeypatch):
+    """Where the folder cannot be swapped whole (it is the working directory), the files are
+    renamed in back to back. A run killed (SIGKILL) at any of those instants must not leave a
+    backup of a replaced file in the folder (issue 28: 12 of 30 kills left `.NAME...old` files):
+    at every rename the folder holds only the targets, the user's files and that one rename's
+    source; a failed commit still puts every old file back."""
+    for name in ("a", "b", "notes.txt"):
+        (tmp_path / name).write_text(f"old {name}")
+    monkeypatch.chdir(tmp_path)
+    seen = []
+    real_replace = atomic.os.replace
+
+    def watching_replace(source, target):
+        seen.append(sorted(set(os.listdir(tmp_path)) - {"a", "b", "c", "notes.txt", os.path.basename(source)}))
+        real_replace(source, target)
+
+    monkeypatch.setattr(atomic.os, "replace", watching_replace)
+    write_files(tmp_path, {"a": "new a", "b": "new b", "c": "new c"})
+    assert seen == [[], [], []]
+    assert {n: (tmp_path / n).read_text() for n in sorted(os.listdir(tmp_path))} == \
+        {"a": "new a", "b": "new b", "c": "new c", "notes.txt": "old notes.txt"}

@@ -95,9 +95,7 @@ def _exchange(folder: Path, targets: list[Path], blobs: list[bytes], field: str)
         for target, blob in zip(targets, blobs):
             fd = os.open(stage / target.name, os.O_WRONLY | os.O_CREAT | os.O_EXCL, _mode_for(target))
             try:
-                view = memoryview(blob)
-                while view:
-                    view = view[os.write(fd, view):]
+                _write_all(fd, blob)
                 os.fchmod(fd, _mode_for(target))      # the umask must not narrow a kept mode
                 os.fsync(fd)
             finally:
@@ -195,9 +193,7 @@ class _Staging:
             fd = self._guard(os.open, staged, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         self.entries.append((target, fd, staged))
         self._guard(os.fchmod, fd, mode)
-        view = memoryview(blob)
-        while view:
-            view = view[self._guard(os.write, fd, view):]
+        self._guard(_write_all, fd, blob)
         self._guard(os.fsync, fd)
 
     def _unnamed(self, mode: int) -> int | None:
@@ -209,7 +205,7 @@ class _Staging:
             return None         # a file system without unnamed files: use the staging folder
 
     def commit(self, overwrite: bool) -> None:
-        done: list[tuple[Path, Path | None]] = []      # (target, backup of the file it replaced)
+        done: list[tuple[Path, tuple[bytes, int] | None]] = []   # (target, what it replaced)
         target = self.folder
         try:
             for target, fd, staged in self.entries:
@@ -247,23 +243,30 @@ class _Staging:
         finally:
             os.close(folder)
 
-    def _backup(self, target: Path) -> Path | None:
-        """A second name for the file about to be replaced, so that a failed commit can put it back;
-        only kept when there is more than one file to commit."""
+    def _backup(self, target: Path) -> tuple[bytes, int] | None:
+        """The contents and mode of the file about to be replaced, so that a failed commit can put
+        it back; only kept when there is more than one file to commit. Held in memory, not under a
+        second name in the folder: a run killed mid-commit (SIGKILL) leaves no backup behind."""
         if len(self.entries) == 1 or not target.exists():
             return None
-        backup = self.folder / f".{target.name}{_TAG}{os.getpid()}.old"
-        os.link(target, backup)
-        self.named.append(backup)
-        return backup
+        return target.read_bytes(), stat.S_IMODE(os.stat(target).st_mode)
 
-    def _roll_back(self, done: list[tuple[Path, Path | None]]) -> None:
+    def _roll_back(self, done: list[tuple[Path, tuple[bytes, int] | None]]) -> None:
         for target, backup in reversed(done):
             try:
                 if backup is None:
                     os.unlink(target)
-                else:
-                    os.replace(backup, target)
+                    continue
+                blob, mode = backup
+                temporary = self.folder / f".{target.name}{_TAG}{os.getpid()}.tmp"
+                self.named.append(temporary)
+                fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
+                try:
+                    _write_all(fd, blob)
+                    os.fchmod(fd, mode)
+                finally:
+                    os.close(fd)
+                os.replace(temporary, target)
             except OSError:
                 pass
 
@@ -285,6 +288,12 @@ class _Staging:
                 pass
         if self.staging_dir is not None:
             shutil.rmtree(self.staging_dir, ignore_errors=True)
+
+
+def _write_all(fd: int, blob: bytes) -> None:
+    view = memoryview(blob)
+    while view:
+        view = view[os.write(fd, view):]
 
 
 def _sync_folder(folder: Path) -> None:
