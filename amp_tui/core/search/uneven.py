@@ -59,7 +59,7 @@ class UnevenSearch:
     @property
     def note(self) -> str:
         limit = ", stopped at the time limit" if self.timed_out else ""
-        return (f"batch shares and per-stage tp/dp searched heuristically (README, Uneven shares): tried on the "
+        return (f"batch shares and per-stage tp/dp searched heuristically (docs/search.md, Uneven shares): tried on the "
                 f"top {self.strategies} strategies ({self.shares_tried} with replicas on different GPU types, "
                 f"{self.layouts_tried} per-stage layouts{limit}), {self.found} added; no bound on the gap is claimed")
 
