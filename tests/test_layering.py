@@ -152,6 +152,9 @@ def test_the_stages_of_the_core_are_declared_in_order():
         later = set(order[i + 1:]) - ({"calibration"} if stage == "validation" else set())
         assert not allowed & later, (stage, allowed & later)
     assert declared["amp_tui.serving"] == ["amp_tui", "amp_tui.core.base", "amp_tui.core.spec"]
+    # Profiling measures and reads scenarios; it writes measurements files calibrate reads, and never
+    # reaches the cost model or the search (predictions stay with the commands that print them).
+    assert declared["amp_tui.profiling"] == ["amp_tui.core.base", "amp_tui.core.spec", "amp_tui.core.calibration"]
 
 
 def test_a_planted_upward_import_and_a_planted_cycle_are_caught():

@@ -24,7 +24,10 @@ def run(args) -> int:
         prediction = evaluate(plan.scenario, plan.strategy)
         changes = prediction_changes(plan.saved_prediction, prediction)
         if args.json:
-            print(json_text({**prediction.to_dict(), "changed_since_saved": changes}))
+            from amp_tui.core.costmodel.measured import layer_time_sources
+
+            print(json_text({**prediction.to_dict(), "changed_since_saved": changes,
+                             "layer_times": layer_time_sources(plan.scenario)}))
         else:
             print(render_predictions(plan.scenario, [prediction]))
             print()
@@ -41,7 +44,10 @@ def run(args) -> int:
     for i, strategy in enumerate(strategies):
         predictions.append(evaluate(scenario, strategy, cost, field=f"strategies[{i}]"))
     if args.json:
-        print(json_text([p.to_dict() for p in predictions]))
+        from amp_tui.core.costmodel.measured import layer_time_sources
+
+        sources = layer_time_sources(scenario)     # which layers were measured, and by which profile
+        print(json_text([{**p.to_dict(), "layer_times": sources} for p in predictions]))
     else:
         print(render_predictions(scenario, predictions))
     return 0

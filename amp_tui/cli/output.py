@@ -49,7 +49,23 @@ def summary(scenario) -> str:
     return (f"{scenario.name}: {c.num_gpus} GPUs ({groups}); {m.name}: {m.num_layers} layers, "
             f"{m.total_params / 1e9:.3g} B params; global batch {t.global_batch_size}, {t.precision}"
             f"{' (rowwise scaling)' if t.fp8_scaling == 'rowwise' else ''}, "
-            f"{t.schedule}{_execution(t)}{calibrated}\ntechniques {describe(t, m)}")
+            f"{t.schedule}{_execution(t)}{calibrated}\ntechniques {describe(t, m)}{profile_text(scenario)}")
+
+
+def profile_text(scenario) -> str:
+    """Lines saying which layers a profile file measured (nothing without one)."""
+    if scenario.model.measured_profile is None:
+        return ""
+    from amp_tui.core.costmodel.measured import layer_time_sources
+
+    sources = layer_time_sources(scenario)
+    lines = [f"\nlayer times from {sources['profile']['summary']}"]
+    for gpu, names in sources["measured"].items():
+        analytic, inline = sources["analytic"][gpu], sources["amp_inline"][gpu]
+        lines.append(f"  on {gpu}: measured {', '.join(names) or 'none'}"
+                     + (f"; AMP's inline times {', '.join(inline)}" if inline else "")
+                     + (f"; analytic {', '.join(analytic)}" if analytic else ""))
+    return "\n".join(lines)
 
 
 def _execution(training) -> str:

@@ -38,6 +38,7 @@ from amp_tui.core.costmodel.placement import Layout, Nodes, build_layout
 from amp_tui.core.costmodel.prediction import Prediction, StagePrediction, memory_reason
 from amp_tui.core.costmodel.terms import sharding
 from amp_tui.core.spec.knobs import Knobs
+from amp_tui.core.spec.layers import ANY_GPU
 from amp_tui.core.spec.scenario import Scenario
 from amp_tui.core.spec.strategy import Strategy
 
@@ -125,8 +126,17 @@ class Candidate:
 
     @cached_property
     def opt_coef(self) -> np.ndarray:
-        return optimizer_traffic_per_param(self.cost.training, self.shard_group,
-                                           self.knobs.zero_stage) / self.layout.stage_memory_bandwidth
+        """Per stage, seconds per (parameter / tp) of the optimizer step: its bytes over the slowest
+        GPU memory, or a profile file's measured step on its GPU type, sharded as ZeRO shards it."""
+        training = self.cost.training
+        traffic = optimizer_traffic_per_param(training, self.shard_group, self.knobs.zero_stage)
+        profile = self.cost.model.measured_profile
+        if profile is None or profile.optimizer_step_s_per_param is None or profile.optimizer_name != training.optimizer:
+            return traffic / self.layout.stage_memory_bandwidth
+        measured = profile.optimizer_step_s_per_param * traffic / optimizer_traffic_per_param(training, 1, 0)
+        per_group = np.array([measured if group.gpu.name == profile.gpu or profile.gpu == ANY_GPU else traffic / group.gpu.memory_bandwidth
+                              for group in self.cost.scenario.cluster.nodes])
+        return np.where(self.layout.serves, per_group[None, :], 0.0).max(axis=1)
 
     @cached_property
     def e_coef(self) -> np.ndarray:

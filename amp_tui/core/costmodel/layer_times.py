@@ -14,6 +14,7 @@ import threading
 import numpy as np
 
 from amp_tui.core.base.lazy import cached_property
+from amp_tui.core.costmodel import measured as profile_terms
 from amp_tui.core.costmodel.memory import micro_batches_in_flight, zero3_gathered_params
 from amp_tui.core.costmodel.terms import collectives as collective_terms
 from amp_tui.core.costmodel.terms import compute as compute_terms
@@ -98,15 +99,29 @@ class LayerTimes:
                                               self.training.attention_kernel, self.training.fp8_scaling,
                                               self.execution.elementwise_traffic)
 
+    def _shard_measured(self, gpu_name: str, tp: int) -> np.ndarray:
+        """Per layer, whether a profile file measured it on this GPU type at this tp (measured.py)."""
+        key = ("shard measured", gpu_name, tp)
+        if key not in self._profiles:
+            self._profiles[key] = np.array([layer.measured_passes(gpu_name, tp) is not None
+                                            for layer in self.model.layers], dtype=bool)
+        return self._profiles[key]
+
     def _calibration(self, group: int) -> np.ndarray:
         """Per layer, measured / analytic forward time at tp = 1, micro-batch 1 on this GPU (1 where
-        not measured): applied to the analytic time at other tp degrees, it keeps the
-        measurement's efficiency."""
+        not measured; a profile file's smallest micro-batch at tp = 1 where AMP's form has none):
+        applied to the analytic time at other tp degrees, it keeps the measurement's efficiency."""
         key = ("calibration", self._node_kind[group])
         if key not in self._profiles:
             gpu = self.gpus[group]
-            base = self._measured(gpu.name, 1)
+            base = self._measured(gpu.name, 1).copy()
             analytic = self._analytic_forward(gpu, 1, 1)
+            for index, layer in enumerate(self.model.layers):
+                table = layer.measured_passes(gpu.name, 1)
+                if table and np.isnan(base[index]):    # measured / analytic at its smallest micro-batch
+                    mbs, forward, _ = table[0]
+                    base[index] = forward * analytic[index] / max(float(self._analytic_forward(gpu, 1, mbs)[index]),
+                                                                  1e-30)
             usable = ~np.isnan(base) & (analytic > 0)
             self._profiles[key] = np.where(usable, np.where(usable, base, 1.0) / np.where(usable, analytic, 1.0), 1.0)
         return self._profiles[key]
@@ -139,7 +154,8 @@ class LayerTimes:
         gpu = self.gpus[group]
         passes = self.knobs.forward_passes + 2.0     # and the backward's two
         measured = self._measured(gpu.name, tp)
-        have = ~np.isnan(measured)
+        shard = self._shard_measured(gpu.name, tp)
+        have = ~np.isnan(measured) & ~shard          # AMP's form: forward per sample, collectives inside
         analytic = self._analytic_forward(gpu, tp, mbs)
         if tp > 1:
             analytic = analytic * self._calibration(group)
@@ -165,8 +181,15 @@ class LayerTimes:
         measured_passes = passes - 2.0 + self.params("backward_ratio")
         held_comm = comm_passes * measured_comm if have.any() and tp > 1 else np.zeros_like(forward)
         compute = np.where(have, measured_passes, passes) * forward + held_comm
-        if not have.all():   # flash attention's backward recomputes the scores (analytic layers only)
-            compute = compute + np.where(have, 0.0, compute_terms.flash_backward_time(
+        if shard.any():      # a profile file's forward and backward at this shard shape (measured.py)
+            _, shard_forward, shard_backward = profile_terms.measured_passes(
+                self.model.layers, gpu.name, tp, mbs, analytic,
+                lambda m: self._analytic_forward(gpu, tp, m) * (self._calibration(group) if tp > 1 else 1.0),
+                self.params("backward_ratio"))
+            forward = np.where(shard, shard_forward, forward)
+            compute = np.where(shard, self.knobs.forward_passes * shard_forward + shard_backward, compute)
+        if not (have | shard).all():   # flash attention's backward recomputes the scores (analytic layers only)
+            compute = compute + np.where(have | shard, 0.0, compute_terms.flash_backward_time(
                 self.model, gpu, self.params, tp, self.knobs.cp, mbs, self.training.attention_kernel))
         if self.knobs.ep > 1:    # tokens to their experts and back: forward, backward (and recomputed forward)
             compute = compute + comm_passes * self._expert_alltoall(group, tp) * mbs
@@ -260,7 +283,8 @@ class LayerTimes:
             collectives = (self.tp_messages if tp > 1 else 0.0) + zero3_collectives
             host = host_terms.host_issue_time(self.model, self.params, self.profile_key, self.knobs.forward_passes,
                                               collectives * (self.model.columns["flops"] > 0))
-            self._profiles[key] = np.where(np.isnan(self._measured(gpu_name, tp)), host, 0.0)
+            measured = ~np.isnan(self._measured(gpu_name, tp)) | self._shard_measured(gpu_name, tp)
+            self._profiles[key] = np.where(measured, 0.0, host)
         return self._profiles[key]
 
     def bound_times(self, group: int, tp: int, mbs: int, tp_comm_seconds_per_byte: float) -> np.ndarray:

@@ -110,7 +110,7 @@ def open_scenario(name_or_path: str) -> tuple[Scenario, Plan | None]:
     if is_plan(data):
         plan = _plan_at(path, data)
         return plan.scenario, plan
-    return scenario_from_file(data), None
+    return scenario_from_file(data, path.parent), None
 
 
 def _plan_at(path: Path, data: object) -> Plan:

@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 LAYER_KINDS = ("embedding", "block", "head", "other")
+ANY_GPU = "any"     # a CPU profile's `gpu` when it stands in for every GPU type (spec/profiles.py)
 
 LAYER_NUMBERS = {
     "params": "parameters",
@@ -48,6 +49,9 @@ class Layer:
     repeat: int = 1
     # Measured forward seconds per sample: {gpu: {tp: seconds or one value per repeated copy}}.
     profile: dict = field(default_factory=dict, compare=True, hash=False)
+    # Measured by `amp-tui profile` (spec/profiles.py) at tp's shard shape, without the collectives:
+    # {gpu: {tp: ((micro_batch, forward_s, backward_s), ...) by micro-batch}}, seconds per micro-batch.
+    measured: dict = field(default_factory=dict, compare=True, hash=False)
 
     def profiled_time(self, gpu: str, tp: int, copy: int) -> float | None:
         by_tp = self.profile.get(gpu)
@@ -55,6 +59,12 @@ class Layer:
         if value is None:
             return None
         return value[copy] if isinstance(value, tuple) else value
+
+    def measured_passes(self, gpu: str, tp: int) -> tuple | None:
+        """((micro_batch, forward_s, backward_s), ...) measured for this GPU type at this tp, or None.
+        A CPU profile that stands in for no GPU in particular is filed under ANY_GPU."""
+        by_tp = self.measured.get(gpu) or self.measured.get(ANY_GPU)
+        return by_tp.get(tp) if by_tp else None
 
     def to_dict(self) -> dict:
         out: dict = {"name": self.name}

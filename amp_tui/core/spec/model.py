@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field, replace
 from functools import cached_property
+from pathlib import Path
 
 import numpy as np
 
@@ -18,8 +19,9 @@ from amp_tui.core.base.errors import SpecError
 from amp_tui.core.base.limits import MAX_LAYERS, MAX_TEXT_CHARS, check_figure, check_name
 from amp_tui.core.base.units import parse_bytes, parse_int, parse_number
 from amp_tui.core.spec.families import FAMILIES, build_family
-from amp_tui.core.spec.layers import LAYER_KINDS, LAYER_NUMBERS, LOSS_WORKSPACE_PER_LOGIT, REQUIRED_NUMBERS, Layer
+from amp_tui.core.spec.layers import ANY_GPU, LAYER_KINDS, LAYER_NUMBERS, LOSS_WORKSPACE_PER_LOGIT, REQUIRED_NUMBERS, Layer
 from amp_tui.core.spec.presets import load_preset
+from amp_tui.core.spec.profiles import Profile, apply_profile, load_profile
 
 
 @dataclass(frozen=True)
@@ -31,6 +33,8 @@ class Model:
     # Family hyperparameters (hidden_size, num_layers, ...) or the shape given beside explicit layers.
     shape: dict = field(default_factory=dict, hash=False)
     description: str = ""
+    # The profile file (`model.profile`) whose measurements the layers carry (Layer.measured).
+    measured_profile: Profile | None = field(default=None, hash=False, compare=False)
 
     @cached_property
     def layers(self) -> tuple[Layer, ...]:
@@ -63,11 +67,23 @@ class Model:
         if self.family:
             out["family"] = self.family
             out.update(self.shape)
-            return out
-        out["sequence_length"] = self.sequence_length
-        out.update({k: v for k, v in self.shape.items() if k != "sequence_length"})
-        out["layers"] = [layer.to_dict() for layer in self.groups]
+        else:
+            out["sequence_length"] = self.sequence_length
+            out.update({k: v for k, v in self.shape.items() if k != "sequence_length"})
+            out["layers"] = [layer.to_dict() for layer in self.groups]
+        if self.measured_profile is not None:   # inline: a saved plan keeps the times it was priced with
+            out["profile"] = self.measured_profile.to_dict()
         return out
+
+    def measured_layer_names(self, gpu: str, *, from_file: bool) -> list[str]:
+        """The layer groups with measured times on `gpu`, as `name xrepeat`: from the profile file
+        (`from_file`), or from AMP's inline per-layer `profile:` and not the file."""
+        def named(group: Layer) -> str:
+            return group.name + (f" x{group.repeat}" if group.repeat > 1 else "")
+        filed = [group for group in self.groups if group.measured.get(gpu) or group.measured.get(ANY_GPU)]
+        if from_file:
+            return [named(group) for group in filed]
+        return [named(group) for group in self.groups if group.profile.get(gpu) and group not in filed]
 
 
 def _layer_number(value: object, key: str, field_name: str) -> float:
@@ -132,8 +148,11 @@ _SHAPE_KEYS = ("hidden_size", "num_layers", "num_heads", "vocab_size", "ffn_hidd
                "num_experts", "top_k", "expert_ffn_hidden_size")
 
 
-def parse_model(value: object, bytes_per_element: int, field_name: str = "model") -> Model:
-    """Resolve any of the three model forms. `bytes_per_element` is 2 for fp16/bf16, 4 for fp32."""
+def parse_model(value: object, bytes_per_element: int, field_name: str = "model",
+                base_dir: Path | None = None) -> Model:
+    """Resolve any of the three model forms. `bytes_per_element` is 2 for fp16/bf16, 4 for fp32.
+    `profile:` (a file by `amp-tui profile`, relative to `base_dir`, or inline) puts measured times
+    on the layers it measured (spec/profiles.py)."""
     if isinstance(value, str):
         value = {"preset": value}
     if not isinstance(value, dict):
@@ -144,7 +163,11 @@ def parse_model(value: object, bytes_per_element: int, field_name: str = "model"
             raise SpecError(f"{field_name}.preset", name, "expected a model preset name")
         base = dict(load_preset("models", name))
         base.update({k: v for k, v in value.items() if k != "preset"})
-        return parse_model(base, bytes_per_element, field_name)
+        return parse_model(base, bytes_per_element, field_name, base_dir)
+    if "profile" in value:
+        profile = load_profile(value["profile"], base_dir)
+        model = parse_model({k: v for k, v in value.items() if k != "profile"}, bytes_per_element, field_name)
+        return replace(model, groups=apply_profile(model.groups, profile, model.name), measured_profile=profile)
     name = check_name(value.get("name") or value.get("family") or "model", f"{field_name}.name")
     description = check_name(value.get("description", ""), f"{field_name}.description", limit=MAX_TEXT_CHARS, text=True)
     if "family" in value:

@@ -15,6 +15,7 @@ from amp_tui.core.base.yamlio import load_yaml_file, path_exists
 from amp_tui.core.spec.frameworks import COMPILE_MODES, FRAMEWORKS
 from amp_tui.core.spec.hardware import GPU, gpu_catalog, instance_catalog, parse_gpu
 from amp_tui.core.spec.model import Model, parse_model
+from amp_tui.core.spec.profiles import check_profile_fits
 from amp_tui.core.spec.params import LINK_CLASSES, Calibration, ModelParams, parse_calibration
 from amp_tui.core.spec.presets import load_preset, preset_names
 
@@ -394,7 +395,8 @@ def parse_search_options(value: object, field_name: str = "search") -> SearchOpt
     )
 
 
-def parse_scenario(value: object) -> Scenario:
+def parse_scenario(value: object, base_dir: Path | None = None) -> Scenario:
+    """A scenario mapping; `base_dir` (the scenario file's folder) anchors a relative `model.profile`."""
     if not isinstance(value, dict):
         raise SpecError("scenario", type(value).__name__, "expected a mapping with cluster, model and training")
     _check_keys(value, {"name", "description", "cluster", "model", "training", "search", "format", "calibration",
@@ -407,11 +409,15 @@ def parse_scenario(value: object) -> Scenario:
     training = parse_training(value["training"])
     cluster = parse_cluster(value["cluster"])
     _check_precision(training.precision, cluster)
+    model = parse_model(value["model"], training.bytes_per_element, base_dir=base_dir)
+    if model.measured_profile is not None:
+        check_profile_fits(model.measured_profile, [group.gpu.name for group in cluster.nodes], training.precision,
+                           model.sequence_length)
     return Scenario(
         name=check_name(value.get("name", "scenario"), "name"),
         description=_text(value, "description"),
         cluster=cluster,
-        model=parse_model(value["model"], training.bytes_per_element),
+        model=model,
         training=training,
         search=parse_search_options(value.get("search")),
         calibration=parse_calibration(value.get("calibration")),
@@ -431,14 +437,14 @@ def load_scenario(name_or_path: str) -> Scenario:
     """A scenario preset name, or a path to a scenario file (a plan file also holds a scenario)."""
     path = Path(name_or_path)
     if path.suffix in (".yaml", ".yml") or path_exists(path):
-        return scenario_from_file(load_yaml_file(path))
+        return scenario_from_file(load_yaml_file(path), path.parent)
     if name_or_path in preset_names("scenarios"):
         return parse_scenario(load_preset("scenarios", name_or_path))
     raise SpecError("scenario", name_or_path,
                     f"neither a file nor a scenario preset; presets: {', '.join(preset_names('scenarios'))}")
 
 
-def scenario_from_file(data: object) -> Scenario:
+def scenario_from_file(data: object, base_dir: Path | None = None) -> Scenario:
     """The scenario in a loaded scenario file, or in a plan file's `scenario` section."""
     if isinstance(data, dict) and ("strategy" in data or "prediction" in data):
         fmt = data.get("format")
@@ -447,4 +453,4 @@ def scenario_from_file(data: object) -> Scenario:
             raise SpecError("format", fmt, "not an amp-tui plan format; a plan file starts with format: amp-tui/plan/1")
     if isinstance(data, dict) and isinstance(data.get("scenario"), dict):
         data = data["scenario"]
-    return parse_scenario(data)
+    return parse_scenario(data, base_dir)

@@ -1,0 +1,213 @@
+"""Measuring a model's layers: forward and forward + backward per shape, and one optimizer step.
+
+For each distinct layer (shapes.py), tensor-parallel degree and micro-batch size: build the shard
+(torch_layers.py, or Hugging Face's with `hf`), run it forward with autograd recording (as training
+does), then forward and backward, each timed as the median of `repeats` after `warmups`
+(backend.py), and record the peak memory above the layer's weights and inputs. A shape that runs
+out of memory is left out and reported. Ctrl+C stops the loop: what was measured is kept and the
+profile is marked incomplete.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+
+from amp_tui.core.spec.model import Model
+from amp_tui.core.spec.profiles import Profile, ProfiledLayer, ProfileRow
+from amp_tui.profiling.backend import Device, software_versions
+from amp_tui.profiling.shapes import LayerShape, layer_shapes
+
+OPTIMIZER_PARAMS = 64_000_000     # at most this many parameters in the optimizer-step measurement
+
+
+@dataclass
+class Progress:
+    """What the progress callback sees after each measured shape."""
+
+    done: int
+    total: int
+    shape: LayerShape
+    tp: int
+    micro_batch: int
+    row: ProfileRow | None
+    note: str
+    elapsed_s: float
+    left_s: float | None
+
+
+@dataclass
+class Run:
+    """The outcome of a profiling run: the profile and what it left out."""
+
+    profile: Profile | None
+    skipped: list[tuple[str, str]] = field(default_factory=list)
+    interrupted: bool = False
+
+
+def build_layer(shape: LayerShape, tp: int, ep: int, hf: bool):
+    """The torch module of one layer's shard."""
+    from amp_tui.profiling import torch_layers as layers
+
+    if hf:
+        from amp_tui.profiling.hf_layers import hf_block
+
+        if shape.build == "block":
+            return hf_block(shape, tp)
+    if shape.build == "block":
+        experts = None
+        if shape.experts:
+            experts = layers.Experts(shape.hidden, shape.experts, shape.top_k, shape.expert_ffn, ep, tp,
+                                     gated=shape.family == "llama")
+        if shape.family == "llama":
+            return layers.LlamaBlock(shape.hidden, shape.heads, shape.kv_heads, shape.ffn, tp, shape.sequence,
+                                     shape.theta, experts)
+        return layers.GptBlock(shape.hidden, shape.heads, shape.ffn, tp, experts)
+    if shape.build == "embedding":
+        return layers.Embedding(shape.vocab, shape.hidden, tp, shape.sequence, positions=shape.family != "llama")
+    if shape.build in ("head", "projection"):
+        norm = ("rms" if shape.family == "llama" else "layer") if shape.build == "head" else None
+        return layers.Head(shape.hidden, shape.vocab, tp, norm, loss=shape.build == "head")
+    if shape.build == "loss":
+        return layers.Loss()
+    return layers.Norm(shape.hidden, rms=shape.family == "llama")
+
+
+def _inputs(device: Device, shape: LayerShape, tp: int, micro_batch: int):
+    """(args, needs a gradient at the output?) for one call of the layer."""
+    torch = device.torch
+    s, vocab = shape.sequence, max(shape.vocab // tp, 1)
+    labels = torch.randint(0, vocab, (micro_batch, s), device=device.device)
+    if shape.takes == "ids":
+        return (labels,)
+    if shape.takes == "logits":
+        dtype = device.dtype or torch.float32
+        return (torch.randn(micro_batch, s, vocab, device=device.device, dtype=dtype, requires_grad=True), labels)
+    x = torch.randn(micro_batch, s, shape.hidden, device=device.device, requires_grad=True)
+    return (x, labels) if shape.build == "head" else (x,)
+
+
+def measure_shape(device: Device, module, shape: LayerShape, tp: int, micro_batch: int) -> ProfileRow:
+    torch = device.torch
+    args = _inputs(device, shape, tp, micro_batch)
+    state: dict = {}
+
+    def forward():
+        with device.autocast():
+            state["out"] = module(*args)
+
+    def forward_backward():
+        forward()
+        out = state.pop("out")
+        if out.dim() == 0:
+            out.backward()
+        else:
+            if "grad" not in state:     # made in the first (warm-up) run, outside the timed ones
+                state["grad"] = torch.randn_like(out)
+            out.backward(state["grad"])
+
+    def clear():
+        state.pop("out", None)
+        module.zero_grad(set_to_none=True)
+        for arg in args:
+            arg.grad = None
+
+    forward_s = device.median(forward, prepare=clear)
+    clear()
+    base = device.reset_peak()
+    both_s = device.median(forward_backward, prepare=clear)
+    peak = device.peak_since(base)
+    clear()
+    return ProfileRow(tp=tp, micro_batch=micro_batch, forward_s=forward_s, forward_backward_s=max(both_s, forward_s),
+                      peak_memory_bytes=peak)
+
+
+def measure_optimizer(device: Device, shapes: list[LayerShape], ep: int) -> float | None:
+    """Seconds per parameter of one Adam step (PyTorch's AdamW, foreach, as trainers run it) over
+    the largest layer's parameters (at most OPTIMIZER_PARAMS): memory-bound, so per parameter."""
+    torch = device.torch
+    blocks = [s for s in shapes if s.build == "block"] or shapes
+    shape = max(blocks, key=lambda s: s.params)
+    module = build_layer(shape, 1, ep, False).to(device.device)
+    params = [p for p in module.parameters()]
+    count = 0
+    kept = []
+    for p in params:
+        if count + p.numel() > OPTIMIZER_PARAMS and kept:
+            break
+        kept.append(p)
+        count += p.numel()
+    for p in kept:
+        p.grad = torch.randn_like(p)
+    optimizer = torch.optim.AdamW(kept, lr=1e-4, foreach=device.kind == "cuda")
+    seconds = device.median(optimizer.step)
+    del optimizer, module
+    device.free()
+    return seconds / count if count else None
+
+
+def profile_model(model: Model, device: Device, *, gpu: str, precision: str, sequence: int,
+                  tps: list[int], micro_batches: list[int], ep: int = 1, hf: bool = False,
+                  optimizer: bool = True, on_progress=None, tool_version: str = "") -> Run:
+    """Measure every distinct layer of `model` at each tp and micro-batch size (see module doc)."""
+    torch = device.torch
+    shapes, skipped = layer_shapes(model, sequence)
+    plan = [(shape, tp, m) for shape in shapes for tp in tps for m in micro_batches]
+    for shape in shapes:
+        for tp in tps:
+            if not shape.tp_supported(tp):
+                skipped.append((shape.name, f"tp {tp} does not divide its {shape.heads} heads"))
+    plan = [(shape, tp, m) for shape, tp, m in plan if shape.tp_supported(tp)]
+    total_work = sum(shape.work(tp, m) for shape, tp, m in plan) or 1.0
+    rows: dict[int, list[ProfileRow]] = {}
+    began = time.perf_counter()
+    done_work = 0.0
+    interrupted = False
+    step = None
+    built: tuple | None = None
+    try:
+        for done, (shape, tp, micro_batch) in enumerate(plan, start=1):
+            key = (shape.index, tp)
+            if built is None or built[0] != key:
+                built = None
+                device.free()
+                torch.manual_seed(0)
+                built = (key, build_layer(shape, tp, ep, hf).to(device.device))
+            note = ""
+            row = None
+            try:
+                row = measure_shape(device, built[1], shape, tp, micro_batch)
+                rows.setdefault(shape.index, []).append(row)
+            except RuntimeError as err:
+                if not device.out_of_memory(err):
+                    raise
+                note = "out of memory: left out"
+                skipped.append((shape.name, f"tp {tp}, micro-batch {micro_batch}: out of memory"))
+                device.free()
+            done_work += shape.work(tp, micro_batch)
+            elapsed = time.perf_counter() - began
+            left = elapsed * (total_work - done_work) / done_work if done_work else None
+            if on_progress is not None:
+                on_progress(Progress(done, len(plan), shape, tp, micro_batch, row, note, elapsed, left))
+        built = None
+        if optimizer and shapes:
+            step = measure_optimizer(device, shapes, ep)
+    except KeyboardInterrupt:
+        interrupted = True
+    built = None
+    device.free()
+    measured = tuple(ProfiledLayer(name=s.name, kind=s.kind, params=s.params, flops=s.flops, rows=tuple(rows[s.index]))
+                     for s in shapes if rows.get(s.index))
+    if not measured:
+        return Run(None, skipped, interrupted)
+    profile = Profile(
+        model=model.name, precision=precision, gpu=gpu, device=device.kind, sequence_length=sequence,
+        device_name=device.name, software=tuple(software_versions(device, tool_version).items()),
+        implementation="hf" if hf else "plain",
+        measured_at=datetime.now(timezone.utc).replace(microsecond=0).isoformat(),
+        timing=(("clock", device.clock), ("warmups", str(device.warmups)), ("repeats", str(device.repeats)),
+                ("statistic", "median"), ("dtype", str(device.dtype or "float32").replace("torch.", ""))),
+        complete=not interrupted,
+        layers=measured, optimizer_step_s_per_param=step, optimizer_name="adam" if step else "")
+    return Run(profile, skipped, interrupted)
