@@ -25,17 +25,20 @@ def build_model(scenario: Scenario, device: Device, sequence: int):
     """The scenario's model as one torch module at tp = 1: its layers in order (repeats expanded);
     layers without a plain-PyTorch form pass their input through."""
     torch = device.torch
+    import torch.utils.checkpoint  # noqa: F401 - torch.utils.checkpoint is a submodule to load
+
     model = scenario.model
     shapes, _ = layer_shapes(model, sequence)
     by_index = {shape.index: shape for shape in shapes}
     by_identity = {(s.name, s.params, s.flops): s for s in shapes}
     layers = []
-    for index, group in enumerate(model.groups):
-        shape = by_index.get(index) or by_identity.get((group.name, group.params, group.flops))
-        if shape is None:
-            continue
-        for _ in range(group.repeat):
-            layers.append((shape, build_layer(shape, 1, 1, False)))
+    with device.device:       # weights made where they run (a CPU-side init of GBs is slow)
+        for index, group in enumerate(model.groups):
+            shape = by_index.get(index) or by_identity.get((group.name, group.params, group.flops))
+            if shape is None:
+                continue
+            for _ in range(group.repeat):
+                layers.append((shape, build_layer(shape, 1, 1, False)))
 
     class Whole(torch.nn.Module):
         def __init__(self):
@@ -88,10 +91,9 @@ def run_iterations(scenario: Scenario, device: Device, micro_batches: list[int],
                         loss.backward()
                     optimizer.step()
 
-                base = device.reset_peak()
+                device.reset_peak()
                 times = [device.time_once(iteration) for _ in range(device.warmups + iterations)][device.warmups:]
-                peak = device.peak_since(0.0) if device.kind == "cuda" else None
-                del base
+                peak = device.peak_since(0.0)      # the whole run's: weights, optimizer state, activations
                 measurement = Measurement(len(out), strategy, statistics.median(times), peak)
             except RuntimeError as err:
                 if not device.out_of_memory(err):

@@ -129,7 +129,8 @@ def measure_optimizer(device: Device, shapes: list[LayerShape], ep: int) -> floa
     torch = device.torch
     blocks = [s for s in shapes if s.build == "block"] or shapes
     shape = max(blocks, key=lambda s: s.params)
-    module = build_layer(shape, 1, ep, False).to(device.device)
+    with device.device:
+        module = build_layer(shape, 1, ep, False)
     params = [p for p in module.parameters()]
     count = 0
     kept = []
@@ -173,7 +174,8 @@ def profile_model(model: Model, device: Device, *, gpu: str, precision: str, seq
                 built = None
                 device.free()
                 torch.manual_seed(0)
-                built = (key, build_layer(shape, tp, ep, hf).to(device.device))
+                with device.device:       # weights made where they run (a CPU-side init of GBs is slow)
+                    built = (key, build_layer(shape, tp, ep, hf))
             note = ""
             row = None
             try:

@@ -99,6 +99,10 @@ class LayerTimes:
                                               self.training.attention_kernel, self.training.fp8_scaling,
                                               self.execution.elementwise_traffic)
 
+    @cached_property
+    def _blocks(self) -> np.ndarray:
+        return np.array([layer.kind == "block" for layer in self.model.layers], dtype=bool)
+
     def _shard_measured(self, gpu_name: str, tp: int) -> np.ndarray:
         """Per layer, whether a profile file measured it on this GPU type at this tp (measured.py)."""
         key = ("shard measured", gpu_name, tp)
@@ -187,7 +191,10 @@ class LayerTimes:
                 lambda m: self._analytic_forward(gpu, tp, m) * (self._calibration(group) if tp > 1 else 1.0),
                 self.params("backward_ratio"))
             forward = np.where(shard, shard_forward, forward)
-            compute = np.where(shard, self.knobs.forward_passes * shard_forward + shard_backward, compute)
+            # Full recomputation runs a block's forward again; trainers checkpoint the transformer
+            # blocks only (Megatron-LM, torchtitan, Hugging Face), never the embedding or the head.
+            recomputed = np.where(self._blocks, self.knobs.forward_passes, 1.0)
+            compute = np.where(shard, recomputed * shard_forward + shard_backward, compute)
         if not (have | shard).all():   # flash attention's backward recomputes the scores (analytic layers only)
             compute = compute + np.where(have | shard, 0.0, compute_terms.flash_backward_time(
                 self.model, gpu, self.params, tp, self.knobs.cp, mbs, self.training.attention_kernel))
