@@ -11,8 +11,8 @@ one GPU (tp = pp = dp = 1), plain PyTorch, bf16 autocast:
      with the profile and `calibrate` fitted to these runs (in-sample, and leave-one-out: each run
      predicted by a fit made without it).
 
-Writes under --out as each part completes: SCENARIO.yaml, PROFILE.yaml, ITERATIONS.yaml,
-summary.md and summary.json. `--device cpu` runs the same steps on tiny GPT and Llama models to prove
+Writes under --out as each part completes: MODEL.profile.yaml, MODEL.iterations.yaml, summary.md
+and summary.json (the scenarios go to a temporary folder). `--device cpu` runs the same steps on tiny GPT and Llama models to prove
 the script (its figures mean nothing). Run from the repository root:
 
   python3 docs/profiling_check.py --out /tmp/check              # on a GPU
@@ -71,6 +71,9 @@ def main() -> int:
 
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
+    import tempfile
+
+    work = Path(tempfile.mkdtemp(prefix="amp-tui-check-"))     # the scenarios; --out keeps the results
     models = CPU_MODELS if args.device == "cpu" else GPU_MODELS
     rows, summary = [], {}
     began = time.perf_counter()
@@ -78,7 +81,7 @@ def main() -> int:
         if args.only and name != args.only:
             continue
         batch = 8
-        plain = out / f"{name}.scenario.yaml"
+        plain = work / f"{name}.scenario.yaml"
         atomic_write(plain, dump_yaml(scenario(model, args.gpu, batch)))
         profile, runs = out / f"{name}.profile.yaml", out / f"{name}.iterations.yaml"
         command = ["profile", str(plain), "-o", str(profile), "--tp", "1,2", "--micro-batch", "1,2,4",
@@ -92,8 +95,8 @@ def main() -> int:
         if status:
             print(f"   profile exited {status}; skipping {name}", flush=True)
             continue
-        profiled = out / f"{name}.profiled.yaml"
-        atomic_write(profiled, dump_yaml(scenario(model, args.gpu, batch, profile.name)))
+        profiled = work / f"{name}.profiled.yaml"
+        atomic_write(profiled, dump_yaml(scenario(model, args.gpu, batch, str(profile.resolve()))))
         base, with_profile = load_scenario(str(plain)), load_scenario(str(profiled))
         measurements = load_measurements(runs, base)
         fitted = calibrate(with_profile, load_measurements(runs, with_profile))
