@@ -61,13 +61,6 @@ def main() -> int:
     parser.add_argument("--gpu", default="H200", help="the catalog GPU the scenario names (default H200)")
     parser.add_argument("--only", help="one case by name")
     args = parser.parse_args()
-    from amp_tui.cli.main import main as amp_tui
-    from amp_tui.core.base.atomic import atomic_write
-    from amp_tui.core.base.yamlio import dump_yaml
-    from amp_tui.core.calibration.calibrate import calibrate
-    from amp_tui.core.calibration.measurements import load_measurements
-    from amp_tui.core.search.evaluate import evaluate
-    from amp_tui.core.spec.scenario import load_scenario
 
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -80,6 +73,27 @@ def main() -> int:
     for name, model in models.items():
         if args.only and name != args.only:
             continue
+        try:
+            check(name, model, args, out, work, rows, summary, began)
+        except Exception as err:  # noqa: BLE001 - one case failing must not lose the other's figures
+            import traceback
+
+            traceback.print_exc()
+            print(f"   {name} failed: {type(err).__name__}: {err}", flush=True)
+    print(f"done in {time.perf_counter() - began:.0f} s; files in {out}", flush=True)
+    return 0
+
+
+def check(name, model, args, out, work, rows, summary, began) -> None:
+    from amp_tui.cli.main import main as amp_tui
+    from amp_tui.core.base.atomic import atomic_write
+    from amp_tui.core.base.yamlio import dump_yaml
+    from amp_tui.core.calibration.calibrate import calibrate
+    from amp_tui.core.calibration.measurements import load_measurements
+    from amp_tui.core.search.evaluate import evaluate
+    from amp_tui.core.spec.scenario import load_scenario
+
+    if True:
         batch = 8
         plain = work / f"{name}.scenario.yaml"
         atomic_write(plain, dump_yaml(scenario(model, args.gpu, batch)))
@@ -94,7 +108,7 @@ def main() -> int:
         status = amp_tui(command)
         if status:
             print(f"   profile exited {status}; skipping {name}", flush=True)
-            continue
+            return
         profiled = work / f"{name}.profiled.yaml"
         atomic_write(profiled, dump_yaml(scenario(model, args.gpu, batch, str(profile.resolve()))))
         base, with_profile = load_scenario(str(plain)), load_scenario(str(profiled))
@@ -128,8 +142,6 @@ def main() -> int:
         summary[name] = {"runs": case, "fitted": fitted.scenario.calibration.to_dict(),
                          "fitted_without_profile": fitted_plain.scenario.calibration.to_dict()}
         write_summary(out, rows, summary, args, time.perf_counter() - began)
-    print(f"done in {time.perf_counter() - began:.0f} s; files in {out}", flush=True)
-    return 0
 
 
 def write_summary(out: Path, rows, summary: dict, args, elapsed_s: float) -> None:
