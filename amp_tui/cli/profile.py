@@ -13,7 +13,7 @@ from pathlib import Path
 
 from amp_tui.core.base.errors import SpecError
 
-CPU_TOKENS = 64     # a CPU proves the code path: a few tokens keep a GPT-2 medium profile well under a minute
+CPU_TOKENS = 32     # a CPU proves the code path: a few tokens keep a GPT-2 medium profile well under a minute
 HELP = "measure a scenario's layers on this machine's GPU (needs amp-tui[profile]) and write a profile file"
 EPILOG = """\
 examples:

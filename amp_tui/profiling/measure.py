@@ -17,9 +17,13 @@ from datetime import datetime, timezone
 from amp_tui.core.spec.model import Model
 from amp_tui.core.spec.profiles import Profile, ProfiledLayer, ProfileRow
 from amp_tui.profiling.backend import Device, software_versions
-from amp_tui.profiling.shapes import LayerShape, layer_shapes
+from amp_tui.profiling.shapes import STACKED_BLOCKS, LayerShape, layer_shapes
 
-OPTIMIZER_PARAMS = 64_000_000     # at most this many parameters in the optimizer-step measurement
+# The optimizer-step measurement: up to this many copies of the largest layer, and parameters
+# (16 bytes each with AdamW's state and the gradient: 16 GB on a GPU, 1 GB on the CPU).
+OPTIMIZER_COPIES = 8
+OPTIMIZER_PARAMS = 1_000_000_000
+OPTIMIZER_PARAMS_CPU = 64_000_000
 
 
 @dataclass
@@ -44,6 +48,15 @@ class Run:
     profile: Profile | None
     skipped: list[tuple[str, str]] = field(default_factory=list)
     interrupted: bool = False
+
+
+def build_stack(shape: LayerShape, tp: int, ep: int, hf: bool):
+    """The module timed for a layer: its shard, or a stack of `shape.copies` of it."""
+    if shape.copies == 1:
+        return build_layer(shape, tp, ep, hf)
+    from torch import nn
+
+    return nn.Sequential(*(build_layer(shape, tp, ep, hf) for _ in range(shape.copies)))
 
 
 def build_layer(shape: LayerShape, tp: int, ep: int, hf: bool):
@@ -113,39 +126,57 @@ def measure_shape(device: Device, module, shape: LayerShape, tp: int, micro_batc
         for arg in args:
             arg.grad = None
 
-    forward_s = device.median(forward, prepare=clear)
+    def checkpointed():
+        """Forward and backward with each copy checkpointed, as full recomputation runs a block."""
+        from torch.utils.checkpoint import checkpoint
+
+        with device.autocast():
+            x = args[0]
+            for copy in (module if shape.copies > 1 else [module]):
+                x = checkpoint(copy, x, use_reentrant=False)
+        x.backward(state["grad"])
+
+    copies = shape.copies
+    forward_s = device.median(forward, prepare=clear) / copies
     clear()
     base = device.reset_peak()
-    both_s = device.median(forward_backward, prepare=clear)
+    both_s = device.median(forward_backward, prepare=clear) / copies
     peak = device.peak_since(base)
     clear()
+    recompute_s = None
+    if shape.build == "block":
+        recompute_s = max(device.median(checkpointed, prepare=clear) / copies, both_s)
+        clear()
     return ProfileRow(tp=tp, micro_batch=micro_batch, forward_s=forward_s, forward_backward_s=max(both_s, forward_s),
-                      peak_memory_bytes=peak)
+                      peak_memory_bytes=None if peak is None else peak / copies, recompute_s=recompute_s)
 
 
 def measure_optimizer(device: Device, shapes: list[LayerShape], ep: int) -> float | None:
-    """Seconds per parameter of one Adam step (PyTorch's AdamW, foreach, as trainers run it) over
-    the largest layer's parameters (at most OPTIMIZER_PARAMS): memory-bound, so per parameter."""
+    """Seconds per parameter of one Adam step (PyTorch's AdamW, foreach on a GPU, as trainers run
+    it): timed over one copy of the largest layer and over up to OPTIMIZER_COPIES copies, the
+    slope between the two. The step is memory-bound, so it grows with the parameters; the slope
+    leaves out its fixed cost (launches, the foreach grouping), which per parameter of one small
+    layer would be taken for eight times the step of a whole GPT-2 medium."""
     torch = device.torch
     blocks = [s for s in shapes if s.build == "block"] or shapes
     shape = max(blocks, key=lambda s: s.params)
-    with device.device:
-        module = build_layer(shape, 1, ep, False)
-    params = [p for p in module.parameters()]
-    count = 0
-    kept = []
-    for p in params:
-        if count + p.numel() > OPTIMIZER_PARAMS and kept:
-            break
-        kept.append(p)
-        count += p.numel()
-    for p in kept:
-        p.grad = torch.randn_like(p)
-    optimizer = torch.optim.AdamW(kept, lr=1e-4, foreach=device.kind == "cuda")
-    seconds = device.median(optimizer.step)
-    del optimizer, module
-    device.free()
-    return seconds / count if count else None
+    limit = OPTIMIZER_PARAMS if device.kind == "cuda" else OPTIMIZER_PARAMS_CPU
+    copies = max(1, min(OPTIMIZER_COPIES, int(limit // max(shape.params, 1))))
+    points = []
+    for count in dict.fromkeys((1, copies)):
+        with device.device:
+            modules = [build_layer(shape, 1, ep, False) for _ in range(count)]
+        params = [p for module in modules for p in module.parameters()]
+        for p in params:
+            p.grad = torch.randn_like(p)
+        optimizer = torch.optim.AdamW(params, lr=1e-4, foreach=device.kind == "cuda")
+        points.append((sum(p.numel() for p in params), device.median(optimizer.step)))
+        del optimizer, modules, params
+        device.free()
+    (n1, t1), (n2, t2) = points[0], points[-1]
+    if n2 > n1 and t2 > t1:
+        return (t2 - t1) / (n2 - n1)
+    return t2 / n2 if n2 else None
 
 
 def profile_model(model: Model, device: Device, *, gpu: str, precision: str, sequence: int,
@@ -153,7 +184,8 @@ def profile_model(model: Model, device: Device, *, gpu: str, precision: str, seq
                   optimizer: bool = True, on_progress=None, tool_version: str = "") -> Run:
     """Measure every distinct layer of `model` at each tp and micro-batch size (see module doc)."""
     torch = device.torch
-    shapes, skipped = layer_shapes(model, sequence)
+    stack = STACKED_BLOCKS if device.kind == "cuda" else 1
+    shapes, skipped = layer_shapes(model, sequence, stack)
     plan = [(shape, tp, m) for shape in shapes for tp in tps for m in micro_batches]
     for shape in shapes:
         for tp in tps:
@@ -175,7 +207,7 @@ def profile_model(model: Model, device: Device, *, gpu: str, precision: str, seq
                 device.free()
                 torch.manual_seed(0)
                 with device.device:       # weights made where they run (a CPU-side init of GBs is slow)
-                    built = (key, build_layer(shape, tp, ep, hf))
+                    built = (key, build_stack(shape, tp, ep, hf))
             note = ""
             row = None
             try:
@@ -209,7 +241,8 @@ def profile_model(model: Model, device: Device, *, gpu: str, precision: str, seq
         implementation="hf" if hf else "plain",
         measured_at=datetime.now(timezone.utc).replace(microsecond=0).isoformat(),
         timing=(("clock", device.clock), ("warmups", str(device.warmups)), ("repeats", str(device.repeats)),
-                ("statistic", "median"), ("dtype", str(device.dtype or "float32").replace("torch.", ""))),
+                ("statistic", "median"), ("stack", f"{stack} copies of a repeated block, time / copies"),
+                ("dtype", str(device.dtype or "float32").replace("torch.", ""))),
         complete=not interrupted,
         layers=measured, optimizer_step_s_per_param=step, optimizer_name="adam" if step else "")
     return Run(profile, skipped, interrupted)

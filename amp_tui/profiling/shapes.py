@@ -15,6 +15,8 @@ from dataclasses import dataclass
 from amp_tui.core.base.errors import SpecError
 from amp_tui.core.spec.model import Model
 
+STACKED_BLOCKS = 4   # as ../shared/reference/h200_measurements.yaml times its blocks
+
 
 @dataclass(frozen=True)
 class LayerShape:
@@ -25,6 +27,7 @@ class LayerShape:
     kind: str
     params: float
     flops: float
+    repeat: int             # copies of it in the model (repeated blocks are timed as a stack)
     build: str              # block | embedding | head | projection | loss | norm
     takes: str              # ids | hidden | logits
     family: str             # gpt | llama
@@ -38,6 +41,7 @@ class LayerShape:
     top_k: int = 0
     expert_ffn: int = 0
     theta: float = 10000.0
+    stack: int = STACKED_BLOCKS     # 1 on the CPU: it is the device, there is no host to run ahead
 
     def tp_supported(self, tp: int) -> bool:
         """Tensor parallelism splits whole heads (and the vocabulary rows): tp must divide them."""
@@ -45,15 +49,24 @@ class LayerShape:
             return self.heads % tp == 0
         return True
 
+    @property
+    def copies(self) -> int:
+        """Copies timed together: a repeated block runs as a stack of up to STACKED_BLOCKS, so that
+        its time is what one copy adds inside a model (one backward call, the host running ahead),
+        not a lone layer's with the fixed cost of a whole backward pass."""
+        return min(self.repeat, self.stack) if self.build == "block" else 1
+
     def work(self, tp: int, micro_batch: int) -> float:
         """Relative work of one measurement, for the progress bar's time estimate: its FLOPs and a
         fixed part (building the layer, launching its kernels, a weight gradient's memory), as
         FLOPs of a GPT-2 medium block (3e10)."""
-        return self.flops * micro_batch / tp + 3e10
+        return (self.flops * micro_batch / tp) * (self.copies * (2.0 if self.build == "block" else 1.0)) + 3e10
 
 
-def layer_shapes(model: Model, sequence: int) -> tuple[list[LayerShape], list[tuple[str, str]]]:
-    """(layers to time, [(layer, why it is not timed)]) at `sequence` tokens per sample."""
+def layer_shapes(model: Model, sequence: int, stack: int = STACKED_BLOCKS
+                 ) -> tuple[list[LayerShape], list[tuple[str, str]]]:
+    """(layers to time, [(layer, why it is not timed)]) at `sequence` tokens per sample, repeated
+    blocks timed `stack` copies at a time."""
     shape = model.shape
     family = model.family if model.family in ("gpt", "llama") else "gpt"   # BERT's blocks are GPT's, unmasked
     hidden = int(shape.get("hidden_size") or 0)
@@ -66,7 +79,7 @@ def layer_shapes(model: Model, sequence: int) -> tuple[list[LayerShape], list[tu
                   ffn=int(shape.get("ffn_hidden_size") or 4 * hidden), vocab=vocab, sequence=sequence,
                   experts=int(shape.get("num_experts") or 0), top_k=int(shape.get("top_k") or 0),
                   expert_ffn=int(shape.get("expert_ffn_hidden_size") or shape.get("ffn_hidden_size") or 4 * hidden),
-                  theta=float(shape.get("rope_theta") or 10000.0))
+                  theta=float(shape.get("rope_theta") or 10000.0), stack=stack)
     working = [i for i, group in enumerate(model.groups) if group.flops > 0]
     last = working[-1] if working else -1
     shapes: list[LayerShape] = []
@@ -85,7 +98,7 @@ def layer_shapes(model: Model, sequence: int) -> tuple[list[LayerShape], list[tu
             skipped.append((group.name, "no plain-PyTorch form here: its time stays analytic"))
             continue
         shapes.append(LayerShape(index=index, name=group.name, kind=group.kind, params=group.params,
-                                 flops=group.flops, build=build, takes=takes, **common))
+                                 flops=group.flops, repeat=group.repeat, build=build, takes=takes, **common))
     return shapes, skipped
 
 

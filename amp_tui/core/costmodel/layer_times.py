@@ -186,15 +186,18 @@ class LayerTimes:
         held_comm = comm_passes * measured_comm if have.any() and tp > 1 else np.zeros_like(forward)
         compute = np.where(have, measured_passes, passes) * forward + held_comm
         if shard.any():      # a profile file's forward and backward at this shard shape (measured.py)
-            _, shard_forward, shard_backward = profile_terms.measured_passes(
+            _, shard_forward, shard_backward, checkpointed = profile_terms.measured_passes(
                 self.model.layers, gpu.name, tp, mbs, analytic,
                 lambda m: self._analytic_forward(gpu, tp, m) * (self._calibration(group) if tp > 1 else 1.0),
                 self.params("backward_ratio"))
             forward = np.where(shard, shard_forward, forward)
             # Full recomputation runs a block's forward again; trainers checkpoint the transformer
             # blocks only (Megatron-LM, torchtitan, Hugging Face), never the embedding or the head.
-            recomputed = np.where(self._blocks, self.knobs.forward_passes, 1.0)
-            compute = np.where(shard, recomputed * shard_forward + shard_backward, compute)
+            # The profile's checkpointed time holds the checkpointing's own cost, where it has one.
+            recomputed = np.where(self._blocks, self.knobs.forward_passes, 1.0) * shard_forward + shard_backward
+            if self.knobs.forward_passes > 1:
+                recomputed = np.where(self._blocks & ~np.isnan(checkpointed), checkpointed, recomputed)
+            compute = np.where(shard, recomputed, compute)
         if not (have | shard).all():   # flash attention's backward recomputes the scores (analytic layers only)
             compute = compute + np.where(have | shard, 0.0, compute_terms.flash_backward_time(
                 self.model, gpu, self.params, tp, self.knobs.cp, mbs, self.training.attention_kernel))

@@ -33,15 +33,18 @@ def _carried(points_m: np.ndarray, points_t: np.ndarray, mbs: np.ndarray, analyt
 
 
 def measured_passes(layers, gpu_name: str, tp: int, mbs: np.ndarray, analytic_forward: np.ndarray,
-                    analytic_for: callable, backward_ratio: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(measured?, forward seconds, backward seconds) per layer (columns) and micro-batch size
-    (rows of `mbs`, shape (rows, 1)) for the layers a profile measured on this GPU type at this tp.
+                    analytic_for: callable, backward_ratio: float
+                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(measured?, forward seconds, backward seconds, checkpointed forward + backward seconds or
+    NaN where not measured) per layer (columns) and micro-batch size (rows of `mbs`, shape
+    (rows, 1)) for the layers a profile measured on this GPU type at this tp.
     `analytic_forward` is the analytic forward time (rows, layers); `analytic_for(m)` the same at
     one size, (layers,). The analytic backward is `backward_ratio` forwards."""
     sizes = mbs[:, 0]
     have = np.zeros(len(layers), dtype=bool)
     forward = np.zeros_like(analytic_forward)
     backward = np.zeros_like(analytic_forward)
+    recompute = np.full_like(analytic_forward, np.nan)
     cache: dict = {}
 
     def at(m: float) -> np.ndarray:
@@ -57,15 +60,19 @@ def measured_passes(layers, gpu_name: str, tp: int, mbs: np.ndarray, analytic_fo
         have[index] = True
         if id(table) in done:
             source = done[id(table)]
-            forward[:, index], backward[:, index] = forward[:, source], backward[:, source]
+            for array in (forward, backward, recompute):
+                array[:, index] = array[:, source]
             continue
         done[id(table)] = index
         points = np.array(table, dtype=np.float64)
         column = analytic_forward[:, index]
-        forward[:, index] = _carried(points[:, 0], points[:, 1], sizes, column, lambda m: at(m)[index])
-        backward[:, index] = _carried(points[:, 0], points[:, 2], sizes, backward_ratio * column,
-                                      lambda m: backward_ratio * at(m)[index])
-    return have, forward, backward
+        for array, values, ratio in ((forward, points[:, 1], 1.0), (backward, points[:, 2], backward_ratio),
+                                     (recompute, points[:, 3], 2.0 + backward_ratio)):
+            if np.isnan(values).any():    # not measured at every size (or at all): the caller's formula
+                continue
+            array[:, index] = _carried(points[:, 0], values, sizes, ratio * column,
+                                       lambda m, ratio=ratio: ratio * at(m)[index])
+    return have, forward, backward, recompute
 
 
 def layer_time_sources(scenario) -> dict:

@@ -50,7 +50,8 @@ class Layer:
     # Measured forward seconds per sample: {gpu: {tp: seconds or one value per repeated copy}}.
     profile: dict = field(default_factory=dict, compare=True, hash=False)
     # Measured by `amp-tui profile` (spec/profiles.py) at tp's shard shape, without the collectives:
-    # {gpu: {tp: ((micro_batch, forward_s, backward_s), ...) by micro-batch}}, seconds per micro-batch.
+    # {gpu: {tp: ((micro_batch, forward_s, backward_s, recompute_s or nan), ...) by micro-batch}},
+    # seconds per micro-batch; recompute_s is forward + backward with the layer checkpointed.
     measured: dict = field(default_factory=dict, compare=True, hash=False)
 
     def profiled_time(self, gpu: str, tp: int, copy: int) -> float | None:
@@ -61,7 +62,7 @@ class Layer:
         return value[copy] if isinstance(value, tuple) else value
 
     def measured_passes(self, gpu: str, tp: int) -> tuple | None:
-        """((micro_batch, forward_s, backward_s), ...) measured for this GPU type at this tp, or None.
+        """((micro_batch, forward_s, backward_s, recompute_s), ...) measured for this GPU type at this tp, or None.
         A CPU profile that stands in for no GPU in particular is filed under ANY_GPU."""
         by_tp = self.measured.get(gpu) or self.measured.get(ANY_GPU)
         return by_tp.get(tp) if by_tp else None

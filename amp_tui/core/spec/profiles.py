@@ -32,7 +32,10 @@ Format (`format: amp-tui/profile/1`):
       params: 12596224          # identify the layer: a profile of another model is refused
       flops: 30064771072
       measurements:             # per micro-batch, at the shard shape of tp (no collectives)
-      - {tp: 1, micro_batch: 1, forward_s: 0.00078, forward_backward_s: 0.00146, peak_memory_bytes: 1.2e8}
+      - {tp: 1, micro_batch: 1, forward_s: 0.00078, forward_backward_s: 0.00146, recompute_s: 0.0024,
+         peak_memory_bytes: 1.2e8}
+    # recompute_s (blocks): forward + backward with the block checkpointed (torch.utils.checkpoint),
+    # the recomputed forward and the checkpointing's own host cost included
 
 Times are seconds per micro-batch for one copy of the layer on one GPU of a tensor-parallel group:
 its shard (heads/tp, ffn/tp, vocabulary/tp) without the group's collectives, which the cost model
@@ -59,7 +62,7 @@ STALE_AFTER_DAYS = 180       # a profile older than this is flagged: drivers, Py
 MAX_PROFILE_ROWS = 100_000
 _HEADER = ("format", "model", "precision", "gpu", "device", "sequence_length", "device_name", "software", "implementation",
            "measured_at", "timing", "complete", "rows", "optimizer", "layers")
-_ROW_KEYS = ("tp", "micro_batch", "forward_s", "forward_backward_s", "peak_memory_bytes")
+_ROW_KEYS = ("tp", "micro_batch", "forward_s", "forward_backward_s", "recompute_s", "peak_memory_bytes")
 
 
 @dataclass(frozen=True)
@@ -71,6 +74,7 @@ class ProfileRow:
     forward_s: float
     forward_backward_s: float
     peak_memory_bytes: float | None = None
+    recompute_s: float | None = None     # forward + backward with the layer checkpointed (blocks)
 
     @property
     def backward_s(self) -> float:
@@ -155,6 +159,7 @@ class Profile:
              "measurements": [{k: v for k, v in (("tp", r.tp), ("micro_batch", r.micro_batch),
                                                   ("forward_s", r.forward_s),
                                                   ("forward_backward_s", r.forward_backward_s),
+                                                  ("recompute_s", r.recompute_s),
                                                   ("peak_memory_bytes", r.peak_memory_bytes)) if v is not None}
                               for r in layer.rows]}
             for layer in self.layers]
@@ -197,7 +202,12 @@ def _row(value: object, where: str) -> ProfileRow:
     if both < forward:
         raise SpecError(f"{where}.forward_backward_s", both, f"less than forward_s ({forward:g})")
     peak = value.get("peak_memory_bytes")
-    return ProfileRow(tp=parse_int(value["tp"], f"{where}.tp", maximum=1024),
+    recompute = value.get("recompute_s")
+    if recompute is not None:
+        recompute = float(parse_number(recompute, f"{where}.recompute_s", positive=True))
+        if recompute < both:
+            raise SpecError(f"{where}.recompute_s", recompute, f"less than forward_backward_s ({both:g})")
+    return ProfileRow(recompute_s=recompute, tp=parse_int(value["tp"], f"{where}.tp", maximum=1024),
                       micro_batch=parse_int(value["micro_batch"], f"{where}.micro_batch", maximum=65_536),
                       forward_s=forward, forward_backward_s=both,
                       peak_memory_bytes=None if peak is None else float(parse_number(peak, f"{where}.peak_memory_bytes",
@@ -334,7 +344,8 @@ def apply_profile(groups: tuple, profile: Profile, model_name: str) -> tuple:
                             f"profile this model with `amp-tui profile`")
         rows: dict = {}
         for row in measured.rows:
-            rows.setdefault(row.tp, []).append((row.micro_batch, row.forward_s, row.backward_s))
+            recompute = row.recompute_s if row.recompute_s is not None else math.nan
+            rows.setdefault(row.tp, []).append((row.micro_batch, row.forward_s, row.backward_s, recompute))
         table = {tp: tuple(sorted(r)) for tp, r in rows.items()}
         for i in matches:
             merged = dict(updated[i].measured)
