@@ -123,7 +123,7 @@ class LayerTimes:
             for index, layer in enumerate(self.model.layers):
                 table = layer.measured_passes(gpu.name, 1)
                 if table and np.isnan(base[index]):    # measured / analytic at its smallest micro-batch
-                    mbs, forward, _ = table[0]
+                    mbs, forward = table[0][:2]
                     base[index] = forward * analytic[index] / max(float(self._analytic_forward(gpu, 1, mbs)[index]),
                                                                   1e-30)
             usable = ~np.isnan(base) & (analytic > 0)

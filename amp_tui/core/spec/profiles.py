@@ -155,7 +155,7 @@ class Profile:
             out["optimizer"] = {"name": self.optimizer_name or "adam",
                                 "step_s_per_param": self.optimizer_step_s_per_param}
         out["layers"] = [
-            {"name": layer.name, "kind": layer.kind, "params": layer.params, "flops": layer.flops,
+            {"name": layer.name, "kind": layer.kind, "params": float(layer.params), "flops": float(layer.flops),
              "measurements": [{k: v for k, v in (("tp", r.tp), ("micro_batch", r.micro_batch),
                                                   ("forward_s", r.forward_s),
                                                   ("forward_backward_s", r.forward_backward_s),
