@@ -140,14 +140,15 @@ def measure_shape(device: Device, module, shape: LayerShape, tp: int, micro_batc
     forward_s = device.median(forward, prepare=clear) / copies
     clear()
     base = device.reset_peak()
-    both_s = device.median(forward_backward, prepare=clear) / copies
+    # Noise can put a median below the one it contains: keep forward <= forward + backward <= recompute.
+    both_s = max(device.median(forward_backward, prepare=clear) / copies, forward_s)
     peak = device.peak_since(base)
     clear()
     recompute_s = None
     if shape.build == "block":
         recompute_s = max(device.median(checkpointed, prepare=clear) / copies, both_s)
         clear()
-    return ProfileRow(tp=tp, micro_batch=micro_batch, forward_s=forward_s, forward_backward_s=max(both_s, forward_s),
+    return ProfileRow(tp=tp, micro_batch=micro_batch, forward_s=forward_s, forward_backward_s=both_s,
                       peak_memory_bytes=None if peak is None else peak / copies, recompute_s=recompute_s)
 
 

@@ -317,6 +317,14 @@ def load_profile(value: object, base_dir: Path | None = None) -> Profile:
     return parse_profile(data, source=value)
 
 
+def profile_note(profile: Profile | None) -> str:
+    """Whether a profile is loaded and from when, in one line (the dashboard's model pane and
+    calibrate screen)."""
+    if profile is None:
+        return "No profile loaded: layer times are the analytic model's (`amp-tui profile` measures them)."
+    return f"Layer times from {profile.summary()}."
+
+
 # -- applying a profile to a model's layers ---------------------------------------------------------
 
 def _same(a: float, b: float) -> bool:

@@ -22,6 +22,7 @@ from amp_tui.core.base.errors import SpecError
 from amp_tui.core.base.units import format_seconds
 from amp_tui.core.calibration.calibrate import Calibrated, calibrate, calibrated_uncertainty
 from amp_tui.core.calibration.measurements import load_measurements
+from amp_tui.core.spec.profiles import profile_note
 from amp_tui.core.spec.scenario import Scenario
 
 
@@ -59,6 +60,9 @@ class CalibrateScreen(ModalScreen[Scenario | None]):
             yield Static(Text("Measurements file: a YAML list of runs (tp, pp, dp, micro_batch_size, "
                               "iteration_time_s). `amp-tui calibrate SCENARIO --suggest 5 -o runs.yaml` "
                               "chooses runs worth measuring."), classes="hint")
+            yield Static(Text(profile_note(self.scenario.model.measured_profile)
+                              + (" Calibrating fits the fixed costs around the measured layers."
+                                 if self.scenario.model.measured_profile else "")), id="profile", classes="hint")
             yield Input(value=self._path, placeholder="runs.yaml", id="path")
             yield Static("", id="status")
             yield DataTable(id="parameters", cursor_type="none", zebra_stripes=True)

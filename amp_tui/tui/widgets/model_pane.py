@@ -10,6 +10,7 @@ from textual.widgets import DataTable, Static
 
 from amp_tui.core.base.units import format_bytes
 from amp_tui.core.spec.layers import LAYER_KINDS, Layer
+from amp_tui.core.spec.profiles import profile_note
 from amp_tui.tui import edits
 from amp_tui.tui.format import cell, format_count, format_flops, format_seconds
 from amp_tui.tui.screens.picker import PickItem
@@ -58,10 +59,10 @@ LAYER_COLUMNS = [
 
 
 def _measured(layer: Layer, copy: int | None) -> str:
-    if not layer.profile:
+    if not layer.profile and not layer.measured:
         return "–"
     if copy is None:
-        return ", ".join(layer.profile)
+        return ", ".join([*(f"{gpu} (profile)" for gpu in layer.measured), *layer.profile])
     parts = []
     for gpu, by_tp in layer.profile.items():
         value = layer.profiled_time(gpu, min(by_tp), copy)
@@ -152,6 +153,7 @@ class ModelPane(ScenarioPane):
         note = (f"{model.description}\n" if model.description else "")
         note += ("Per sample. Editing a layer turns this family model into an explicit layer list."
                  if model.family else "Per sample. Measured = GPUs with profiled layer times.")
+        note += "\n" + profile_note(model.measured_profile)
         self.query_one("#model-note", Static).update(Text(note))
 
     def _add_layer_row(self, layer: Layer, label: Text, copy: int | None) -> None:

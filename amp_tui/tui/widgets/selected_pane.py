@@ -44,6 +44,8 @@ def summary(prediction: Prediction, baseline: Prediction | None, scenario) -> Te
     from amp_tui.core.plans.confidence import confidence
 
     text.append(f"\npredicted {confidence(scenario).describe()}", style="dim")
+    if scenario.model.measured_profile is not None:
+        text.append(f"\n{_measured_layers(scenario, prediction)}", style="dim")
     if not prediction.fits_memory and prediction.reason:
         text.append(f"\n{prediction.reason}", style="bold red")
     from amp_tui.core.plans.confidence import MEMORY_RISK_NOTE, memory_at_risk
@@ -55,6 +57,18 @@ def summary(prediction: Prediction, baseline: Prediction | None, scenario) -> Te
     if custom_note(strategy):
         text.append(f"\n† {custom_note(strategy)}", style="bold yellow")
     return text
+
+
+def _measured_layers(scenario, prediction: Prediction) -> str:
+    """Which layers the profile file measured on the GPU types this strategy runs on."""
+    from amp_tui.core.costmodel.measured import layer_time_sources
+
+    sources = layer_time_sources(scenario)
+    profile = scenario.model.measured_profile
+    gpus = dict.fromkeys(group.gpu.name for group in scenario.cluster.nodes)
+    parts = [f"{gpu}: {', '.join(sources['measured'][gpu]) or 'none'}" for gpu in gpus]
+    return (f"layer times measured ({profile.source}, {profile.device} {profile.device_name}, "
+            f"{profile.measured_at[:10]}{', stale' if profile.is_stale() else ''}): " + "; ".join(parts))
 
 
 def _nodes(scenario, strategy: Strategy) -> str:
