@@ -101,7 +101,23 @@ def _inputs(device: Device, shape: LayerShape, tp: int, micro_batch: int):
     return (x, labels) if shape.build == "head" else (x,)
 
 
-def measure_shape(device: Device, module, shape: LayerShape, tp: int, micro_batch: int) -> ProfileRow:
+def measure_backward_call(device: Device) -> float:
+    """Seconds a backward() call costs whatever it computes (the autograd engine starting, its
+    thread handing back): forward and backward of one multiply on one number. A model pays it
+    once per micro-batch (the cost model's micro_batch_overhead_s), not once per layer, so it is
+    taken out of each layer's measured backward."""
+    torch = device.torch
+    one = torch.ones((), device=device.device, requires_grad=True)
+
+    def call():
+        (one * 2.0).backward()
+    return device.median(call)
+
+
+def measure_shape(device: Device, module, shape: LayerShape, tp: int, micro_batch: int,
+                  backward_call_s: float = 0.0) -> ProfileRow:
+    """One layer (or a stack of copies) at one shape; the per-copy times, less a backward call's
+    fixed cost (measure_backward_call) in each backward, never below the forward they contain."""
     torch = device.torch
     args = _inputs(device, shape, tp, micro_batch)
     state: dict = {}
@@ -141,12 +157,12 @@ def measure_shape(device: Device, module, shape: LayerShape, tp: int, micro_batc
     clear()
     base = device.reset_peak()
     # Noise can put a median below the one it contains: keep forward <= forward + backward <= recompute.
-    both_s = max(device.median(forward_backward, prepare=clear) / copies, forward_s)
+    both_s = max((device.median(forward_backward, prepare=clear) - backward_call_s) / copies, forward_s)
     peak = device.peak_since(base)
     clear()
     recompute_s = None
     if shape.build == "block":
-        recompute_s = max(device.median(checkpointed, prepare=clear) / copies, both_s)
+        recompute_s = max((device.median(checkpointed, prepare=clear) - backward_call_s) / copies, both_s)
         clear()
     return ProfileRow(tp=tp, micro_batch=micro_batch, forward_s=forward_s, forward_backward_s=both_s,
                       peak_memory_bytes=None if peak is None else peak / copies, recompute_s=recompute_s)
@@ -200,7 +216,9 @@ def profile_model(model: Model, device: Device, *, gpu: str, precision: str, seq
     interrupted = False
     step = None
     built: tuple | None = None
+    backward_call_s = 0.0
     try:
+        backward_call_s = measure_backward_call(device)
         for done, (shape, tp, micro_batch) in enumerate(plan, start=1):
             key = (shape.index, tp)
             if built is None or built[0] != key:
@@ -212,7 +230,7 @@ def profile_model(model: Model, device: Device, *, gpu: str, precision: str, seq
             note = ""
             row = None
             try:
-                row = measure_shape(device, built[1], shape, tp, micro_batch)
+                row = measure_shape(device, built[1], shape, tp, micro_batch, backward_call_s)
                 rows.setdefault(shape.index, []).append(row)
             except RuntimeError as err:
                 if not device.out_of_memory(err):
@@ -243,6 +261,7 @@ def profile_model(model: Model, device: Device, *, gpu: str, precision: str, seq
         measured_at=datetime.now(timezone.utc).replace(microsecond=0).isoformat(),
         timing=(("clock", device.clock), ("warmups", str(device.warmups)), ("repeats", str(device.repeats)),
                 ("statistic", "median"), ("stack", f"{stack} copies of a repeated block, time / copies"),
+                ("backward_call_s", f"{backward_call_s:.3g} (a backward() call's fixed cost, taken out of each)"),
                 ("dtype", str(device.dtype or "float32").replace("torch.", ""))),
         complete=not interrupted,
         layers=measured, optimizer_step_s_per_param=step, optimizer_name="adam" if step else "")
