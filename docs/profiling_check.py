@@ -93,55 +93,54 @@ def check(name, model, args, out, work, rows, summary, began) -> None:
     from amp_tui.core.search.evaluate import evaluate
     from amp_tui.core.spec.scenario import load_scenario
 
-    if True:
-        batch = 8
-        plain = work / f"{name}.scenario.yaml"
-        atomic_write(plain, dump_yaml(scenario(model, args.gpu, batch)))
-        profile, runs = out / f"{name}.profile.yaml", out / f"{name}.iterations.yaml"
-        command = ["profile", str(plain), "-o", str(profile), "--tp", "1,2", "--micro-batch", "1,2,4",
-                   "--iterations", "--measurements", str(runs)]
-        if args.device == "cpu":
-            command += ["--device", "cpu", "--repeats", "2", "--warmups", "1"]
-        else:
-            command += ["--gpu", args.gpu]
-        print(f"== {name}: amp-tui {' '.join(command)}", flush=True)
-        status = amp_tui(command)
-        if status:
-            print(f"   profile exited {status}; skipping {name}", flush=True)
-            return
-        profiled = work / f"{name}.profiled.yaml"
-        atomic_write(profiled, dump_yaml(scenario(model, args.gpu, batch, str(profile.resolve()))))
-        base, with_profile = load_scenario(str(plain)), load_scenario(str(profiled))
-        measurements = load_measurements(runs, base)
-        fitted = calibrate(with_profile, load_measurements(runs, with_profile))
-        fitted_plain = calibrate(base, measurements)
-        by_index = {run.measurement.index: run for run in fitted.fit.runs}
-        by_index_plain = {run.measurement.index: run for run in fitted_plain.fit.runs}
-        case = []
-        for m in measurements:
-            if not m.timed:
-                case.append({"micro_batch": m.strategy.micro_batch_size, "recompute": m.strategy.recompute,
-                             "measured_s": None, "out_of_memory": True})
-                continue
-            run, run_plain = by_index.get(m.index), by_index_plain.get(m.index)
-            entry = {"micro_batch": m.strategy.micro_batch_size, "recompute": m.strategy.recompute,
-                     "measured_s": m.iteration_time_s,
-                     "uncalibrated_s": evaluate(base, m.strategy).iteration_time_s,
-                     "profile_s": evaluate(with_profile, m.strategy).iteration_time_s,
-                     "calibrated_only_s": run_plain.predicted_s if run_plain else None,
-                     "profile_calibrated_s": run.predicted_s if run else None,
-                     "profile_calibrated_loo_s": run.loo_predicted_s if run else None,
-                     "measured_peak_bytes": m.peak_memory_bytes}
-            case.append(entry)
-            rows.append((name, entry))
-            print(f"   mbs {entry['micro_batch']} recompute {entry['recompute']}: measured "
-                  f"{entry['measured_s'] * 1e3:.1f} ms | uncalibrated {percent(entry['uncalibrated_s'], entry['measured_s'])}"
-                  f" | profile {percent(entry['profile_s'], entry['measured_s'])}"
-                  f" | profile+calibrate {percent(entry['profile_calibrated_s'], entry['measured_s'])}"
-                  f" (leave-one-out {percent(entry['profile_calibrated_loo_s'], entry['measured_s'])})", flush=True)
-        summary[name] = {"runs": case, "fitted": fitted.scenario.calibration.to_dict(),
-                         "fitted_without_profile": fitted_plain.scenario.calibration.to_dict()}
-        write_summary(out, rows, summary, args, time.perf_counter() - began)
+    batch = 8
+    plain = work / f"{name}.scenario.yaml"
+    atomic_write(plain, dump_yaml(scenario(model, args.gpu, batch)))
+    profile, runs = out / f"{name}.profile.yaml", out / f"{name}.iterations.yaml"
+    command = ["profile", str(plain), "-o", str(profile), "--tp", "1,2", "--micro-batch", "1,2,4",
+               "--iterations", "--measurements", str(runs)]
+    if args.device == "cpu":
+        command += ["--device", "cpu", "--repeats", "2", "--warmups", "1"]
+    else:
+        command += ["--gpu", args.gpu]
+    print(f"== {name}: amp-tui {' '.join(command)}", flush=True)
+    status = amp_tui(command)
+    if status:
+        print(f"   profile exited {status}; skipping {name}", flush=True)
+        return
+    profiled = work / f"{name}.profiled.yaml"
+    atomic_write(profiled, dump_yaml(scenario(model, args.gpu, batch, str(profile.resolve()))))
+    base, with_profile = load_scenario(str(plain)), load_scenario(str(profiled))
+    measurements = load_measurements(runs, base)
+    fitted = calibrate(with_profile, load_measurements(runs, with_profile))
+    fitted_plain = calibrate(base, measurements)
+    by_index = {run.measurement.index: run for run in fitted.fit.runs}
+    by_index_plain = {run.measurement.index: run for run in fitted_plain.fit.runs}
+    case = []
+    for m in measurements:
+        if not m.timed:
+            case.append({"micro_batch": m.strategy.micro_batch_size, "recompute": m.strategy.recompute,
+                         "measured_s": None, "out_of_memory": True})
+            continue
+        run, run_plain = by_index.get(m.index), by_index_plain.get(m.index)
+        entry = {"micro_batch": m.strategy.micro_batch_size, "recompute": m.strategy.recompute,
+                 "measured_s": m.iteration_time_s,
+                 "uncalibrated_s": evaluate(base, m.strategy).iteration_time_s,
+                 "profile_s": evaluate(with_profile, m.strategy).iteration_time_s,
+                 "calibrated_only_s": run_plain.predicted_s if run_plain else None,
+                 "profile_calibrated_s": run.predicted_s if run else None,
+                 "profile_calibrated_loo_s": run.loo_predicted_s if run else None,
+                 "measured_peak_bytes": m.peak_memory_bytes}
+        case.append(entry)
+        rows.append((name, entry))
+        print(f"   mbs {entry['micro_batch']} recompute {entry['recompute']}: measured "
+              f"{entry['measured_s'] * 1e3:.1f} ms | uncalibrated {percent(entry['uncalibrated_s'], entry['measured_s'])}"
+              f" | profile {percent(entry['profile_s'], entry['measured_s'])}"
+              f" | profile+calibrate {percent(entry['profile_calibrated_s'], entry['measured_s'])}"
+              f" (leave-one-out {percent(entry['profile_calibrated_loo_s'], entry['measured_s'])})", flush=True)
+    summary[name] = {"runs": case, "fitted": fitted.scenario.calibration.to_dict(),
+                     "fitted_without_profile": fitted_plain.scenario.calibration.to_dict()}
+    write_summary(out, rows, summary, args, time.perf_counter() - began)
 
 
 def write_summary(out: Path, rows, summary: dict, args, elapsed_s: float) -> None:
