@@ -103,3 +103,15 @@ def test_ctrl_c_keeps_what_was_measured(tmp_path, capsys, monkeypatch):
     profile = load_yaml_file(out)
     assert profile["complete"] is False and profile["rows"] == 2
     assert "incomplete" in capsys.readouterr().out
+
+
+def test_hf_times_transformers_block(tmp_path, capsys):
+    pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    out = tmp_path / "p.yaml"
+    assert main(["profile", str(write_scenario(tmp_path)), "--device", "cpu", "--hf", "--tp", "1,2",
+                 "--micro-batch", "1", "--warmups", "0", "--repeats", "1", "--no-optimizer", "-o", str(out)]) == 0
+    profile = load_yaml_file(out)
+    assert profile["implementation"] == "hf"
+    block = next(layer for layer in profile["layers"] if layer["name"] == "block")
+    assert {r["tp"] for r in block["measurements"]} == {1, 2}       # Llama's block shards by heads

@@ -27,6 +27,7 @@ examples:
   amp-tui bench                             time the search on the benchmark scenarios
   amp-tui validate                          score the cost model on published measured runs
   amp-tui calibrate my.yaml runs.yaml -o calibrated.yaml   fit the model to your measured runs
+  amp-tui profile my.yaml --iterations      time the model's layers on this GPU (needs amp-tui[profile])
   amp-tui serve helix-single24-llama2-70b   place a model for serving (max flow, Helix)
 """
 

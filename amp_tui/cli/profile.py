@@ -128,7 +128,8 @@ def run(args) -> int:
     measured = ", ".join(layer.name for layer in result.profile.layers)
     print(f"wrote {written}: {result.profile.num_rows} shapes of {measured} in "
           f"{format_seconds(time.perf_counter() - began)}" + (" (stopped early: incomplete)" if result.interrupted else ""))
-    print(f"  use it: model: {{preset: {model.name}, profile: {written}}}  (or name it in your scenario file)")
+    print(f"  use it: add `profile: {written}` to the scenario's model section (e.g. model: {{preset: NAME, "
+          f"profile: {written.name}}}, a path relative to the scenario file)")
     if cpu:
         print("  measured on the CPU: it proves the code path; plan with a GPU's profile for real predictions")
     if result.interrupted:

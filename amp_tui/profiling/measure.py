@@ -204,11 +204,18 @@ def profile_model(model: Model, device: Device, *, gpu: str, precision: str, seq
     stack = STACKED_BLOCKS if device.kind == "cuda" else 1
     shapes, skipped = layer_shapes(model, sequence, stack)
     plan = [(shape, tp, m) for shape in shapes for tp in tps for m in micro_batches]
+    hf_ok = (lambda shape, tp: True)
+    if hf:
+        from amp_tui.profiling.hf_layers import hf_supported
+
+        hf_ok = (lambda shape, tp: shape.build != "block" or hf_supported(shape, tp))
     for shape in shapes:
         for tp in tps:
             if not shape.tp_supported(tp):
                 skipped.append((shape.name, f"tp {tp} does not divide its {shape.heads} heads"))
-    plan = [(shape, tp, m) for shape, tp, m in plan if shape.tp_supported(tp)]
+            elif not hf_ok(shape, tp):
+                skipped.append((shape.name, f"tp {tp}: Hugging Face's {shape.family} block has no tp shard"))
+    plan = [(shape, tp, m) for shape, tp, m in plan if shape.tp_supported(tp) and hf_ok(shape, tp)]
     total_work = sum(shape.work(tp, m) for shape, tp, m in plan) or 1.0
     rows: dict[int, list[ProfileRow]] = {}
     began = time.perf_counter()
