@@ -267,8 +267,10 @@ def profile_model(model: Model, device: Device, *, gpu: str, precision: str, seq
         implementation="hf" if hf else "plain",
         measured_at=datetime.now(timezone.utc).replace(microsecond=0).isoformat(),
         timing=(("clock", device.clock), ("warmups", str(device.warmups)), ("repeats", str(device.repeats)),
-                ("statistic", "median"), ("stack", f"{stack} copies of a repeated block, time / copies"),
+                ("statistic", "median"), ("stack", f"repeated blocks timed {stack} at a time, time / {stack}"),
                 ("backward_call_s", f"{backward_call_s:.3g} (a backward() call's fixed cost, taken out of each)"),
+                *((("expert_parallel", f"{ep} (each block ran 1/{ep} of its experts)"),)
+                  if any(s.experts for s in shapes) else ()),
                 ("dtype", str(device.dtype or "float32").replace("torch.", ""))),
         complete=not interrupted,
         layers=measured, optimizer_step_s_per_param=step, optimizer_name="adam" if step else "")
