@@ -7,6 +7,7 @@ the median of `repeats` runs.
 
 from __future__ import annotations
 
+import os
 import platform
 import re
 import statistics
@@ -121,6 +122,10 @@ def open_device(kind: str | None, precision: str, warmups: int, repeats: int) ->
         return Device(torch, "cuda", torch.cuda.get_device_name(0), dtype, warmups, repeats)
     # The CPU runs fp32: its bf16 matrix multiplies have no fast kernel on most CPUs (0.3 GFLOP/s
     # against 96 in fp32 on the development VM), and a CPU profile is not a GPU's times anyway.
+    # One thread unless OMP_NUM_THREADS says otherwise: on a shared 2-core VM, torch's spinning
+    # worker threads made a tiny model's iteration 2.78 s against 25 ms on one thread.
+    if "OMP_NUM_THREADS" not in os.environ:
+        torch.set_num_threads(1)
     name = f"{platform.machine() or 'unknown'} CPU ({torch.get_num_threads()} threads)"
     return Device(torch, "cpu", name, None, warmups, repeats)
 
