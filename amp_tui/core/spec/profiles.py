@@ -327,6 +327,11 @@ def profile_note(profile: Profile | None) -> str:
 
 # -- applying a profile to a model's layers ---------------------------------------------------------
 
+def _shown(profile: Profile) -> object:
+    """The profile's file as an error shows it: a path whole (SpecError cuts other values)."""
+    return Path(profile.source) if profile.source != "inline" else "inline"
+
+
 def _same(a: float, b: float) -> bool:
     return math.isclose(a, b, rel_tol=1e-6, abs_tol=0.5)
 
@@ -347,7 +352,7 @@ def apply_profile(groups: tuple, profile: Profile, model_name: str) -> tuple:
             what = (f"its layer {measured.name!r} has {measured.params:,.0f} parameters and {measured.flops:.4g} "
                     f"FLOPs, this model's {groups[known[0]].params:,.0f} and {groups[known[0]].flops:.4g}"
                     if known else f"this model has no layer {measured.name!r}")
-            raise SpecError("model.profile", profile.source,
+            raise SpecError("model.profile", _shown(profile),
                             f"measured for model {profile.model!r}, not this scenario's {model_name!r} ({what}); "
                             f"profile this model with `amp-tui profile`")
         rows: dict = {}
@@ -370,14 +375,14 @@ def check_profile_fits(profile: Profile, gpu_names: list[str], precision: str, s
     if profile.device == "cpu" and profile.gpu == ANY_GPU:
         return
     if profile.gpu not in gpu_names:
-        raise SpecError("model.profile", profile.source,
+        raise SpecError("model.profile", _shown(profile),
                         f"measured on {profile.gpu}; this scenario's cluster has {', '.join(dict.fromkeys(gpu_names))} "
                         f"(profile on one of them, or pass --gpu to `amp-tui profile`)")
     if profile.device == "cpu":
         return
     if profile.precision != precision:
-        raise SpecError("model.profile", profile.source,
+        raise SpecError("model.profile", _shown(profile),
                         f"measured in {profile.precision}; this scenario trains in {precision}")
     if profile.sequence_length != sequence_length:
-        raise SpecError("model.profile", profile.source, f"measured at {profile.sequence_length} tokens per "
+        raise SpecError("model.profile", _shown(profile), f"measured at {profile.sequence_length} tokens per "
                         f"sample; this scenario's model has {sequence_length}")
