@@ -127,7 +127,10 @@ def violations(code: dict[str, tuple[str, bool]]) -> list[str]:
         allowed = declared[owner]
         for target in sorted(targets):
             inside = target == owner or target.startswith(owner + ".")
-            if not inside and not any(target == a or target.startswith(a + ".") for a in allowed):
+            # `amp_tui` in a declaration is the root package itself (its version), not everything
+            # under it: as a prefix it would let serving import the cost model unseen.
+            if not inside and not any(target == a or (a != "amp_tui" and target.startswith(a + "."))
+                                      for a in allowed):
                 out.append(f"{module} -> {target} ({owner} may import: {', '.join(allowed) or 'nothing'})")
     return out
 
@@ -165,6 +168,11 @@ def test_a_planted_upward_import_and_a_planted_cycle_are_caught():
     assert violations(planted) == [
         "amp_tui.core.base.units -> amp_tui.core.search.search (amp_tui.core.base may import: nothing)"]
     assert any("amp_tui.core.base.units" in component for component in cycles(import_graph(planted)))
+    serving = dict(CODE)      # serving declares the root package `amp_tui`: that is not all of it
+    source, is_package = serving["amp_tui.serving.spec"]
+    serving["amp_tui.serving.spec"] = (source + "\nfrom amp_tui.core.costmodel.cost import CostModel\n", is_package)
+    assert violations(serving) == ["amp_tui.serving.spec -> amp_tui.core.costmodel.cost (amp_tui.serving may "
+                                   "import: amp_tui, amp_tui.core.base, amp_tui.core.spec)"]
     inside = dict(CODE)
     source, is_package = inside["amp_tui.core.spec.layers"]
     inside["amp_tui.core.spec.layers"] = (source + "\ndef f():\n    from amp_tui.core.spec.model import Model\n",
