@@ -16,14 +16,15 @@ from dataclasses import dataclass
 import numpy as np
 
 from amp_tui.core.base.errors import Cancelled
-from amp_tui.serving import pipelines
+from amp_tui.serving import pipelines, stages
 from amp_tui.serving.model.predict import Prediction, benchmark_window, predict
 from amp_tui.serving.model.routing import Routing, routing
 from amp_tui.serving.network import Flow, Network, max_flow
 from amp_tui.serving.placement import Placement
 from amp_tui.serving.spec import ServingScenario, serving_profile_of
 
-WINDOW_FINALISTS = 3     # candidates whose benchmark window is predicted (the rest: steady state only)
+WINDOW_FINALISTS = 3     # candidates whose benchmark window is predicted first (more while time allows)
+STAGES_SHARE = 0.25      # of the time limit, at most, for generating the shared-path candidates
 
 
 @dataclass(frozen=True)
@@ -82,7 +83,9 @@ def search(scenario: ServingScenario, net: Network, *, time_limit_s: float, star
     """(best placement's evaluation or None if none meets the bounds, evaluations, what stopped it)."""
     started = time.perf_counter()
     profiles = machine_profiles(scenario, net)
-    pool = [placement for _, placement in pipelines.candidates(net, profiles, scenario.serving)] + list(starts)
+    shared = stages.candidates(net, profiles, scenario.serving, deadline=started + STAGES_SHARE * time_limit_s)
+    pool = ([placement for _, placement in pipelines.candidates(net, profiles, scenario.serving)] + shared
+            + list(starts))
     evaluated: list[Served] = []
     stopped_by = "converged"
     for i, placement in enumerate(pool):
@@ -100,14 +103,17 @@ def search(scenario: ServingScenario, net: Network, *, time_limit_s: float, star
     feasible.sort(key=lambda s: -s.prediction.decode_tokens_per_s)
     if scenario.serving.benchmark is None:
         return feasible[0], len(evaluated), stopped_by
-    finalists = []
-    # the best few at steady state, and the given starts (the max-flow placement): a young benchmark run
-    # ranks them differently (its prompts churn)
+    # the best few at steady state and the given starts (the max-flow placement) first; then the rest,
+    # those a young benchmark run favours first (it ranks them differently: its prompts churn), while
+    # time allows
     starts_set = {(p.first, p.count) for p in starts}
-    chosen = feasible[:WINDOW_FINALISTS] + [s for s in feasible[WINDOW_FINALISTS:]
-                                            if (s.placement.first, s.placement.count) in starts_set]
+    first = feasible[:WINDOW_FINALISTS] + [s for s in feasible[WINDOW_FINALISTS:]
+                                           if (s.placement.first, s.placement.count) in starts_set]
+    rest = sorted((s for s in feasible if all(s is not f for f in first)),
+                  key=lambda s: -ramp_estimate(s, scenario.serving))
+    finalists = []
     slowest = 0.0
-    for served in chosen:
+    for served in first + rest:
         if should_cancel is not None and should_cancel():
             raise Cancelled()
         if finalists and time.perf_counter() - started + slowest >= time_limit_s:
@@ -119,6 +125,18 @@ def search(scenario: ServingScenario, net: Network, *, time_limit_s: float, star
     best = max(finalists, key=lambda s: s.decode_tokens_per_s)
     return best, len(evaluated) + len(finalists), stopped_by
 
+
+def ramp_estimate(served: Served, serving) -> float:
+    """What orders the benchmark windows: the steady state's decode tokens/s, scaled by the share of the
+    admitted requests a run holds on average over the window (it starts with the initial requests and
+    admits one more per finished prompt, prompts going at most at the max flow's pace)."""
+    p = served.prediction
+    if p.admitted_requests <= 0:
+        return 0.0
+    warmup, window, initial = serving.benchmark
+    pace = served.flow.value / serving.prompt_tokens
+    held = [min(p.admitted_requests, initial + pace * (warmup + window * (i + 0.5) / 8)) for i in range(8)]
+    return p.decode_tokens_per_s * sum(held) / (8 * p.admitted_requests)
 
 def depth(placement: Placement) -> int:
     """Machines holding layers."""
