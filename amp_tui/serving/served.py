@@ -24,6 +24,9 @@ from amp_tui.serving.placement import Placement
 from amp_tui.serving.spec import ServingScenario, serving_profile_of
 
 WINDOW_FINALISTS = 3     # candidates whose benchmark window is predicted first (more while time allows)
+WINDOW_HOPE = 0.9        # a further candidate's window is predicted if its ramp estimate reaches this x the best
+WINDOW_MORE = 12         # further candidates whose window is predicted, at most, while time allows
+STAGES_KEPT = 16         # shared-path candidates evaluated (stages.py's screening picks them)
 STAGES_SHARE = 0.25      # of the time limit, at most, for generating the shared-path candidates
 
 
@@ -83,7 +86,8 @@ def search(scenario: ServingScenario, net: Network, *, time_limit_s: float, star
     """(best placement's evaluation or None if none meets the bounds, evaluations, what stopped it)."""
     started = time.perf_counter()
     profiles = machine_profiles(scenario, net)
-    shared = stages.candidates(net, profiles, scenario.serving, deadline=started + STAGES_SHARE * time_limit_s)
+    shared = stages.candidates(net, profiles, scenario.serving, keep=STAGES_KEPT,
+                               deadline=started + STAGES_SHARE * time_limit_s)
     pool = ([placement for _, placement in pipelines.candidates(net, profiles, scenario.serving)] + shared
             + list(starts))
     evaluated: list[Served] = []
@@ -103,19 +107,22 @@ def search(scenario: ServingScenario, net: Network, *, time_limit_s: float, star
     feasible.sort(key=lambda s: -s.prediction.decode_tokens_per_s)
     if scenario.serving.benchmark is None:
         return feasible[0], len(evaluated), stopped_by
-    # the best few at steady state and the given starts (the max-flow placement) first; then the rest,
-    # those a young benchmark run favours first (it ranks them differently: its prompts churn), while
-    # time allows
-    starts_set = {(p.first, p.count) for p in starts}
+    # the best few at steady state and the first given start (the max-flow placement) first, then while time
+    # allows those a young benchmark run should favour: it ranks them differently (its prompts churn, and
+    # a placement of much KV room is still filling it)
+    lead = {(p.first, p.count) for p in starts[:1]}
     first = feasible[:WINDOW_FINALISTS] + [s for s in feasible[WINDOW_FINALISTS:]
-                                           if (s.placement.first, s.placement.count) in starts_set]
-    rest = sorted((s for s in feasible if all(s is not f for f in first)),
-                  key=lambda s: -ramp_estimate(s, scenario.serving))
+                                           if (s.placement.first, s.placement.count) in lead]
+    rest = sorted((s for s in feasible[WINDOW_FINALISTS:] if all(s is not f for f in first)),
+                  key=lambda s: -ramp_estimate(s, scenario.serving))[:WINDOW_MORE]
     finalists = []
     slowest = 0.0
-    for served in first + rest:
+    for i, served in enumerate(first + rest):
         if should_cancel is not None and should_cancel():
             raise Cancelled()
+        if i >= len(first) and ramp_estimate(served, scenario.serving) < WINDOW_HOPE * max(
+                s.decode_tokens_per_s for s in finalists):
+            continue            # even its steady state, held to the ramp, is well below the best window
         if finalists and time.perf_counter() - started + slowest >= time_limit_s:
             stopped_by = "time limit"      # the next window would end past the limit
             break
@@ -127,16 +134,12 @@ def search(scenario: ServingScenario, net: Network, *, time_limit_s: float, star
 
 
 def ramp_estimate(served: Served, serving) -> float:
-    """What orders the benchmark windows: the steady state's decode tokens/s, scaled by the share of the
-    admitted requests a run holds on average over the window (it starts with the initial requests and
-    admits one more per finished prompt, prompts going at most at the max flow's pace)."""
+    """The steady state's decode tokens/s, scaled down where the benchmark run holds fewer requests than
+    admitted by the end of its window (stages.ramp_requests)."""
     p = served.prediction
-    if p.admitted_requests <= 0:
-        return 0.0
-    warmup, window, initial = serving.benchmark
-    pace = served.flow.value / serving.prompt_tokens
-    held = [min(p.admitted_requests, initial + pace * (warmup + window * (i + 0.5) / 8)) for i in range(8)]
-    return p.decode_tokens_per_s * sum(held) / (8 * p.admitted_requests)
+    held = stages.ramp_requests(serving, served.flow.value)
+    return p.decode_tokens_per_s * min(1.0, held / p.admitted_requests) if p.admitted_requests > 0 else 0.0
+
 
 def depth(placement: Placement) -> int:
     """Machines holding layers."""

@@ -120,10 +120,10 @@ def screening_score(stages, placement: Placement, net: Network, profiles, cost, 
 
 
 def ramp_requests(serving, flow_tokens_per_s: float) -> float:
-    """Requests a benchmark run holds halfway through its window, at most: it starts with the initial
-    requests and admits one more per finished prompt, prompts going at most at the flow's pace."""
+    """Requests a benchmark run can hold by the end of its window: it starts with the initial requests
+    and admits one more per finished prompt, prompts going at most at the flow's pace."""
     warmup, window, initial = serving.benchmark
-    return initial + flow_tokens_per_s / serving.prompt_tokens * (warmup + window / 2)
+    return initial + flow_tokens_per_s / serving.prompt_tokens * (warmup + window)
 
 
 def _grids(net: Network, machines: list[int], caps, stages: int):
