@@ -1,9 +1,9 @@
 """Search for what is served: the placement of most predicted decode tokens/s (or within latency bounds).
 
 Candidates race on the serving model's prediction (model/predict.py): the disjoint pipelines of
-pipelines.py, the max-flow solver's placement (solver.py) and the baselines. The max flow prices
-neither pipeline depth nor KV room, so it is kept as a bound on tokens/s and for routing, not as
-the objective. The time limit is polled between evaluations (each a few tens of milliseconds) and
+pipelines.py, the shared paths of stages.py, the max-flow solver's placement (solver.py) and the
+baselines. The max flow prices neither pipeline depth nor KV room, so it is kept as a bound on
+tokens/s and for routing, not as the objective. The time limit is polled between evaluations (each a few tens of milliseconds) and
 handed down to the max-flow solver, which polls inside its own loops.
 """
 
