@@ -15,10 +15,11 @@ Units are dealt to the stages strongest first, each to the stage of least flow s
 flows: the throughput tables, net.capacity, of their weakest piece), so the flow through each
 stage is balanced; a group's machines too few for a whole chain stay idle.
 
-Every (D, K) is scored by the screening estimate of pipelines.py (requests admitted over the
-unloaded round trip), the best few by the serving model (served.py's race). A cluster of several
-regions gets each region's own stages (no request crosses a slow link) beside one set of stages
-over all of it, regions in turn.
+Every (D, K) is scored by a screening estimate like pipelines.py's: requests held over the unloaded
+round trip, the requests held capped, when the scenario names a benchmark window, at what the run
+can admit by the window's end (ramp_requests). The best few go to the serving model (served.py's
+race). A cluster of several regions also gets each region's own stages (no request crosses a slow
+link), beside the stages over the whole cluster.
 """
 
 from __future__ import annotations
@@ -47,8 +48,8 @@ def _pieces(width: int, k: int) -> list[int]:
 
 
 def units_for(machines: list[int], caps: dict[int, int], width: int) -> list[list[int]]:
-    """One group's machines as units for a stage of `width` layers: each unit k machines (k the fewest
-    whose caps cover the width), strongest... in the given order; too few left for a unit: none."""
+    """One group's machines as units for a stage of `width` layers, in the given order: k machines each
+    (k the fewest whose caps cover the width); those too few for a whole unit are left out."""
     if not machines:
         return []
     cap = min(caps[m] for m in machines)
@@ -81,6 +82,7 @@ def deal(groups: list[list[int]], caps: dict[int, int], net: Network, num_layers
 
 
 def placement_of(stages, n: int) -> Placement:
+    """Stage s starts where stage s - 1 ends; a chain's machines hold its pieces one after another."""
     first = np.zeros(n, dtype=np.int64)
     count = np.zeros(n, dtype=np.int64)
     position = 0
@@ -108,11 +110,11 @@ def screening_score(stages, placement: Placement, net: Network, profiles, cost, 
     bottleneck = math.inf
     for width, units in stages:
         flows = np.array([min(net.capacity(m, int(count[m])) for m in unit) for unit in units])
+        if flows.sum() <= 0:
+            return 0.0
         bottleneck = min(bottleneck, float(flows.sum()))
         times = np.array([FRAGMENTATION * sum(count[m] * cost[m] for m in unit) + len(unit) * hop_s
                           for unit in units])
-        if flows.sum() <= 0:
-            return 0.0
         trip += float((flows * times).sum() / flows.sum())
     if serving.benchmark is not None:
         admitted = min(admitted, ramp_requests(serving, bottleneck))
@@ -150,7 +152,7 @@ def candidates(net: Network, profiles, serving, keep: int = 12, deadline: float 
         caps = {m: layer_cap(profiles[m], most[m], threshold) for m in range(n)}
         for d in range(1, min(MAX_STAGES, L) + 1):
             if deadline is not None and time.perf_counter() >= deadline:
-                break
+                return _best(scored, keep)
             for plan in plans:
                 grids = [g for block in plan if (g := _grids(net, block, caps, d))]
                 if not grids:
@@ -162,6 +164,10 @@ def candidates(net: Network, profiles, serving, keep: int = 12, deadline: float 
                     score = sum(screening_score(g, placement_of(g, n), net, profiles, cost, serving, hop_s)
                                 for g in grids)
                     scored[key] = (score, placement)
+    return _best(scored, keep)
+
+
+def _best(scored: dict, keep: int) -> list[Placement]:
     return [p for _, p in sorted(scored.values(), key=lambda sp: -sp[0])[:keep]]
 
 
@@ -173,7 +179,3 @@ def _union(placements: list[Placement]) -> Placement:
         first[c > 0], count[c > 0] = f[c > 0], c[c > 0]
     return Placement.of(first, count)
 
-
-def depth_of(placement: Placement) -> int:
-    """Distinct first layers among the machines holding layers (the most machines a path can cross)."""
-    return len({f for f, c in zip(placement.first, placement.count) if c})
