@@ -25,8 +25,8 @@ from amp_tui.serving.spec import ServingScenario, serving_profile_of
 
 WINDOW_FINALISTS = 3     # candidates whose benchmark window is predicted first (more while time allows)
 WINDOW_HOPE = 0.9        # a further candidate's window is predicted if its ramp estimate reaches this x the best
-WINDOW_MORE = 12         # further candidates whose window is predicted, at most, while time allows
-STAGES_KEPT = 16         # shared-path candidates evaluated (stages.py's screening picks them)
+WINDOW_MORE = 8          # further candidates whose window is predicted, at most, while time allows
+STAGES_KEPT = 12         # shared-path candidates evaluated (stages.py's screening picks them)
 STAGES_SHARE = 0.25      # of the time limit, at most, for generating the shared-path candidates
 
 
