@@ -86,8 +86,9 @@ def search(scenario: ServingScenario, net: Network, *, time_limit_s: float, star
     """(best placement's evaluation or None if none meets the bounds, evaluations, what stopped it)."""
     started = time.perf_counter()
     profiles = machine_profiles(scenario, net)
+    deadline = started + STAGES_SHARE * time_limit_s
     shared = stages.candidates(net, profiles, scenario.serving, keep=STAGES_KEPT,
-                               deadline=started + STAGES_SHARE * time_limit_s)
+                               stop=lambda: time.perf_counter() >= deadline or bool(should_cancel and should_cancel()))
     pool = ([placement for _, placement in pipelines.candidates(net, profiles, scenario.serving)] + shared
             + list(starts))
     evaluated: list[Served] = []

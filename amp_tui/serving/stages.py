@@ -25,7 +25,7 @@ link), beside the stages over the whole cluster.
 from __future__ import annotations
 
 import math
-import time
+from collections.abc import Callable
 
 import numpy as np
 
@@ -136,8 +136,10 @@ def _grids(net: Network, machines: list[int], caps, stages: int):
     return deal(list(by_group.values()), caps, net, net.num_layers, stages)
 
 
-def candidates(net: Network, profiles, serving, keep: int = 12, deadline: float | None = None) -> list[Placement]:
-    """The best `keep` shared-path placements by the screening estimate, best first."""
+def candidates(net: Network, profiles, serving, keep: int = 12,
+               stop: Callable[[], bool] | None = None) -> list[Placement]:
+    """The best `keep` shared-path placements by the screening estimate, best first; `stop` (polled
+    for every stage count) ends the generation with what it has."""
     n, L = net.num_machines, net.num_layers
     cost = {m: layer_cost_s(profiles[m], serving) for m in range(n)}
     most = {m: net.max_layers(m) for m in range(n)}
@@ -151,7 +153,7 @@ def candidates(net: Network, profiles, serving, keep: int = 12, deadline: float 
     for threshold in thresholds:
         caps = {m: layer_cap(profiles[m], most[m], threshold) for m in range(n)}
         for d in range(1, min(MAX_STAGES, L) + 1):
-            if deadline is not None and time.perf_counter() >= deadline:
+            if stop is not None and stop():
                 return _best(scored, keep)
             for plan in plans:
                 grids = [g for block in plan if (g := _grids(net, block, caps, d))]

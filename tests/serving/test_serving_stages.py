@@ -80,8 +80,16 @@ def test_the_search_does_at_least_as_well_as_the_older_families():
     assert served.prediction.decode_tokens_per_s >= shared - 1e-6
 
 
-def test_candidates_stop_at_the_deadline():
+def test_candidates_stop_when_told():
     sc = scenario(4, 6, layers=8)
     net = build_network(sc)
-    assert stages.candidates(net, machine_profiles(sc, net), sc.serving, deadline=0.0) == []
-
+    profiles = machine_profiles(sc, net)
+    assert stages.candidates(net, profiles, sc.serving, stop=lambda: True) == []
+    polls = []
+    full = stages.candidates(net, profiles, sc.serving, keep=100, stop=lambda: polls.append(1) and False)
+    half = len(polls) // 2
+    polls.clear()
+    some = stages.candidates(net, profiles, sc.serving, keep=100, stop=lambda: polls.append(1) or len(polls) > half)
+    assert len(polls) == half + 1                                   # it stopped at the first poll told to
+    assert len(some) < len(full)
+    assert {(p.first, p.count) for p in some} <= {(p.first, p.count) for p in full}
