@@ -32,12 +32,12 @@ TYPICAL_BATCH = 16       # decode sequences per step for the screening estimate
 MAX_PIPELINES = 8
 
 
-def _layer_cost_s(profile, serving) -> float:
+def layer_cost_s(profile, serving) -> float:
     """Seconds per layer per decode token's round, with its request's share of prompt work."""
     return profile.decode_step_s(TYPICAL_BATCH) + profile.prompt_step_s(serving.prompt_tokens) / serving.output_tokens
 
 
-def _caps(profile, most: int, threshold: float) -> int:
+def layer_cap(profile, most: int, threshold: float) -> int:
     """Most layers (<= most) at which the machine keeps `threshold` tokens of room per layer."""
     best = 0
     for k in range(1, most + 1):
@@ -96,7 +96,7 @@ def screening_score(pipelines: list[dict[int, int]], profiles, cost, serving, ho
 def candidates(net: Network, profiles, serving, keep: int = 12) -> Iterator[tuple[float, Placement]]:
     """The best `keep` pipeline placements by the screening estimate, best first: (score, placement)."""
     n, L = net.num_machines, net.num_layers
-    cost = {m: _layer_cost_s(profiles[m], serving) for m in range(n)}
+    cost = {m: layer_cost_s(profiles[m], serving) for m in range(n)}
     most = {m: net.max_layers(m) for m in range(n)}
     thresholds = sorted({profiles[m].kv_tokens(k) for m in range(n) for k in range(1, most[m] + 1)}, reverse=True)
     groups = sorted(set(int(g) for g in net.machine_group))
@@ -110,7 +110,7 @@ def candidates(net: Network, profiles, serving, keep: int = 12) -> Iterator[tupl
             for i, m in enumerate(members[g]):
                 buckets[i % p].append(m)
         for threshold in thresholds:
-            caps = {m: _caps(profiles[m], most[m], threshold) for m in range(n)}
+            caps = {m: layer_cap(profiles[m], most[m], threshold) for m in range(n)}
             pipelines = [held for bucket in buckets if (held := _fill(bucket, caps, cost, net.machine_group, L))]
             if not pipelines:
                 continue

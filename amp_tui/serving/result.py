@@ -17,7 +17,7 @@ from amp_tui.serving.flow.solver import Solution, solve, upper_bound
 from amp_tui.serving.spec import ServingScenario
 
 OBJECTIVES = ("decode", "flow")
-FLOW_SHARE = 0.3    # of the time limit, for the max-flow solver when the objective is decode tokens/s
+FLOW_SHARE = 0.15   # of the time limit, for the max-flow solver when the objective is decode tokens/s
 
 
 @dataclass(frozen=True)

@@ -31,6 +31,7 @@ from amp_tui.serving.model.network import decode_hop_s, prompt_hop_s
 from amp_tui.serving.model.routing import Routing
 
 _BISECTION_STEPS = 30
+_BISECTION_TOLERANCE = 1e-5     # relative: the decode rate to five digits
 
 
 @dataclass(frozen=True)
@@ -118,6 +119,8 @@ def predict(route: Routing, profiles, first: np.ndarray, count: np.ndarray, num_
             x = high
         else:
             for _ in range(_BISECTION_STEPS):
+                if high - low <= _BISECTION_TOLERANCE * high:
+                    break
                 mid = (low + high) / 2
                 if mid * life(mid)[0] / o <= target:
                     low = mid
@@ -132,7 +135,7 @@ def predict(route: Routing, profiles, first: np.ndarray, count: np.ndarray, num_
         limited = "kv cache"     # the rate needs more requests in flight than the KV cache admits
     elif serving.request_rate is not None and x >= wanted * (1 - 1e-9):
         limited = "request rate"
-    elif target is not None and in_flight >= target * (1 - 1e-6):
+    elif target is not None and in_flight >= target * (1 - 10 * _BISECTION_TOLERANCE):
         limited = "kv cache"
     else:
         busiest = max(loads, key=lambda m: loads[m].busy) if loads else -1
