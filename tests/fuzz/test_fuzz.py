@@ -53,8 +53,13 @@ def run(argv: list[str], capsys) -> tuple[int, str, str]:
 
 
 def check_outcome(code: int, out: str, err: str, *, json_output: bool = False) -> None:
-    """Exit 0 with valid output, or exit 2 with one line naming a field; nothing else."""
+    """Exit 0 with valid output, or exit 2 with one line naming a field, or (plan, issue 28) exit 1
+    where nothing can train, with valid JSON that ranks nothing and says why; nothing else."""
     assert "Traceback" not in out + err
+    if code == 1 and json_output:
+        data = json.loads(out, parse_constant=lambda name: pytest.fail(f"{name} is not JSON"))
+        assert data["strategies"] == [] and data["no_strategy"].strip() and err == "", (out, err)
+        return
     if code == 0:
         if json_output:
             json.loads(out, parse_constant=lambda name: pytest.fail(f"{name} is not JSON"))
