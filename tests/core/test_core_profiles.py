@@ -75,6 +75,14 @@ def test_a_truncated_file_is_one_line_and_exit_2(tmp_path, capsys, cut):
     assert err.startswith("amp-tui: error: ") and "\n" not in err and "profile" in err
 
 
+def test_a_file_cut_inside_its_header_says_so_without_a_type_name(tmp_path, capsys):
+    (tmp_path / "p.yaml").write_text(tiny_profile().to_yaml().split("\n", 1)[0] + "\n")   # the comment only
+    (tmp_path / "s.yaml").write_text(dump_yaml(scenario_dict(profile="p.yaml")))
+    assert main(["plan", str(tmp_path / "s.yaml")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "cut short" in err and "NoneType" not in err, err
+
+
 def test_a_file_missing_measured_rows_is_refused_by_its_row_count():
     data = tiny_profile().to_dict()
     data["layers"][0]["measurements"].pop()          # cut at a row boundary: still valid YAML

@@ -245,6 +245,9 @@ def parse_profile(data: object, source: str = "inline") -> Profile:
 
 
 def _parse(data: object, where: str, source: str) -> Profile:
+    if data is None:          # an empty file, or one cut short inside its header comments
+        raise SpecError(where, None, "holds no profile: empty, or cut short before its first field; "
+                                     "write it again with `amp-tui profile`")
     if not isinstance(data, dict):
         raise SpecError(where, type(data).__name__, f"expected a profile (format: {PROFILE_FORMAT}) written by "
                                                     "`amp-tui profile`")
