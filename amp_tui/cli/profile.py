@@ -11,6 +11,7 @@ import sys
 import time
 from pathlib import Path
 
+from amp_tui.cli.parser import whole_number
 from amp_tui.core.base.errors import SpecError
 
 CPU_TOKENS = 32     # a CPU proves the code path: a few tokens keep a GPT-2 medium profile well under a minute
@@ -38,10 +39,7 @@ def _degrees(text: str) -> list[int]:
 
 def _count(low: int, high: int):
     def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+        value = whole_number(text)
         if not low <= value <= high:
             raise argparse.ArgumentTypeError(f"{value} is not between {low} and {high}")
         return value
