@@ -49,7 +49,24 @@ def summary(scenario) -> str:
     return (f"{scenario.name}: {c.num_gpus} GPUs ({groups}); {m.name}: {m.num_layers} layers, "
             f"{m.total_params / 1e9:.3g} B params; global batch {t.global_batch_size}, {t.precision}"
             f"{' (rowwise scaling)' if t.fp8_scaling == 'rowwise' else ''}, "
-            f"{t.schedule}{_execution(t)}{calibrated}\ntechniques {describe(t, m)}{profile_text(scenario)}")
+            f"{t.schedule}{_execution(t)}{calibrated}\ntechniques {describe(t, m)}{profile_text(scenario)}"
+            f"{network_text(scenario)}")
+
+
+def network_text(scenario) -> str:
+    """Lines saying which links the cluster's network profile measured (nothing without one)."""
+    network = scenario.cluster.network
+    if network is None:
+        return ""
+    from amp_tui.core.spec.network import link_report
+
+    lines = [f"\nlinks from {network.summary()}"]
+    for entry in link_report(scenario.cluster):
+        said = [f"measured {'; '.join(entry['measured'])}"] if entry["measured"] else []
+        if entry["catalog"]:
+            said.append(f"not measured (catalog figures): {', '.join(entry['catalog'])}")
+        lines.append(f"  group {entry['group']} ({entry['label']}): {'; '.join(said) or 'one GPU, one node'}")
+    return "\n".join(lines)
 
 
 def profile_text(scenario) -> str:

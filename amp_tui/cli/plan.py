@@ -94,6 +94,7 @@ def run(args) -> int:
                      "idle_search": idle_search.to_dict(), "uneven_search": uneven.to_dict(),
                      "time_limit_s": time_limit_s, "overrun_s": plans.overrun_s,
                      **({} if result.strategies else {"no_strategy": nothing_found(result, objective)}),
+                     **(_network_json(scenario) if scenario.cluster.network is not None else {}),
                      **({"sensitivity": what_ifs.to_dict()} if what_ifs is not None else {})}))
     else:
         print(render_search(result, shown, objective, idle_search))
@@ -122,6 +123,12 @@ def run(args) -> int:
         # (or parts of the cluster left unsearched), nothing is known yet: the note says so.
         return 1
     return 0
+
+
+def _network_json(scenario) -> dict:
+    from amp_tui.core.spec.network import link_report
+
+    return {"network": {"source": scenario.cluster.network.summary(), "groups": link_report(scenario.cluster)}}
 
 
 def _time_limit(seconds: float | None) -> float:

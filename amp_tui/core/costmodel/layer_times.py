@@ -70,7 +70,7 @@ class LayerTimes:
         # and so do the cost models of one model and training on other clusters (the parts of a
         # cluster the idle-node search tries): the cache is keyed by the kind of node.
         self._node_kind = [(g.gpu, g.gpus_per_node, g.intra_node_bandwidth, g.intra_link_class,
-                            g.inter_node_bandwidth, g.inter_link_class) for g in scenario.cluster.nodes]
+                            g.inter_node_bandwidth, g.inter_link_class, g.measured) for g in scenario.cluster.nodes]
         self._layer_times = _shared_layer_times(self.model, self.training, self.knobs, scenario.calibration)
         cols = self.model.columns
         tokens, width = compute_terms.layer_shapes(self.model, self.training.bytes_per_element)
@@ -220,10 +220,8 @@ class LayerTimes:
         node = self.scenario.cluster.nodes[group]
         ep, cp = self.knobs.ep, self.knobs.cp
         per_node = max(node.gpus_per_node // (tp * cp), 1)
-        seconds_per_byte = alltoall_seconds(
-            1.0, ep, min(ep, per_node), node.gpus_per_node,
-            node.intra_node_bandwidth * self.params("link_efficiency", node.intra_link_class),
-            node.inter_node_bandwidth * self.params("link_efficiency", node.inter_link_class))
+        intra, inter = node.link_figures(self.params)[:2]
+        seconds_per_byte = alltoall_seconds(1.0, ep, min(ep, per_node), node.gpus_per_node, intra, inter)
         return alltoall_bytes_per_gpu(self.model.columns["moe_alltoall_bytes"], 1, tp, cp) * seconds_per_byte
 
     def _split_measured(self, group: int, tp: int, measured: np.ndarray, analytic: np.ndarray,
@@ -241,7 +239,7 @@ class LayerTimes:
         compute_share = np.where(compute1 > 0, np.minimum(measured, compute1) / np.where(compute1 > 0, compute1, 1.0), 0.0)
         comm1 = np.maximum(measured - compute1, 0.0)
         node = self.scenario.cluster.nodes[group]
-        bandwidth = node.intra_node_bandwidth * self.params("link_efficiency", node.intra_link_class)
+        bandwidth = node.link_figures(self.params)[0]
         per_sample = np.minimum(comm1, self.model.columns["tp_comm_bytes"] * (2.0 * (tp - 1) / tp) / bandwidth)
         without_base = np.isnan(base)
         compute = np.where(without_base, whole, compute_share * analytic)
