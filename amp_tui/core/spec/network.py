@@ -45,7 +45,7 @@ from datetime import datetime
 from pathlib import Path
 
 from amp_tui.core.base.errors import SpecError
-from amp_tui.core.base.limits import MAX_NAME_CHARS, MAX_TEXT_CHARS, check_name
+from amp_tui.core.base.limits import MAX_TEXT_CHARS, check_name
 from amp_tui.core.base.units import format_seconds, parse_int, parse_number
 from amp_tui.core.base.yamlio import dump_yaml, load_yaml_file
 from amp_tui.core.spec.layers import ANY_GPU
@@ -312,7 +312,7 @@ def load_network(value: object, base_dir: Path | None = None) -> NetworkProfile:
         data = load_yaml_file(path)
     except SpecError as err:
         raise SpecError("cluster.network", value, err.reason) from None
-    return parse_network(data, source=check_name(value, "cluster.network", limit=MAX_NAME_CHARS))
+    return parse_network(data, source=check_name(value, "cluster.network", limit=MAX_TEXT_CHARS))
 
 
 def link_report(cluster) -> list[dict]:
