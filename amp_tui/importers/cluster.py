@@ -73,7 +73,7 @@ class Group:
             (f", features {','.join(self.features)}" if self.features else "")
         return [f"{self.count} x {self.gpus_per_node} {self.gpu}" + (f" ({self.gres})" if self.gres else "")
                 + f": {where}",
-                f"  inside a node: {self.intra.link_class}, {format_bandwidth(self.intra.bandwidth)}: "
+                f"  inside a node: {self.intra.link_class}, {self.intra.bandwidth / 1e9:g} GB/s: "
                 f"{self.intra.description}",
                 f"  between nodes: {format_bandwidth(self.network)}: {self.network_source}"]
 

@@ -46,8 +46,9 @@ def run_log(args, write, scenario_text, render_fit) -> int:
     print()
     print(render_fit(result, log.source))
     spread = math.expm1(measured.spread_log_sd) * 100
+    off = round((after / measured.measurement.iteration_time_s - 1) * 100, 1) or 0.0      # no "-0.0%"
     print(f"\n{strategy.label} micro-batch {strategy.micro_batch_size}: measured {_s(measured.measurement.iteration_time_s)}, "
-          f"predicted {_s(before)} before, {_s(after)} after ({(after / measured.measurement.iteration_time_s - 1) * 100:+.1f}%; "
+          f"predicted {_s(before)} before, {_s(after)} after ({off:+.1f}%; "
           f"the log's spread {spread:.1f}%); predictions now carry a band of ±{math.expm1(band) * 100:.1f}%")
     if written:
         print(f"wrote {written}: `amp-tui plan {written}`, `evaluate`, `ui` and plan files now use the fitted values")
