@@ -40,7 +40,7 @@ def run(args) -> int:
     from amp_tui.core.spec.scenario import load_scenario
 
     if args.output:
-        _check_output(Path(args.output), args.force)
+        check_output(Path(args.output), args.force)
     if args.suggest is not None:
         if args.measurements:
             raise SpecError("MEASUREMENTS", args.measurements,
@@ -73,7 +73,8 @@ def run(args) -> int:
     return 0
 
 
-def _check_output(path: Path, force: bool) -> None:
+def check_output(path: Path, force: bool) -> None:
+    """Refuse an output path that is a folder, or a file that exists without --force, before any work."""
     if path.is_dir():
         raise SpecError("-o", path, "is a folder; give a file name")
     if path.exists() and not force:

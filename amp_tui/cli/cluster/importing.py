@@ -77,7 +77,9 @@ def run(args) -> int:
 
     output = Path(args.output) if args.output else None
     if output is not None:
-        _check_output(output, args.force)
+        from amp_tui.cli.calibrate import check_output
+
+        check_output(output, args.force)
     if args.nodes < 1:
         raise SpecError("--nodes", args.nodes, "must be at least 1")
     options = Options(gpu_overrides=parse_overrides(args.gpu), nodes=args.nodes, partition=args.partition,
@@ -105,13 +107,6 @@ def run(args) -> int:
     print(f"\nwrote {written}: `amp-tui plan {written}`; measure the links with `amp-tui profile --network` "
           "(docs/cluster.md)")
     return 0
-
-
-def _check_output(path: Path, force: bool) -> None:
-    if path.is_dir():
-        raise SpecError("-o", path, "is a folder; give a file name")
-    if path.exists() and not force:
-        raise SpecError("-o", path, "already exists (use --force to overwrite)")
 
 
 def _summary(imported) -> str:

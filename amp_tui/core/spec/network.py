@@ -49,6 +49,7 @@ from amp_tui.core.base.limits import MAX_TEXT_CHARS, check_name
 from amp_tui.core.base.units import format_seconds, parse_int, parse_number
 from amp_tui.core.base.yamlio import dump_yaml, load_yaml_file
 from amp_tui.core.spec.layers import ANY_GPU
+from amp_tui.core.spec.profiles import name_pairs
 
 NETWORK_FORMAT = "amp-tui/network/1"
 TESTS = ("allreduce", "p2p", "p2p_all")
@@ -209,14 +210,6 @@ def _names(value: object, where: str, limit: int = 100_000) -> tuple[str, ...]:
     return tuple(check_name(v, f"{where}[{i}]") for i, v in enumerate(value))
 
 
-def _pairs(value: object, where: str) -> tuple[tuple[str, str], ...]:
-    if value is None:
-        return ()
-    if not isinstance(value, dict):
-        raise SpecError(where, value, "expected a mapping of names to versions")
-    return tuple((check_name(str(k), where), check_name(str(v), f"{where}.{k}", text=True)) for k, v in value.items())
-
-
 def _row(value: object, where: str, groups: int) -> NetworkRow:
     if not isinstance(value, dict):
         raise SpecError(where, value, f"expected {{{', '.join(_ROW_KEYS)}}}")
@@ -292,7 +285,8 @@ def parse_network(data: object, source: str = "inline") -> NetworkProfile:
                                                    "measure again with `amp-tui profile --network`")
     return NetworkProfile(
         backend=data["backend"], device=data["device"], measured_at=measured_at,
-        software=_pairs(data.get("software"), f"{where}.software"), timing=_pairs(data.get("timing"), f"{where}.timing"),
+        software=name_pairs(data.get("software"), f"{where}.software"),
+        timing=name_pairs(data.get("timing"), f"{where}.timing"),
         world_size=parse_int(data["world_size"], f"{where}.world_size", maximum=10_000_000),
         simulated_nodes=data.get("simulated_nodes", False), complete=data["complete"], groups=tuple(parsed_groups),
         rows=parsed, source=source)
