@@ -108,7 +108,8 @@ def measure_network(options: NetworkOptions, tool_version: str,
             return None
         software = {"torch": str(torch.__version__), "python": platform.python_version(), "amp_tui": tool_version}
         if backend == "nccl":
-            software["nccl"] = ".".join(map(str, torch.cuda.nccl.version()))
+            version = torch.cuda.nccl.version()         # a tuple (2, 27, 3); an int in old releases
+            software["nccl"] = ".".join(map(str, version)) if isinstance(version, tuple) else str(version)
         groups = tuple(NetworkGroup(f"{gpus}x{gpu}", gpu, device_name, gpus,
                                     tuple(world.hosts[n] for n, k in enumerate(world.kind_of_node) if k == kind))
                        for kind, (gpu, device_name, gpus) in enumerate(world.kinds))

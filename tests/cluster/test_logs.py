@@ -68,6 +68,12 @@ def test_each_engine_reads_its_own_lines():
                           "step:  1  loss: 10.9000  memory: 40.00GiB(50.00%)  wps: 1,000  tflops: 50.00  mfu: 16.00%\n",
                           "old.log")
     assert old_titan.stated["world_size"] == 16 and old_titan.records[0].tokens_per_s == 1000
+    older_titan = parse_log("step:  2  loss: 10.9000  memory: 40.00GiB(50.00%)  wps: 2,000  mfu: 16.00%\n", "t.log")
+    assert older_titan.records[0].tokens_per_s == 2000                      # before tflops was printed
+    old_megatron = parse_log("using world size: 16, data-parallel-size: 8, tensor-model-parallel size: 2, "
+                             "pipeline-model-parallel size: 1\n iteration       10/     200 | consumed samples: "
+                             "1280 | elapsed time per iteration (ms): 1234.5 | lm loss: 1.0E+01 |\n", "m.log")
+    assert old_megatron.stated == {"world_size": 16, "dp": 8, "tp": 2, "pp": 1}
 
 
 def test_warm_up_is_dropped_and_torchtitan_tokens_become_seconds():

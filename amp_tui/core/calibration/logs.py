@@ -55,14 +55,13 @@ MEGATRON_BATCH = re.compile(r"\bglobal batch size:\s*(\d+)\s*\|")
 MEGATRON_MEMORY = re.compile(r"\[Rank (\d+)\] \(after \d+ iterations\) memory \(MB\) \| allocated: " + _NUMBER
                              + r" \| max allocated: " + _NUMBER + r" \| reserved: " + _NUMBER + r" \| max reserved: ("
                              + _NUMBER + ")")
-MEGATRON_SIZES = re.compile(r"using world size: (\d+), data-parallel size: (\d+), context-parallel size: (\d+), "
-                            r"(?:hierarchical context-parallel sizes: [^,]*, )?tensor-model-parallel size: (\d+), "
-                            r"pipeline-model-parallel size: (\d+)")
-# `  name ....... value` (Megatron-LM's argument list; DeepSpeed's config, after its log prefix, with
-# no dots where the name is long: `  train_micro_batch_size_per_gpu  16`)
+# `using world size: 16, data-parallel size: 8, context-parallel size: 1, ...` (older versions:
+# `data-parallel-size: 8`, no context parallelism): each size read on its own.
+MEGATRON_SIZES = re.compile(r"\b(world|data-parallel|context-parallel|tensor-model-parallel|pipeline-model-parallel)"
+                            r"[ -]size: (\d+)")
 ARGUMENT = re.compile(r"(?:^|\]\s)\s*(\w+) \.*\s*(\S+)\s*$")
 TITAN = re.compile(r"(?<!validate )\bstep:\s*(\d+)\s+loss:\s*\S+\s+(?:grad_norm:\s*\S+\s+)?memory:\s*(" + _NUMBER
-                   + r")GiB\(\s*" + _NUMBER + r"%\)\s+(?:tps|wps):\s*([\d,]+)\s+tflops:\s*[\d,.]+\s+mfu:\s*\S+")
+                   + r")GiB\(\s*" + _NUMBER + r"%\)\s+(?:tps|wps):\s*([\d,]+)\s+(?:tflops:\s*[\d,.]+\s+)?mfu:\s*\S+")
 TITAN_MESH = re.compile(r"Building device mesh with parallelism: pp=(\d+), dp_replicate=(\d+), dp_shard=(-?\d+), "
                         r"cp=(\d+), tp=(\d+)")
 TITAN_OLD_MESH = re.compile(r"Building \d+-D device mesh with \[([^\]]*)\], \[([\d, ]*)\]")
@@ -159,9 +158,11 @@ def _megatron(lines, source, cut_short) -> EngineLog | None:
                                 "seq_length": "seq_length", "tensor_model_parallel_size": "tp",
                                 "pipeline_model_parallel_size": "pp", "data_parallel_size": "dp",
                                 "context_parallel_size": "cp", "world_size": "world_size"})
+    keys = {"world": "world_size", "data-parallel": "dp", "context-parallel": "cp", "tensor-model-parallel": "tp",
+            "pipeline-model-parallel": "pp"}
     for line in lines:
-        if (sizes := MEGATRON_SIZES.search(line)):
-            stated.update(zip(("world_size", "dp", "cp", "tp", "pp"), map(int, sizes.groups())))
+        if "using world size:" in line:
+            stated.update({keys[name]: int(size) for name, size in MEGATRON_SIZES.findall(line)})
             break
     batches = {int(batch.group(1)) for number, _ in found if (batch := MEGATRON_BATCH.search(lines[number]))}
     if len(batches) == 1:
