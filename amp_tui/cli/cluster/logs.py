@@ -50,6 +50,8 @@ def run_log(args, write, scenario_text, render_fit) -> int:
     print(f"\n{strategy.label} micro-batch {strategy.micro_batch_size}: measured {_s(measured.measurement.iteration_time_s)}, "
           f"predicted {_s(before)} before, {_s(after)} after ({off:+.1f}%; "
           f"the log's spread {spread:.1f}%); predictions now carry a band of ±{math.expm1(band) * 100:.1f}%")
+    print("note: one run pins this strategy; how far off others are one run cannot tell (no leave-one-out): "
+          "calibrate from several plans' runs (a measurements file) before trusting the band elsewhere")
     if written:
         print(f"wrote {written}: `amp-tui plan {written}`, `evaluate`, `ui` and plan files now use the fitted values")
     else:
