@@ -152,6 +152,8 @@ def explicit_model_dict(model: Model) -> dict:
         out["description"] = model.description
     out["sequence_length"] = model.sequence_length
     out.update({k: v for k, v in model.shape.items() if k in EXPLICIT_SHAPE_KEYS})
+    if model.profile_origin:
+        out["profile_origin"] = model.profile_origin
     out["layers"] = [layer.to_dict() for layer in model.groups]
     return out
 

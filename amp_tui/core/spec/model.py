@@ -35,6 +35,8 @@ class Model:
     description: str = ""
     # The profile file (`model.profile`) whose measurements the layers carry (Layer.measured).
     measured_profile: Profile | None = field(default=None, hash=False, compare=False)
+    # Who measured the layers' inline `profile:` times, and when ("AMP 2020"): their label.
+    profile_origin: str = ""
 
     @cached_property
     def layers(self) -> tuple[Layer, ...]:
@@ -70,6 +72,8 @@ class Model:
         else:
             out["sequence_length"] = self.sequence_length
             out.update({k: v for k, v in self.shape.items() if k != "sequence_length"})
+            if self.profile_origin:
+                out["profile_origin"] = self.profile_origin
             out["layers"] = [layer.to_dict() for layer in self.groups]
         if self.measured_profile is not None:   # inline: a saved plan keeps the times it was priced with
             out["profile"] = self.measured_profile.to_dict()
@@ -187,7 +191,7 @@ def parse_model(value: object, bytes_per_element: int, field_name: str = "model"
     layers = value["layers"]
     if not isinstance(layers, list) or not layers:
         raise SpecError(f"{field_name}.layers", layers, "expected a non-empty list of layers")
-    allowed = {"name", "description", "sequence_length", "layers", *_SHAPE_KEYS}
+    allowed = {"name", "description", "sequence_length", "layers", "profile_origin", *_SHAPE_KEYS}
     for key in value:
         if key not in allowed:
             raise SpecError(f"{field_name}.{key}", value[key], f"unknown model field; allowed: {', '.join(sorted(allowed))}")
@@ -204,7 +208,9 @@ def parse_model(value: object, bytes_per_element: int, field_name: str = "model"
                         "no layer has FLOPs, measured times or parameters, so there is no work to plan")
     if not stated:
         groups, sequence_length = _infer_shape(groups, bytes_per_element, shape.get("hidden_size"))
-    return Model(name=name, groups=groups, sequence_length=sequence_length, shape=shape, description=description)
+    origin = check_name(value.get("profile_origin", ""), f"{field_name}.profile_origin", limit=MAX_TEXT_CHARS, text=True)
+    return Model(name=name, groups=groups, sequence_length=sequence_length, shape=shape, description=description,
+                 profile_origin=origin)
 
 
 def _infer_shape(groups: tuple[Layer, ...], bytes_per_element: int,

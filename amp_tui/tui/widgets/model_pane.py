@@ -9,6 +9,8 @@ from textual.binding import Binding
 from textual.widgets import DataTable, Static
 
 from amp_tui.core.base.units import format_bytes
+from amp_tui.core.costmodel.cost import CostModel
+from amp_tui.core.costmodel.time_sources import sources_statement
 from amp_tui.core.spec.layers import LAYER_KINDS, Layer
 from amp_tui.core.spec.profiles import profile_note
 from amp_tui.tui import edits
@@ -152,8 +154,8 @@ class ModelPane(ScenarioPane):
         self.keep_cursor(self.layers_table, fill)
         note = (f"{model.description}\n" if model.description else "")
         note += ("Per sample. Editing a layer turns this family model into an explicit layer list."
-                 if model.family else "Per sample. Measured = GPUs with profiled layer times.")
-        note += "\n" + profile_note(model.measured_profile)
+                 if model.family else "Per sample. Measured = GPU types with measured layer times.")
+        note += "\n" + sources_statement(CostModel(self.scenario)) + " " + profile_note(model.measured_profile)
         self.query_one("#model-note", Static).update(Text(note))
 
     def _add_layer_row(self, layer: Layer, label: Text, copy: int | None) -> None:

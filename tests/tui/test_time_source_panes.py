@@ -1,0 +1,48 @@
+"""The dashboard says where the layer times come from (issue 34, major 4): the model pane in one
+statement per GPU type of the cluster, the Selected pane per stage, with the same labels as the
+command line."""
+
+from __future__ import annotations
+
+from textual.widgets import Static
+
+from amp_tui.core.base.yamlio import dump_yaml
+from amp_tui.tui.widgets.selected_pane import SelectedPane
+
+from .conftest import settle
+
+TRAINING = {"global_batch_size": 32, "precision": "fp16", "framework": "deepspeed", "recompute": "none",
+            "zero_stage": 0, "state_bytes_per_param": 20}
+CARRIED = "carried from T4+V100's measured/analytic ratio (AMP 2020)"
+
+
+async def test_the_model_and_selected_panes_name_measured_and_carried_times(make_app, tmp_path):
+    (tmp_path / "s.yaml").write_text(dump_yaml({
+        "name": "a10g-v100", "model": {"preset": "gpt2-medium"}, "training": TRAINING,
+        "cluster": {"nodes": [{"instance": "p3.8xlarge", "count": 2},
+                              {"instance": "g4dn.12xlarge", "count": 1, "gpu": "A10G"}]}}))
+    app = make_app(str(tmp_path / "s.yaml"))
+    async with app.run_test(size=(160, 48)) as pilot:
+        await settle(app, pilot)
+        note = str(app.query_one("#model-note", Static).content)
+        assert f"Layer times: on V100 measured (AMP 2020, V100); on A10G {CARRIED}." in note
+        assert "analytic model's" not in note        # no second statement beside it that says otherwise
+        selected = str(app.query_one(SelectedPane).query_one("#selected-summary", Static).content)
+        line = next(line for line in selected.splitlines() if line.startswith("layer times: "))
+        for part in line.removeprefix("layer times: ").split("; "):
+            assert part.endswith("measured (AMP 2020, V100)") and " on V100 " in f" {part}" \
+                or part.endswith(CARRIED) and " on A10G " in f" {part}", part
+        assert "different sources" not in selected
+
+
+async def test_an_analytic_model_says_so_once(make_app, tmp_path):
+    (tmp_path / "s.yaml").write_text(dump_yaml({
+        "name": "llama", "model": {"preset": "llama3-8b", "num_layers": 4}, "training": {"global_batch_size": 8},
+        "cluster": {"nodes": [{"instance": "p4d.24xlarge", "count": 1}]}}))
+    app = make_app(str(tmp_path / "s.yaml"))
+    async with app.run_test(size=(160, 48)) as pilot:
+        await settle(app, pilot)
+        note = str(app.query_one("#model-note", Static).content)
+        assert "Layer times: analytic on every GPU type (nothing measured). No profile loaded" in note
+        assert "layer times:" not in str(app.query_one(SelectedPane).query_one("#selected-summary", Static).content)
+
