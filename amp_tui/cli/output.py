@@ -49,7 +49,8 @@ def summary(scenario) -> str:
     return (f"{scenario.name}: {c.num_gpus} GPUs ({groups}); {m.name}: {m.num_layers} layers, "
             f"{m.total_params / 1e9:.3g} B params; global batch {t.global_batch_size}, {t.precision}"
             f"{' (rowwise scaling)' if t.fp8_scaling == 'rowwise' else ''}, "
-            f"{t.schedule}{_execution(t)}{calibrated}\ntechniques {describe(t, m)}{sources_text(scenario)}")
+            f"{t.schedule}{_execution(t)}{calibrated}\ntechniques {describe(t, m)}"
+            + (f"\nmodel {m.name}: {m.rebuilt}" if m.rebuilt else "") + sources_text(scenario))
 
 
 def sources_text(scenario) -> str:

@@ -46,3 +46,32 @@ async def test_an_analytic_model_says_so_once(make_app, tmp_path):
         assert "Layer times: analytic on every GPU type (nothing measured). No profile loaded" in note
         assert "layer times:" not in str(app.query_one(SelectedPane).query_one("#selected-summary", Static).content)
 
+
+async def test_an_override_says_what_it_dropped_and_a_refused_one_keeps_the_results(make_app, tmp_path):
+    (tmp_path / "s.yaml").write_text(dump_yaml({
+        "name": "wide", "model": {"preset": "gpt2-medium", "vocab_size": 50257}, "training": TRAINING,
+        "cluster": {"nodes": [{"instance": "p3.8xlarge", "count": 2}]}}))
+    app = make_app(str(tmp_path / "s.yaml"))
+    async with app.run_test(size=(160, 48)) as pilot:
+        await settle(app, pilot)
+        note = str(app.query_one("#model-note", Static).content)
+        assert "rebuilt from the gpt family's shapes at vocab_size 50257 (was 52256)" in note
+        assert "kept on block x24" in note
+        assert "on V100 measured (AMP 2020, V100) block x24; analytic embedding, lm_head" in note
+
+
+def test_the_dashboards_shape_edit_follows_the_same_rule():
+    from amp_tui.core.spec.scenario import load_scenario
+    from amp_tui.tui import edits
+
+    scenario = load_scenario("paper-het-cluster")
+    wider = edits.set_model_field(scenario, "vocab_size", 50257)
+    assert "kept on block x24" in wider.model.rebuilt
+    assert [g.name for g in wider.model.groups] == ["embedding", "block", "lm_head"]
+    assert wider.model.groups[1].profile == scenario.model.groups[2].profile
+    import pytest
+
+    from amp_tui.core.base.errors import SpecError
+
+    with pytest.raises(SpecError, match="model.num_layers"):
+        edits.set_model_field(load_scenario("paper-het-model"), "num_layers", 3)

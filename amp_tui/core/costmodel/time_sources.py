@@ -234,7 +234,8 @@ def has_measurements(model) -> bool:
 def layer_time_sources(cost, tp: int = 1) -> dict:
     """Per GPU type of the cluster at tp 1: which layer groups are measured (a profile file's,
     `measured`; inline, `amp_inline`), carried and analytic, with a one-line summary (`by_gpu`),
-    and the profile file's provenance (what `plan`, `evaluate --json` and the dashboard show)."""
+    what an override of the model's shape dropped (`rebuilt`) and the profile file's provenance
+    (what `plan`, `evaluate --json` and the dashboard show)."""
     model = cost.model
     gpus = {group.gpu.name: group.gpu for group in cost.scenario.cluster.nodes}
     out: dict = {key: {} for key in ("measured", "amp_inline", "carried", "analytic", "by_gpu")}
@@ -245,6 +246,8 @@ def layer_time_sources(cost, tp: int = 1) -> dict:
         for label, names in _named_groups(model, labels).items():
             out[_kind(label)][name] += names
         out["by_gpu"][name] = gpu_summary(model, labels)
+    if model.rebuilt:        # an override of a layer list's shape: what it kept and dropped
+        out["rebuilt"] = model.rebuilt
     profile = model.measured_profile
     if profile is not None:
         out["profile"] = {"source": profile.source, "gpu": profile.gpu, "device": profile.device,
