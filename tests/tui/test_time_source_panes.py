@@ -16,12 +16,16 @@ TRAINING = {"global_batch_size": 32, "precision": "fp16", "framework": "deepspee
 CARRIED = "carried from T4+V100's measured/analytic ratio (AMP 2020)"
 
 
+def _app(make_app, tmp_path, model: dict, nodes: list, training: dict = TRAINING):
+    """The dashboard on a scenario file with this model, cluster and training."""
+    (tmp_path / "s.yaml").write_text(dump_yaml({"name": "sources", "model": model, "training": training,
+                                                "cluster": {"nodes": nodes}}))
+    return make_app(str(tmp_path / "s.yaml"))
+
+
 async def test_the_model_and_selected_panes_name_measured_and_carried_times(make_app, tmp_path):
-    (tmp_path / "s.yaml").write_text(dump_yaml({
-        "name": "a10g-v100", "model": {"preset": "gpt2-medium"}, "training": TRAINING,
-        "cluster": {"nodes": [{"instance": "p3.8xlarge", "count": 2},
-                              {"instance": "g4dn.12xlarge", "count": 1, "gpu": "A10G"}]}}))
-    app = make_app(str(tmp_path / "s.yaml"))
+    app = _app(make_app, tmp_path, {"preset": "gpt2-medium"}, [{"instance": "p3.8xlarge", "count": 2},
+               {"instance": "g4dn.12xlarge", "count": 1, "gpu": "A10G"}])
     async with app.run_test(size=(160, 48)) as pilot:
         await settle(app, pilot)
         note = str(app.query_one("#model-note", Static).content)
@@ -36,10 +40,8 @@ async def test_the_model_and_selected_panes_name_measured_and_carried_times(make
 
 
 async def test_an_analytic_model_says_so_once(make_app, tmp_path):
-    (tmp_path / "s.yaml").write_text(dump_yaml({
-        "name": "llama", "model": {"preset": "llama3-8b", "num_layers": 4}, "training": {"global_batch_size": 8},
-        "cluster": {"nodes": [{"instance": "p4d.24xlarge", "count": 1}]}}))
-    app = make_app(str(tmp_path / "s.yaml"))
+    app = _app(make_app, tmp_path, {"preset": "llama3-8b", "num_layers": 4}, [{"instance": "p4d.24xlarge", "count": 1}],
+               {"global_batch_size": 8})
     async with app.run_test(size=(160, 48)) as pilot:
         await settle(app, pilot)
         note = str(app.query_one("#model-note", Static).content)
@@ -47,11 +49,8 @@ async def test_an_analytic_model_says_so_once(make_app, tmp_path):
         assert "layer times:" not in str(app.query_one(SelectedPane).query_one("#selected-summary", Static).content)
 
 
-async def test_an_override_says_what_it_dropped_and_a_refused_one_keeps_the_results(make_app, tmp_path):
-    (tmp_path / "s.yaml").write_text(dump_yaml({
-        "name": "wide", "model": {"preset": "gpt2-medium", "vocab_size": 50257}, "training": TRAINING,
-        "cluster": {"nodes": [{"instance": "p3.8xlarge", "count": 2}]}}))
-    app = make_app(str(tmp_path / "s.yaml"))
+async def test_the_model_pane_says_what_an_override_kept_and_dropped(make_app, tmp_path):
+    app = _app(make_app, tmp_path, {"preset": "gpt2-medium", "vocab_size": 50257}, [{"instance": "p3.8xlarge", "count": 2}])
     async with app.run_test(size=(160, 48)) as pilot:
         await settle(app, pilot)
         note = str(app.query_one("#model-note", Static).content)
@@ -61,6 +60,8 @@ async def test_an_override_says_what_it_dropped_and_a_refused_one_keeps_the_resu
 
 
 def test_the_dashboards_shape_edit_follows_the_same_rule():
+    """The same function as a scenario file's override: what it keeps, and what it refuses (the
+    dashboard shows a refusal inline and keeps the last good results, as for every edit)."""
     from amp_tui.core.spec.scenario import load_scenario
     from amp_tui.tui import edits
 
