@@ -4,9 +4,13 @@ command line."""
 
 from __future__ import annotations
 
+import pytest
 from textual.widgets import Static
 
+from amp_tui.core.base.errors import SpecError
 from amp_tui.core.base.yamlio import dump_yaml
+from amp_tui.core.spec.scenario import load_scenario
+from amp_tui.tui import edits
 from amp_tui.tui.widgets.selected_pane import SelectedPane
 
 from .conftest import settle
@@ -62,17 +66,11 @@ async def test_the_model_pane_says_what_an_override_kept_and_dropped(make_app, t
 def test_the_dashboards_shape_edit_follows_the_same_rule():
     """The same function as a scenario file's override: what it keeps, and what it refuses (the
     dashboard shows a refusal inline and keeps the last good results, as for every edit)."""
-    from amp_tui.core.spec.scenario import load_scenario
-    from amp_tui.tui import edits
-
     scenario = load_scenario("paper-het-cluster")
     wider = edits.set_model_field(scenario, "vocab_size", 50257)
     assert "kept on block x24" in wider.model.rebuilt
     assert [g.name for g in wider.model.groups] == ["embedding", "block", "lm_head"]
     assert wider.model.groups[1].profile == scenario.model.groups[2].profile
-    import pytest
-
-    from amp_tui.core.base.errors import SpecError
 
     with pytest.raises(SpecError, match="model.num_layers"):
         edits.set_model_field(load_scenario("paper-het-model"), "num_layers", 3)
