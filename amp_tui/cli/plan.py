@@ -89,7 +89,15 @@ def run(args) -> int:
         from amp_tui.core.plans.confidence import confidence
         from amp_tui.core.plans.no_strategy import nothing_found
 
-        print(json_text({**result.to_dict(top=shown), "uncertainty": confidence(scenario).band, "objective": objective.kind,
+        from amp_tui.core.costmodel.cost import CostModel
+        from amp_tui.core.costmodel.time_sources import layer_time_sources, source_warning
+
+        ranked = result.to_dict(top=shown)
+        cost = CostModel(scenario)
+        for entry, p in zip(ranked["strategies"], result.strategies):
+            entry["time_source_warning"] = source_warning(cost, p)
+        print(json_text({**ranked, "layer_times": layer_time_sources(cost),
+                     "uncertainty": confidence(scenario).band, "objective": objective.kind,
                      "budget_usd_per_hour": objective.budget_usd_per_hour,
                      "idle_search": idle_search.to_dict(), "uneven_search": uneven.to_dict(),
                      "time_limit_s": time_limit_s, "overrun_s": plans.overrun_s,

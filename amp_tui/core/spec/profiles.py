@@ -324,7 +324,7 @@ def profile_note(profile: Profile | None) -> str:
     """Whether a profile is loaded and from when, in one line (the dashboard's model pane and
     calibrate screen)."""
     if profile is None:
-        return "No profile loaded: layer times are the analytic model's (`amp-tui profile` measures them)."
+        return "No profile loaded (`amp-tui profile` measures the layers on your own GPU and software)."
     return f"Layer times from {profile.summary()}."
 
 

@@ -126,6 +126,10 @@ class Cluster:
     description: str = ""
     serving_fields: dict = field(default_factory=dict, hash=False)  # links, coordinator: see NodeGroup
     network: NetworkProfile | None = field(default=None, hash=False, compare=False)   # `network:` (measured links)
+    # The GPU types of the cluster as written, kept by the parts of it that the idle-node search and
+    # the what-ifs price: whether an unmeasured type carries a measured one's layer times
+    # (costmodel/time_sources.py) is the whole cluster's question, not a part's.
+    gpu_types: tuple[str, ...] = field(default=(), compare=False)
 
     @property
     def num_gpus(self) -> int:
@@ -343,6 +347,7 @@ def parse_cluster(value: object, field_name: str = "cluster", base_dir: Path | N
         groups = tuple(replace(g, measured=links) if k is not None and (links := network.links(k)).any else g
                        for g, k in zip(groups, kinds))
     return Cluster(nodes=groups, name=check_name(value.get("name", "cluster"), f"{field_name}.name"),
+                   gpu_types=tuple(dict.fromkeys(group.gpu.name for group in groups)),
                    description=_text(value, f"{field_name}.description"),
                    serving_fields={k: value[k] for k in SERVING_CLUSTER_FIELDS if k in value}, network=network)
 
