@@ -34,6 +34,7 @@ from amp_tui.core.plans.exports.common import Export
 from amp_tui.core.plans.exports.deepspeed import deepspeed_zero_stage
 from amp_tui.core.plans.exports.megatron import (
     blocks_per_stage,
+    has_megatron_shape,
     expressible_splits,
     layer_partition,
     layout_string,
@@ -122,9 +123,24 @@ def test_exports_import_no_ui_and_no_engine():
 
 # -- every preset ----------------------------------------------------------------------------------
 
+def megatron_refuses(plan: Plan) -> bool:
+    """Plans Megatron-LM cannot run, which its export refuses in one line: a model without a GPT
+    shape (no --num-layers: validate_args stops), or query groups that tp does not divide or multiply."""
+    model, tp = plan.scenario.model, plan.strategy.tp
+    if not has_megatron_shape(model):
+        return True
+    groups = model.shape.get("num_kv_heads", model.shape["num_heads"])
+    return bool(groups % tp and tp % groups)
+
+
 @pytest.mark.parametrize("name", SCENARIOS)
 def test_every_format_exports(name, plans):
     for fmt in EXPORT_FORMATS:
+        if fmt == "megatron" and megatron_refuses(plans(name)):
+            with pytest.raises(SpecError) as info:
+                export_plan(plans(name), fmt)
+            assert info.value.field in ("model", "strategy.tp") and "\n" not in str(info.value)
+            continue
         export = export_plan(plans(name), fmt)
         assert isinstance(export, Export) and export.files
         assert all(isinstance(text, str) and text.endswith("\n") for text in export.files.values())
@@ -241,6 +257,8 @@ def test_torchrun_lines(name, plans, tmp_path):
 @pytest.mark.parametrize("name", SCENARIOS)
 def test_megatron_args_parse_back(name, plans, tmp_path):
     plan = plans(name)
+    if megatron_refuses(plan):      # refused in one line: test_every_format_exports
+        return
     s, scenario = plan.strategy, plan.scenario
     text = export_plan(plan, "megatron").files["megatron_args.sh"]
     bash_syntax_ok(text, tmp_path)
@@ -322,13 +340,22 @@ def test_megatron_gpt_without_gqa_or_recompute(plans):
     assert args["--num-layers"] == ["40"] and args["--ffn-hidden-size"] == ["20480"]
 
 
-def test_megatron_model_without_a_gpt_shape(plans):
-    plan = plans("paper-het-model")    # TransGAN: explicit layers, no family, no num_heads
-    export = export_plan(plan, "megatron")
-    args = megatron_args(export.files["megatron_args.sh"])
-    assert "--num-layers" not in args and "--hidden-size" not in args
-    assert args["--tensor-model-parallel-size"] == [str(plan.strategy.tp)]
-    assert any("do not describe" in note for note in export.notes)
+def test_megatron_refuses_a_model_without_a_gpt_shape(plans):
+    """Megatron-LM 0.16's validate_args stops a run without --num-layers: TransGAN (explicit layers,
+    no family, no num_heads) is refused in one line, naming the model."""
+    plan = plans("paper-het-model")
+    with pytest.raises(SpecError) as info:
+        export_plan(plan, "megatron")
+    assert (info.value.field, info.value.value) == ("model", plan.scenario.model.name)
+    assert "pretrain_gpt.py" in info.value.reason and "torchrun" in info.value.reason
+
+
+def test_megatron_refuses_query_groups_that_tp_does_not_divide():
+    """Megatron-Core 0.16's TransformerConfig: num_query_groups a multiple or divisor of tp (8 groups, tp 3
+    is refused; tp 16 over 8 groups is not)."""
+    with pytest.raises(SpecError) as info:
+        export_plan(plan_for(load_scenario("gb200-nvl72-mixtral-8x22b"), Strategy(3, 1, 24, 1)), "megatron")
+    assert info.value.field == "strategy.tp" and info.value.value == 3 and "query groups (8)" in info.value.reason
 
 
 # -- Megatron's uneven pipeline split ----------------------------------------------------------------
