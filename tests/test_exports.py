@@ -8,6 +8,7 @@ project does not depend on them, so they are skipped otherwise.
 
 from __future__ import annotations
 
+import ast
 import csv
 import io
 import json
@@ -18,7 +19,6 @@ import shutil
 import socket
 import subprocess
 import sys
-import tomllib
 from collections import Counter
 from dataclasses import replace
 
@@ -32,6 +32,7 @@ from amp_tui.core.costmodel.placement import build_layout
 from amp_tui.core.plans.exports import EXPORT_FORMATS, export_plan
 from amp_tui.core.plans.exports.common import Export
 from amp_tui.core.plans.exports.deepspeed import deepspeed_zero_stage
+from amp_tui.core.plans.exports.torchtitan import job_config
 from amp_tui.core.plans.exports.megatron import (
     blocks_per_stage,
     has_megatron_shape,
@@ -506,7 +507,15 @@ def _mixed_scenario():
 # -- torchtitan --------------------------------------------------------------------------------------
 
 def torchtitan_config(plan: Plan) -> dict:
-    return tomllib.loads(export_plan(plan, "torchtitan").files["torchtitan_job.toml"])
+    """The settings torchtitan_job.py sets, after checking that the file is Python that sets them."""
+    export = export_plan(plan, "torchtitan")
+    text = export.files["torchtitan_job.py"]
+    ast.parse(text)
+    config = job_config(plan)
+    for section in ("training", "parallelism", "compile"):
+        for key, value in config[section].items():
+            assert f"    config.{section}.{key} = {value!r}\n" in text
+    return config
 
 
 @pytest.mark.parametrize("name", SCENARIOS)
@@ -535,14 +544,14 @@ def test_torchtitan_job_config_reads_back(name, plans):
             scenario.training.global_batch_size)
     assert training["seq_len"] == scenario.model.sequence_length
     assert par["pipeline_parallel_schedule"] == {"1f1b": "1F1B", "gpipe": "GPipe"}[scenario.training.schedule]
-    assert par["enable_async_tensor_parallel"] is False
+    assert config["compile"]["enable_async_tensor_parallel"] is False
     assert config["activation_checkpoint"]["mode"] == knobs.recompute
     parts = par.get("module_fqns_per_model_part")
     if s.pp > 1 and scenario.model.family:
         assert [len(part) for part in parts][1:-1] == list(s.partition)[1:-1]   # one module per layer
         flat = [name for part in parts for name in part]
         blocks = sum(1 for layer in scenario.model.layers if layer.kind == "block")
-        assert flat == ["tok_embeddings", *[f"layers.{i}" for i in range(blocks)], "norm", "output"]
+        assert flat == ["tok_embeddings", *[f"layers.{i}" for i in range(blocks)], "norm", "lm_head"]
     elif s.pp == 1:
         assert parts is None
 
@@ -550,29 +559,23 @@ def test_torchtitan_job_config_reads_back(name, plans):
 def test_torchtitan_names_llama3_flavors_and_flags_the_rest(plans):
     assert torchtitan_config(plans("mixed-h100-a100-llama3-8b"))["model"] == {"name": "llama3", "flavor": "8B"}
     export = export_plan(plans("dgx-a100-gpt3-13b"), "torchtitan")
-    assert tomllib.loads(export.files["torchtitan_job.toml"])["model"]["flavor"] == "gpt3-13b"
+    assert torchtitan_config(plans("dgx-a100-gpt3-13b"))["model"]["flavor"] == "gpt3-13b"
+    assert "BASE_CONFIG\", '')" in export.files["torchtitan_job.py"]     # no torchtitan config to start from
     assert any("no flavor for gpt3-13b" in note for note in export.notes)
 
 
-def test_toml_strings_are_escaped():
+def test_job_file_names_stay_in_one_docstring_line():
     scenario = load_scenario("paper-homogeneous")
-    odd = 'say "hi" \\ tab\there\nnew line \x01'
+    odd = 'say "hi" \\ tab\there\nnew line \x01 """'
     scenario = replace(scenario, name=odd)
     plan = plan_for(scenario, Strategy(1, 2, 8, 1, None, (0,)))
-    text = export_plan(plan, "torchtitan").files["torchtitan_job.toml"]
-    config = tomllib.loads(text)
-    # quotes and backslashes survive TOML's escaping; line breaks and control characters are shown
-    # as escapes, so the description stays one line (the name reaches comments too)
-    description = config["job"]["description"]
-    assert 'say "hi" \\ tab' in description and "\n" not in description and "\x01" not in description
-    assert all(line.startswith("#") for line in text.splitlines()[:3])
-
-
-@settings(max_examples=200, deadline=None)
-@given(text=st.text())
-def test_any_string_survives_toml(text):
-    from amp_tui.core.plans.exports.torchtitan import to_toml
-    assert tomllib.loads(to_toml({"job": {"description": text}}, [text]))["job"]["description"] == text
+    text = export_plan(plan, "torchtitan").files["torchtitan_job.py"]
+    module = ast.parse(text)
+    docstring = ast.get_docstring(module)
+    first = docstring.splitlines()[0]
+    # quotes and backslashes survive; line breaks and control characters do not end the line
+    assert 'say "hi" \\ tab' in first and "new line" in first and "\x01" not in docstring
+    assert len(module.body) > 1 and all(not isinstance(node, ast.Expr) for node in module.body[1:])
 
 
 # -- today's techniques: SP, CP, interleaving, selective recomputation, ZeRO-3, fp8, experts -------------
@@ -674,14 +677,14 @@ def test_torchtitan_of_todays_techniques():
     parts = par["module_fqns_per_model_part"]
     assert len(parts) == 4 and [name for part in parts for name in part][0] == "tok_embeddings"
     assert max(map(len, parts)) - min(map(len, parts)) <= 1       # near-even chunks
-    assert config["activation_checkpoint"] == {"mode": "selective", "selective_ac_option": "op"}
-    assert config["model"]["converters"] == ["quantize.linear.float8"]
-    assert config["quantize"]["linear"]["float8"]["recipe_name"] == "tensorwise"
-    assert config["quantize"]["linear"]["float8"]["enable_fsdp_float8_all_gather"] is True
+    assert config["activation_checkpoint"] == {"mode": "selective"}
+    # torchtitan 0.3's Float8LinearConverter scales per row only: a tensorwise plan is written rowwise, with a warning
+    assert config["float8"] == {"recipe_name": "rowwise", "filter_fqns": ["lm_head"]}
+    assert any("rowwise, not the plan's tensorwise" in w for w in export_plan(plan, "torchtitan").warnings)
     rowwise = knob_plan(Strategy(4, 2, 4, 1, recompute="selective", zero_stage=3, virtual_stages=2),
                         precision="fp8", fp8_scaling="rowwise")
-    float8 = torchtitan_config(rowwise)["quantize"]["linear"]["float8"]
-    assert float8["recipe_name"] == "rowwise" and "enable_fsdp_float8_all_gather" not in float8   # tensorwise only
+    assert torchtitan_config(rowwise)["float8"]["recipe_name"] == "rowwise"
+    assert not export_plan(rowwise, "torchtitan").warnings
     assert any("rowwise scaling" in note for note in export_plan(rowwise, "torchtitan").notes)
     for fmt in ("megatron", "deepspeed"):       # Transformer Engine scales per tensor or per block
         with pytest.raises(SpecError, match="fp8_scaling.*per row"):
