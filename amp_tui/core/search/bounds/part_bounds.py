@@ -44,7 +44,7 @@ from amp_tui.core.costmodel.memory import (
     state_bytes_per_param,
 )
 from amp_tui.core.costmodel.placement import Nodes
-from amp_tui.core.search.search import divisors
+from amp_tui.core.search.space import divisors
 from amp_tui.core.spec.knobs import knob_choices
 from amp_tui.core.spec.scenario import Scenario
 
