@@ -27,7 +27,7 @@ from amp_tui.core.search import work as units
 from amp_tui.core.search.bounds.floors import REFINE_BATCH, REFINE_MIN_LAYERS, memory_shortfall, time_floors
 from amp_tui.core.search.bounds.order_floors import expand_family, family_entries, order_free_floors
 from amp_tui.core.search.deadline import Clock, OutOfTime
-from amp_tui.core.search.orders import node_orders
+from amp_tui.core.search.orders import NodeOrders, node_orders
 from amp_tui.core.search.partition.dp import INF
 from amp_tui.core.search.partition.memory import even_split_memory, partitions_fit
 from amp_tui.core.search.partition.tables import SegmentTables
@@ -42,6 +42,7 @@ __all__ = ["Infeasible", "PartSearch", "SearchResult", "SearchStats", "divisors"
            "search", "tp_degrees"]
 
 PREPARATION = 0.2  # share of the progress bar for enumerating and bounding candidates
+ALL_ORDERS = (-1,)  # a family entry's order that stands for every order (PartSearch.prepare_families)
 
 
 class PartSearch:
@@ -71,6 +72,7 @@ class PartSearch:
         self.pruned_unlisted = 0     # candidates of the orders left out ruled out by bounds
         self.expanding = False       # a family has been expanded: both queues in order of bound
         self.at_hand = INF           # the bound of the entry being settled (a cut leaves it unsettled)
+        self.finds = 0               # strategies that entered the top N (a caller merging them sees news)
 
     def cancel(self) -> bool:
         return self.poll()
@@ -133,6 +135,30 @@ class PartSearch:
         self.settled = len(self.no_fit)        # candidates settled (to report progress)
         self.prepared = True
 
+    def prepare_families(self, bounds: dict[tuple[int, int, int, int], float]) -> None:
+        """Start from a bound per (tp, pp, dp, micro-batch size) family instead of every candidate
+        (`bounds`: part_bounds's for this part; a family left out is at the limit or above it, or
+        cannot fit): a family is expanded into its candidates only when it reaches the head below
+        the limit, so a part whose families all lie above it costs one vectorised bound, not a
+        thousand candidates. Only without details (no infeasible list, no baseline) and with one
+        combination of training techniques (the bounds are that cost model's)."""
+        if self.prepared:
+            return
+        scenario = self.scenario
+        self.rank = tuple(range(len(scenario.cluster.nodes)))
+        self.orders = orders = node_orders(scenario)
+        self.costs = [CostModel(scenario)]
+        valid = {key[:4] for key in enumerate_candidates(scenario, NodeOrders((self.rank,), True), self.costs[0].knobs)}
+        self.keys, self.no_fit, self.queue = [], [], []
+        self.families = [(floor, (*family, ALL_ORDERS, 0), False, None) for family, floor in bounds.items()
+                         if family in valid]
+        heapq.heapify(self.families)
+        self.expanding = True
+        self.count = len(self.families) * (len(orders.orders) + len(orders.rest))
+        self.listed = set(orders.orders)
+        self.settled = 0
+        self.prepared = True
+
     @property
     def head(self) -> float:
         """The lowest bound of the candidates left unsettled (INF: none left)."""
@@ -159,6 +185,10 @@ class PartSearch:
                                      and (self.expanding or queue[0][0] >= limit))
         floor, key, refined, candidate = heapq.heappop(families if family else queue)
         self.at_hand = floor
+        if key[4] == ALL_ORDERS:    # a family of every order (prepare_families)
+            self._expand(floor, key, limit)
+            self.at_hand = INF
+            return
         if not key[4]:              # a family of the orders left out
             if not refined and floor < limit:   # its bound with the pipeline's ends placed, back in line
                 (finer,) = order_free_floors(costs[key[5]], [key[:4]], cancel, ends=True)
@@ -222,9 +252,32 @@ class PartSearch:
             entry = (-result.iteration_time_s, _negate(key), result.partition, candidate)
             if len(self.best) < self.top:
                 heapq.heappush(self.best, entry)
-            else:
-                heapq.heappushpop(self.best, entry)
+                self.finds += 1
+            elif heapq.heappushpop(self.best, entry) is not entry:
+                self.finds += 1
         self.at_hand = INF
+
+    def _expand(self, floor: float, key: tuple, limit: float) -> None:
+        """A family of every order: its listed orders' candidates into the queue (each at the larger
+        of its bound and the family's), the other orders as a family of their own; or, at the limit
+        or above it, all pruned."""
+        tp, pp, dp, mbs, _, k = key
+        orders = self.orders
+        listed = orders.orders if pp > 1 or dp > 1 else orders.orders[:1]
+        rest = orders.rest if pp > 1 or dp > 1 else ()
+        if floor >= limit:
+            self.pruned_unlisted += len(listed) + len(rest)
+            self.settled += len(listed) + len(rest)
+            return
+        more = expand_family(self.costs[k], key, listed, floor, self.cancel, limit)
+        self.charge(len(listed) * (units.CANDIDATE + self._refine_units(pp)))
+        self.keys += [item[1] for item in more]
+        self.pruned_unlisted += len(listed) - len(more)
+        self.settled += len(listed) - len(more)
+        for item in more:
+            heapq.heappush(self.queue, item)
+        if rest:
+            heapq.heappush(self.families, (floor, (tp, pp, dp, mbs, (), k), False, None))
 
     def _refine_units(self, pp: int) -> float:
         return units.REFINE + units.REFINE_CELL * pp * self.scenario.model.num_layers
@@ -245,21 +298,28 @@ class PartSearch:
         return [(-item[0], _negate(item[1]), item[2], item[3])
                 for item in sorted(self.best, key=lambda item: (-item[0], _negate(item[1])))]
 
+    def orders_floor(self, cutoff: float = INF, cancel: Callable[[], bool] | None = None) -> float:
+        """Where too many node orders exist to list (no family of the others is enumerated): a
+        lower bound on every order left out whose family could still enter the top N (INF: none)."""
+        orders = self.orders
+        floor = math.inf
+        if not orders.complete and not orders.rest:
+            limit = self.limit(cutoff)
+            for value, *_ in family_entries(self.costs, self.keys, cancel or (lambda: False)):
+                if value < limit:
+                    floor = min(floor, value)
+        return floor
+
     def result(self, started: float, open_floor: float = INF, cutoff: float = INF,
                user_poll: Callable[[], bool] | None = None,
-               poll: Callable[[], bool] | None = None) -> SearchResult:
+               poll: Callable[[], bool] | None = None, orders: bool = True) -> SearchResult:
         """The search's result (cut short: `open_floor` bounds what it left unsettled). What is
         left is bounded work that only `user_poll` stops, but the check whether pruned candidates
-        fit, which `poll` may cut (then the infeasible list holds those met so far)."""
+        fit, which `poll` may cut (then the infeasible list holds those met so far). Without
+        `orders`, the orders left out are not bounded (orders_floor)."""
         scenario = self.scenario
         cancel = user_poll or (lambda: False)
-        orders = self.orders
-        orders_floor = math.inf
-        if not orders.complete and not orders.rest:     # the orders left out: is any family within reach?
-            limit = self.limit(cutoff)
-            for floor, *_ in family_entries(self.costs, self.keys, cancel):
-                if floor < limit:
-                    orders_floor = min(orders_floor, floor)
+        orders_floor = self.orders_floor(cutoff, cancel) if orders else math.inf
         no_fit = list(self.no_fit)
         # Whether a pruned candidate fits decides only whether it is listed as infeasible, so that
         # the list does not depend on `top` (out of time: the infeasible list holds those met so far).
@@ -285,8 +345,8 @@ class PartSearch:
             baseline_prediction = priced(scenario, candidate.predict(even_partition(candidate.num_layers, candidate.pp)))
         stats = SearchStats(candidates=self.count, pruned=len(self.pruned) + self.pruned_unlisted,
                             evaluated=self.evaluated, infeasible=len(infeasible), solves=self.solves,
-                            node_orders=len(orders.orders) + len(orders.rest),
-                            all_node_orders=orders.complete or bool(orders.rest),
+                            node_orders=len(self.orders.orders) + len(self.orders.rest),
+                            all_node_orders=self.orders.complete or bool(self.orders.rest),
                             search_time_s=time.perf_counter() - started, orders_floor=float(orders_floor),
                             open_floor=float(open_floor))
         infeasible.sort(key=lambda entry: (entry.strategy.tp, entry.strategy.pp, entry.strategy.micro_batch_size,
