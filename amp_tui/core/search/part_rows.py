@@ -21,6 +21,9 @@ from amp_tui.core.spec.scenario import Scenario
 
 MAX_PARTS = 200_000     # node-count vectors bounded in full
 MAX_CELLS = 4_000_000   # rows x node groups held at once (200,000 parts of 20 groups; 20,000 of 200)
+BUT_ONE_GROUPS = 16     # up to this many node groups, every group but one is a natural part (beyond, a
+                        # search each would cost more than the rest of the search: the whole, the
+                        # fastest groups together and each group alone remain)
 
 
 def classes(scenario: Scenario) -> list[list[int]]:
@@ -106,11 +109,12 @@ def natural_parts(scenario: Scenario) -> list[tuple[int, ...]]:
     node group but one, the fastest groups together (each prefix of the groups by GPU speed), and
     each group alone. A plan found on them is what the search holds before any other part is
     searched; the cluster without one group is among them, so a cluster with a group more holds
-    that cluster's whole-cluster plan from the start."""
+    that cluster's whole-cluster plan from the start (up to BUT_ONE_GROUPS groups)."""
     groups = scenario.cluster.nodes
     members = classes(scenario)
     whole = tuple(group.count for group in groups)
-    but_one = [tuple(0 if h == g else n for h, n in enumerate(whole)) for g in range(len(groups))]
+    but_one = [tuple(0 if h == g else n for h, n in enumerate(whole)) for g in range(len(groups))
+               if len(groups) <= BUT_ONE_GROUPS]
     alone = [tuple(n if h == g else 0 for h, n in enumerate(whole)) for g in range(len(groups))]
     parts = [whole, *but_one, *speed_prefixes(scenario), *alone]
     return [p for p in dict.fromkeys(canonical(p, members) for p in parts) if any(p)]

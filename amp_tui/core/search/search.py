@@ -181,7 +181,9 @@ class PartSearch:
         if cancel():
             raise Cancelled
         limit = self.limit(cutoff)
-        family = bool(families) and (not queue or families[0][0] < queue[0][0]
+        # (with nothing to beat yet, a candidate in hand is solved before more families are
+        # expanded: a first strategy sets the limit that prunes them)
+        family = bool(families) and (not queue or families[0][0] < queue[0][0] and limit < INF
                                      and (self.expanding or queue[0][0] >= limit))
         floor, key, refined, candidate = heapq.heappop(families if family else queue)
         self.at_hand = floor
@@ -384,6 +386,50 @@ def search(scenario: Scenario, *, top: int | None = None,
     if progress:
         progress(1.0)
     return part.result(started, open_floor, cutoff, clock.user_poll, clock.poll)
+
+
+def whole_details(scenario: Scenario, poll: Callable[[], bool],
+                  user_poll: Callable[[], bool]) -> tuple[tuple[Infeasible, ...], Prediction | None, int]:
+    """What a search with details lists whatever way it went: the candidates (in the orders searched
+    in full) no partition fits, and the best even split in rank order that fits (the baseline),
+    and how many candidates there are. `poll` may cut the check whether a partition fits (then the
+    list holds those that fail the quick memory test); the rest only `user_poll` stops."""
+    orders = node_orders(scenario)
+    rank = tuple(range(len(scenario.cluster.nodes)))
+    no_fit: list[tuple[Candidate, str | None]] = []
+    rest: list[Candidate] = []
+    baseline: tuple[float, tuple, Candidate] | None = None
+    count = 0
+    for k, knobs in enumerate(knob_choices(scenario.training, scenario.model)):
+        cost = CostModel(scenario, knobs)
+        keys = enumerate_candidates(scenario, orders, knobs)
+        families = {key[:4] for key in keys if key[1] > 1 or key[2] > 1} if orders.rest else ()
+        count += len(keys) + len(families) * len(orders.rest)
+        for key in keys:
+            if user_poll():
+                raise Cancelled
+            candidate = cost.candidate(*key)
+            why = memory_shortfall(candidate)
+            if why:
+                no_fit.append((candidate, why))
+                continue
+            rest.append(candidate)
+            if key[4] == rank:
+                uniform, _, over = candidate.quick_evaluate(even_partition(candidate.num_layers, candidate.pp))
+                if over <= 0 and (baseline is None or (uniform, (*key, k)) < baseline[:2]):
+                    baseline = (uniform, (*key, k), candidate)
+    try:
+        no_fit += [(candidate, None) for candidate, fits in zip(rest, partitions_fit(rest, poll)) if not fits]
+    except OutOfTime:
+        pass
+    infeasible = _infeasible(no_fit, user_poll)
+    infeasible.sort(key=lambda entry: (entry.strategy.tp, entry.strategy.pp, entry.strategy.micro_batch_size,
+                                       entry.strategy.placement or ()))
+    prediction = None
+    if baseline is not None:
+        candidate = baseline[2]
+        prediction = priced(scenario, candidate.predict(even_partition(candidate.num_layers, candidate.pp)))
+    return tuple(infeasible), prediction, count
 
 
 def _infeasible(no_fit: list[tuple[Candidate, str | None]], cancel: Callable[[], bool]) -> list[Infeasible]:

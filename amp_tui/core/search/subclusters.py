@@ -52,7 +52,7 @@ from amp_tui.core.search.deadline import Clock, OutOfTime
 from amp_tui.core.search.objective import Objective
 from amp_tui.core.search.part_rows import natural_parts, part_rows
 from amp_tui.core.search.results import SearchResult, SearchStats
-from amp_tui.core.search.search import PartSearch
+from amp_tui.core.search.search import PartSearch, whole_details
 from amp_tui.core.search.work import OutOfWork, Work
 from amp_tui.core.spec.knobs import knob_choices
 from amp_tui.core.spec.scenario import Scenario
@@ -138,7 +138,7 @@ class _Parts:
             families: list[dict] = [{}]
             part_bounds(self.scenario, self.rows[[i]], self.cost, limit=limit, should_cancel=self.poll,
                         families=families)
-            self.charge(units.PART_BOUND * 64)
+            self.charge(units.PART_FAMILIES)
             search.prepare_families(families[0])
         return search
 
@@ -229,21 +229,23 @@ def search_parts(scenario: Scenario, objective: Objective | None = None, *, top:
     except OutOfTime:
         return _nothing_in_time(scenario, started, len(rows), 0.0 if clock.hard == clock.deadline
                                 else time.perf_counter() - clock.deadline)
-    budget.charge(units.PART_BOUND * len(rows))
+    budget.charge(units.PART_QUICK * len(rows))
     prices = _prices(scenario, rows)
     keep = np.isfinite(quick) & objective.within_budget(prices)
     rows, quick, prices = rows[keep], quick[keep], prices[keep]
     weights = objective.weights(prices)
     weighted = weights * quick            # per part: the objective's weight x its bound, so far
-    tight = np.zeros(len(rows), dtype=bool)     # the full bound computed
+    tight = np.zeros(len(rows), dtype=bool)     # the full bound computed ...
+    reached = np.full(len(rows), INF)           # ... up to this (weighted) limit: at it or above, it may be short of its full value
     parts = _Parts(scenario, objective, top, rows, cost, poll, budget.charge)
     seeds = [i for i in dict.fromkeys(parts.find(p) for p in natural) if i is not None]
     whole_index = parts.find(whole)
     first_found_s: list[float] = []
 
-    def tighten(indices: np.ndarray) -> None:
-        """The full bound of these parts (where the quick one leaves them below the N-th best)."""
-        indices = indices[~tight[indices]]
+    def tighten(indices: np.ndarray, again: bool = False) -> None:
+        """The full bound of these parts (where the quick one leaves them below the N-th best); with
+        `again`, of those whose bound was computed to a lower limit than the N-th best's now."""
+        indices = indices[(tight[indices] & (weighted[indices] >= reached[indices])) if again else ~tight[indices]]
         if not len(indices):
             return
         cutoff = parts.cutoff()
@@ -253,9 +255,10 @@ def search_parts(scenario: Scenario, objective: Objective | None = None, *, top:
         with np.errstate(divide="ignore"):     # (a part of free nodes weighs nothing)
             limit = reach / weights[indices]
         full = part_bounds(scenario, rows[indices], cost, limit=limit, should_cancel=poll)
-        budget.charge(units.PART_BOUND * len(indices) * 8)
+        budget.charge(units.PART_FULL * len(indices))
         weighted[indices] = np.maximum(weighted[indices], weights[indices] * full)
         tight[indices] = True
+        reached[indices] = reach
 
     def note_found(i: int) -> None:
         if parts.merge(i, float(weights[i])) and improved:
@@ -271,18 +274,19 @@ def search_parts(scenario: Scenario, objective: Objective | None = None, *, top:
     seeded = 0
     heap: list[tuple[float, int]] = []
     untried: list[int] = []
+    queued = False           # the queue over every part is built (before: every part is left)
     next_untried = 0
     try:
-        if seeds:
-            tighten(np.array(seeds))
         ordered = ([whole_index] if whole_index in seeds else []) + sorted(
             (i for i in seeds if i != whole_index), key=lambda i: (weighted[i], i))
         for n, i in enumerate(ordered):
+            if n == 1:      # the others' full bounds, as far as the best found (cheaper than in full)
+                tighten(np.array(ordered[1:]))
             if weighted[i] >= parts.best():     # it could not have given anything better
                 continue
             at_hand = float(weighted[i])
             spent = budget.spent
-            search = parts.open(i, float(weights[i]), INF, details=i == whole_index,
+            search = parts.open(i, float(weights[i]), INF, details=False,
                                 report=lambda f, n=n: report(SEED_SHARE * (n + f) / len(ordered)))
             seeded += 1
             while search.queue or search.families:
@@ -294,9 +298,26 @@ def search_parts(scenario: Scenario, objective: Objective | None = None, *, top:
                     break
             at_hand = INF
         report(SEED_SHARE)
-        # -- every part, lowest bound first -------------------------------------------------------------
+        # -- the seeds resumed, the most promising first (the least best found), each to its end:
+        # a cluster with a group more resumes the cluster without it as that cluster's own search
+        # resumes itself, with the same budget (the seeds' work is not counted against it) -----------
         checking[0] = True
-        budget.check()
+        budget.budget = None if work is None else budget.spent + work
+        promising = sorted((i for i, s in parts.searches.items() if s.best),
+                           key=lambda i: (float(weights[i]) * min(-item[0] for item in parts.searches[i].best), i))
+        for i in promising:
+            search = parts.searches[i]
+            weight = float(weights[i])
+            while True:
+                with np.errstate(divide="ignore"):
+                    limit = parts.cutoff() / weight
+                if search.done(limit):
+                    break
+                at_hand = weight * search.head
+                search.step(limit)
+                note_found(i)
+            at_hand = INF
+        # -- every part, lowest bound first ----------------------------------------------------------
         # the parts opened (at their search's lowest bound) and those with a full bound not yet
         # opened, by bound; those with a quick bound only wait in order of it (`untried`) and get
         # the full bound a chunk at a time as the queue reaches them
@@ -304,6 +325,7 @@ def search_parts(scenario: Scenario, objective: Objective | None = None, *, top:
         heap += [(float(weighted[i]), i) for i in seeds if i not in parts.searches]
         heapq.heapify(heap)
         untried = [i for i in np.argsort(weighted, kind="stable").tolist() if i not in parts.searches]
+        queued = True
         phase_spent = budget.spent
         lowest: float | None = None
         while True:
@@ -329,6 +351,12 @@ def search_parts(scenario: Scenario, objective: Objective | None = None, *, top:
                 break
             value, i = heapq.heappop(heap)
             at_hand = value
+            if i not in parts.searches and value >= reached[i]:     # its bound stopped at a lower limit
+                tighten(np.array([i]), again=True)
+                if reached[i] > value or weighted[i] > value:
+                    heapq.heappush(heap, (float(weighted[i]), i))
+                    at_hand = INF
+                    continue
             # the bar: the budget spent, or how far the lowest bound has risen towards the N-th best
             lowest = value if lowest is None else lowest
             spent = (budget.spent - phase_spent) / budget.budget if budget.budget else 0.0
@@ -352,7 +380,7 @@ def search_parts(scenario: Scenario, objective: Objective | None = None, *, top:
         cut = "work" if isinstance(stop, OutOfWork) else "time"
         # what was left: the part at hand, the queue, the parts not yet reached
         lowest = [at_hand]
-        if checking[0]:
+        if queued:
             lowest += [heap[0][0]] if heap else []
             lowest += [float(weighted[j]) for j in untried[next_untried:] if not tight[j] and j not in parts.searches][:1]
         else:           # (in the seeds: every part is left)
@@ -388,9 +416,6 @@ def _finish(scenario: Scenario, objective: Objective, parts: _Parts, weights: np
         weight = float(weights[i])
         with np.errstate(divide="ignore"):
             limit = cutoff / weight
-        if i == whole_index and open_floor == INF:
-            search.poll = cancel        # settled: what is left is pruned (counts, the baseline)
-            search.run(limit)
         floor = search.orders_floor(limit, cancel)
         orders_floor = min(orders_floor, weight * floor)
         all_orders &= search.orders.complete or bool(search.orders.rest)
@@ -398,12 +423,9 @@ def _finish(scenario: Scenario, objective: Objective, parts: _Parts, weights: np
         pruned += len(search.pruned) + search.pruned_unlisted
         evaluated += search.evaluated
         solves += search.solves
-    base = None
-    if whole_index in parts.searches and parts.searches[whole_index].prepared:
-        search = parts.searches[whole_index]
-        with np.errstate(divide="ignore"):
-            limit = cutoff / float(weights[whole_index])
-        base = search.result(started, open_floor, limit, cancel, clock.poll, orders=False)
+    infeasible, baseline = (), None
+    if whole_index is not None:     # (whatever way the search went: the same list)
+        infeasible, baseline, _ = whole_details(part_scenario(scenario, parts.whole)[0], clock.poll, cancel)
     best = parts.best() if parts.ranked else None
     if best is not None and orders_floor >= cutoff:
         orders_floor = INF      # found since: nothing left out can enter the top N
@@ -426,13 +448,15 @@ def _finish(scenario: Scenario, objective: Objective, parts: _Parts, weights: np
                      f"{orders_gap:.1%} better")
     note = "; ".join(notes) or None
     strategies = tuple(parts.predictions())
+    whole_orders = parts.searches[whole_index].orders if whole_index in parts.searches else None
     stats = SearchStats(candidates=candidates, pruned=pruned, evaluated=evaluated,
-                        infeasible=base.stats.infeasible if base else 0, solves=solves,
-                        node_orders=base.stats.node_orders if base else 0, all_node_orders=all_orders,
+                        infeasible=len(infeasible), solves=solves,
+                        node_orders=len(whole_orders.orders) + len(whole_orders.rest) if whole_orders else 0,
+                        all_node_orders=all_orders,
                         search_time_s=time.perf_counter() - started,
                         orders_floor=float(orders_floor) if orders_floor < INF else INF,
                         open_floor=float(open_floor))
-    result = SearchResult(scenario, strategies, base.infeasible if base else (), base.baseline if base else None, stats)
+    result = SearchResult(scenario, strategies, infeasible, baseline, stats)
     # past the deadline with nothing found by it: how far the hard deadline let it go on
     found_s = first_found_s[0] if first_found_s else None
     late = deadline is not None and clock.hard > deadline and (found_s or time.perf_counter()) > deadline

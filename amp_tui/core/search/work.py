@@ -16,23 +16,26 @@ from __future__ import annotations
 from amp_tui.core.search.deadline import DEFAULT_TIME_LIMIT_S, OutOfTime
 
 UNITS_PER_S = 1e6          # work units per second of the development VM at machine factor 1.00
-WORK_SHARE = 0.5           # of a time limit, the share its work budget takes there
+WORK_SHARE = 0.6           # of a time limit, the share its work budget takes there
 # (so that a machine twice as slow, e.g. a 2-core VM beside two busy processes, still ends by the
 # budget rather than the clock: the same answer on both)
 
 # Work charged per step (units: about a microsecond on the development VM). Set from the search's
-# profile on the presets (docs/search.md, "Work budgets"); what matters is that they are fixed.
-CANDIDATE = 40.0           # a candidate built (its layout shared with other micro-batch sizes) and its memory checked
-FLOOR = 25.0               # ... its cheap bound, per candidate, plus FLOOR_CELL per stage x layer
-FLOOR_CELL = 0.02
-REFINE = 150.0             # a refined bound, per candidate, plus REFINE_CELL per stage x layer
-REFINE_CELL = 0.15
-FAMILY = 2500.0            # a family's bound over every node order, plus FAMILY_LAYER per layer
-FAMILY_LAYER = 5.0
-SOLVE = 300.0              # a partition solve's set-up, plus per DP and per table cell
-DP = 120.0
-CELL = 0.01
-PART_BOUND = 2.0           # a part of the cluster's full bound, per part and (tp, micro-batch size)
+# CPU time on the presets against the machine factor's workload (docs/search.md, "Work budgets"):
+# within about 1.5x of a microsecond each; what matters is that they are fixed.
+CANDIDATE = 110.0          # a candidate built (its layout shared with other micro-batch sizes) and its memory checked
+FLOOR = 70.0               # ... its cheap bound, per candidate, plus FLOOR_CELL per stage x layer
+FLOOR_CELL = 0.05
+REFINE = 400.0             # a refined bound, per candidate, plus REFINE_CELL per stage x layer
+REFINE_CELL = 0.4
+FAMILY = 7000.0            # a family's bound over every node order, plus FAMILY_LAYER per layer
+FAMILY_LAYER = 14.0
+SOLVE = 900.0              # a partition solve's set-up, plus per DP and per table cell
+DP = 350.0
+CELL = 0.03
+PART_QUICK = 0.7           # a part of the cluster's quick bound
+PART_FULL = 8.0            # ... its full bound
+PART_FAMILIES = 200.0      # ... its families' bounds (a part's search starts from them)
 
 
 def work_for(seconds: float) -> float:
@@ -59,9 +62,9 @@ class Work:
         self.spent += units
 
     def over(self) -> bool:
-        return self.budget is not None and self.spent > self.budget
+        return self.budget is not None and self.spent >= self.budget
 
     def check(self) -> None:
-        """Raise OutOfWork once the budget is spent."""
-        if self.budget is not None and self.spent > self.budget:
+        """Raise OutOfWork once the budget is spent (a budget of 0 allows nothing)."""
+        if self.over():
             raise OutOfWork

@@ -71,9 +71,10 @@ def part_bounds(scenario: Scenario, rows: np.ndarray, cost: CostModel | None = N
     reaches it. `should_cancel` is polled between passes; Cancelled is raised when it turns true.
 
     With `families` (an empty dict per row), each row's dict receives the bound of every (tp, pp,
-    dp, micro-batch size) of the row below its limit, each computed up to that limit alone (a
-    family not listed is at the limit or above it, or cannot fit): the bounds a part's search
-    starts from (search.PartSearch.prepare_families). Where the part cannot fit at all, none."""
+    dp, micro-batch size) of the row below its limit (the bottleneck and fill bound alone, the
+    cheap part: a family not listed is at the limit or above it, or cannot fit): the bounds a
+    part's search starts from (search.PartSearch.prepare_families), whose candidates' own bounds
+    are finer. Where the part cannot fit at all, none."""
     cancel = should_cancel or (lambda: False)
     groups = scenario.cluster.nodes
     training = scenario.training
@@ -196,7 +197,8 @@ def part_bounds(scenario: Scenario, rows: np.ndarray, cost: CostModel | None = N
                 # rows (`live`) whose bound so far could still fall below the row's bound over the
                 # other (tp, dp, micro-batch size) and its limit (`cap`)
                 cap = np.minimum(best[rows_ok], limit[rows_ok]) if families is None else limit[rows_ok]
-                live = np.flatnonzero(bound < cap)
+                # (a family's bound for a part's search: this one; its candidates' own bounds are finer)
+                live = np.flatnonzero(bound < cap) if families is None else np.zeros(0, dtype=np.int64)
                 pp = totals[total_index[rows_ok]] // (tp * dp)
                 if not len(live):       # (so do most rows, on most (tp, dp, micro-batch size))
                     best[rows_ok] = np.minimum(best[rows_ok], bound)
