@@ -450,7 +450,11 @@ def _filled_pipeline(work: np.ndarray, new: np.ndarray, pace: np.ndarray, lowest
     drain add (the cheapest send at every boundary, the overhead at every stage).
 
     S is convex, decreasing, and linear between the M at which the k fastest classes alone take
-    all the work, so the minimum lies at `lowest` or at one of those above it."""
+    all the work, so the minimum lies at `lowest` or at one of those above it. Classes of equal
+    pace fill alike: they are counted as one (many node groups of one GPU type cost one class)."""
+    distinct = np.flatnonzero(np.concatenate([[True], np.diff(pace) > 0]))
+    if len(distinct) < len(pace):
+        new, pace = np.add.reduceat(new, distinct, axis=1), pace[distinct]
     capacity = np.cumsum(new / pace[None, :], axis=1)                     # work per unit of M
     with np.errstate(divide="ignore"):
         kinks = work[:, None] / capacity                                   # (rows, classes); inf: no stage yet
