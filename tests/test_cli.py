@@ -277,9 +277,10 @@ def test_plan_by_default_finds_a_first_strategy_past_a_limit_start_up_used_up(ca
     with none: the default gives way until one is found, and plan says by how much."""
     import amp_tui.cli
     import amp_tui.core.search.deadline as deadline
+    import amp_tui.core.search.work as work
 
     monkeypatch.setattr(amp_tui.cli, "STARTED_S", time.perf_counter())     # (the command starts now)
-    monkeypatch.setattr(deadline, "DEFAULT_WALL_S", 0.0)     # start-up took all of it ...
+    monkeypatch.setattr(work, "DEFAULT_SAFETY_S", 0.0)       # start-up took all of it ...
     monkeypatch.setattr(deadline, "MIN_DEFAULT_S", 0.01)     # ... as on a machine far slower than this one
     code, out, _ = run(capsys, "plan", "bench-1024-gpus-1000-layers", "--top", "1")
     assert code == 0

@@ -56,12 +56,13 @@ def run(args) -> int:
     from amp_tui.core.search.work import work_for
 
     work = work_for(time_limit_s)   # the search's budget: the same answer on any machine (work.py)
-    if args.time_limit is None:     # the default answers within about 2 s of the command's start ...
+    if args.time_limit is None:     # the default's safety net: 3 s from the command's start ...
         from amp_tui.cli import STARTED_S
-        from amp_tui.core.search.deadline import DEFAULT_FIRST_STRATEGY_S, DEFAULT_WALL_S, MIN_DEFAULT_S
+        from amp_tui.core.search.deadline import DEFAULT_FIRST_STRATEGY_S, MIN_DEFAULT_S
+        from amp_tui.core.search.work import DEFAULT_SAFETY_S
 
         elapsed_s = time.perf_counter() - STARTED_S
-        time_limit_s = max(MIN_DEFAULT_S, min(time_limit_s, DEFAULT_WALL_S - elapsed_s))
+        time_limit_s = max(MIN_DEFAULT_S, DEFAULT_SAFETY_S - elapsed_s)
         first_strategy_s = max(time_limit_s, DEFAULT_FIRST_STRATEGY_S - elapsed_s)    # ... unless it finds nothing
     plans = find_plans(scenario, objective, top=top, time_limit_s=time_limit_s,
                        first_strategy_limit_s=first_strategy_s, work=work)
@@ -103,8 +104,10 @@ def run(args) -> int:
         if uneven.found or uneven.timed_out:     # (said only when the post-pass changed or cut the ranking)
             print(f"note: {uneven.note}")
     if plans.overrun_s > 0:
+        from amp_tui.core.search.work import DEFAULT_SAFETY_S
+
         print(f"note: no strategy was found within the default time limit ({time_limit_s:.2g} s of search, what "
-              f"start-up left of {DEFAULT_WALL_S:g} s); the search went on {plans.overrun_s:.2g} s past it "
+              f"start-up left of {DEFAULT_SAFETY_S:g} s); the search went on {plans.overrun_s:.2g} s past it "
               f"{'until it found one' if result.strategies else 'and found none'}", file=sys.stderr if args.json else sys.stdout)
     if plans.out_of_time and (idle_search.gap is None or idle_search.gap > 0.01):
         limit_s = time_limit_s if args.time_limit is None else args.time_limit
