@@ -43,6 +43,8 @@ __all__ = ["Infeasible", "PartSearch", "SearchResult", "SearchStats", "divisors"
 
 PREPARATION = 0.2  # share of the progress bar for enumerating and bounding candidates
 ALL_ORDERS = (-1,)  # a family entry's order that stands for every order (PartSearch.prepare_families)
+EAGER_CANDIDATES = 400  # a part of at most this many candidates is searched from all of them (cheaper
+                        # than family by family: their bounds come in vectorised batches)
 
 
 class PartSearch:
@@ -388,20 +390,21 @@ def search(scenario: Scenario, *, top: int | None = None,
     return part.result(started, open_floor, cutoff, clock.user_poll, clock.poll)
 
 
-def whole_details(scenario: Scenario, poll: Callable[[], bool],
-                  user_poll: Callable[[], bool]) -> tuple[tuple[Infeasible, ...], Prediction | None, int]:
+def whole_details(scenario: Scenario, poll: Callable[[], bool], user_poll: Callable[[], bool],
+                  costs: list[CostModel] | None = None) -> tuple[tuple[Infeasible, ...], Prediction | None, int]:
     """What a search with details lists whatever way it went: the candidates (in the orders searched
     in full) no partition fits, and the best even split in rank order that fits (the baseline),
     and how many candidates there are. `poll` may cut the check whether a partition fits (then the
-    list holds those that fail the quick memory test); the rest only `user_poll` stops."""
+    list holds those that fail the quick memory test); the rest only `user_poll` stops. `costs`:
+    the search's cost models, one per combination of techniques (their layouts are reused)."""
     orders = node_orders(scenario)
     rank = tuple(range(len(scenario.cluster.nodes)))
     no_fit: list[tuple[Candidate, str | None]] = []
     rest: list[Candidate] = []
-    baseline: tuple[float, tuple, Candidate] | None = None
+    uniform: list[tuple[tuple, Candidate]] = []
     count = 0
     for k, knobs in enumerate(knob_choices(scenario.training, scenario.model)):
-        cost = CostModel(scenario, knobs)
+        cost = costs[k] if costs is not None and k < len(costs) else CostModel(scenario, knobs)
         keys = enumerate_candidates(scenario, orders, knobs)
         families = {key[:4] for key in keys if key[1] > 1 or key[2] > 1} if orders.rest else ()
         count += len(keys) + len(families) * len(orders.rest)
@@ -415,9 +418,16 @@ def whole_details(scenario: Scenario, poll: Callable[[], bool],
                 continue
             rest.append(candidate)
             if key[4] == rank:
-                uniform, _, over = candidate.quick_evaluate(even_partition(candidate.num_layers, candidate.pp))
-                if over <= 0 and (baseline is None or (uniform, (*key, k)) < baseline[:2]):
-                    baseline = (uniform, (*key, k), candidate)
+                uniform.append(((*key, k), candidate))
+    # The best even split: lowest cheap bound first, until that bound reaches the best found.
+    baseline: tuple[float, tuple, Candidate] | None = None
+    floors = time_floors([candidate for _, candidate in uniform], user_poll, refine=False)
+    for floor, (key, candidate) in sorted(zip(floors, uniform), key=lambda item: (item[0], item[1][0])):
+        if baseline is not None and floor >= baseline[0]:
+            break
+        time_s, _, over = candidate.quick_evaluate(even_partition(candidate.num_layers, candidate.pp))
+        if over <= 0 and (baseline is None or (time_s, key) < baseline[:2]):
+            baseline = (time_s, key, candidate)
     try:
         no_fit += [(candidate, None) for candidate, fits in zip(rest, partitions_fit(rest, poll)) if not fits]
     except OutOfTime:

@@ -52,7 +52,7 @@ from amp_tui.core.search.deadline import Clock, OutOfTime
 from amp_tui.core.search.objective import Objective
 from amp_tui.core.search.part_rows import natural_parts, part_rows
 from amp_tui.core.search.results import SearchResult, SearchStats
-from amp_tui.core.search.search import PartSearch, whole_details
+from amp_tui.core.search.search import EAGER_CANDIDATES, PartSearch, enumerate_candidates, whole_details
 from amp_tui.core.search.work import OutOfWork, Work
 from amp_tui.core.spec.knobs import knob_choices
 from amp_tui.core.spec.scenario import Scenario
@@ -132,7 +132,7 @@ class _Parts:
         search = PartSearch(part, top=self.top, poll=self.poll, details=details, charge=self.charge, report=report)
         self.searches[i] = search
         self.finds[i] = 0
-        if details or not self.plain:
+        if details or not self.plain or len(enumerate_candidates(part)) <= EAGER_CANDIDATES:
             search.prepare()
         else:
             families: list[dict] = [{}]
@@ -425,7 +425,9 @@ def _finish(scenario: Scenario, objective: Objective, parts: _Parts, weights: np
         solves += search.solves
     infeasible, baseline = (), None
     if whole_index is not None:     # (whatever way the search went: the same list)
-        infeasible, baseline, _ = whole_details(part_scenario(scenario, parts.whole)[0], clock.poll, cancel)
+        whole_search = parts.searches.get(whole_index)
+        infeasible, baseline, _ = whole_details(part_scenario(scenario, parts.whole)[0], clock.poll, cancel,
+                                                whole_search.costs if whole_search and whole_search.prepared else None)
     best = parts.best() if parts.ranked else None
     if best is not None and orders_floor >= cutoff:
         orders_floor = INF      # found since: nothing left out can enter the top N
