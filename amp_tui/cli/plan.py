@@ -58,11 +58,11 @@ def run(args) -> int:
     work = work_for(time_limit_s)   # the search's budget: the same answer on any machine (work.py)
     if args.time_limit is None:     # the default's safety net: 3 s from the command's start ...
         from amp_tui.cli import STARTED_S
-        from amp_tui.core.search.deadline import DEFAULT_FIRST_STRATEGY_S, MIN_DEFAULT_S
-        from amp_tui.core.search.work import DEFAULT_SAFETY_S
+        from amp_tui.core.search import work as budgets
+        from amp_tui.core.search.deadline import DEFAULT_FIRST_STRATEGY_S
 
         elapsed_s = time.perf_counter() - STARTED_S
-        time_limit_s = max(MIN_DEFAULT_S, DEFAULT_SAFETY_S - elapsed_s)
+        time_limit_s = max(budgets.DEFAULT_SAFETY_MIN_S, budgets.DEFAULT_SAFETY_S - elapsed_s)
         first_strategy_s = max(time_limit_s, DEFAULT_FIRST_STRATEGY_S - elapsed_s)    # ... unless it finds nothing
     plans = find_plans(scenario, objective, top=top, time_limit_s=time_limit_s,
                        first_strategy_limit_s=first_strategy_s, work=work)

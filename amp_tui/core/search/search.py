@@ -390,13 +390,13 @@ def search(scenario: Scenario, *, top: int | None = None,
     return part.result(started, open_floor, cutoff, clock.user_poll, clock.poll)
 
 
-def whole_details(scenario: Scenario, poll: Callable[[], bool], user_poll: Callable[[], bool],
+def whole_details(scenario: Scenario, user_poll: Callable[[], bool],
                   costs: list[CostModel] | None = None) -> tuple[tuple[Infeasible, ...], Prediction | None, int]:
     """What a search with details lists whatever way it went: the candidates (in the orders searched
     in full) no partition fits, and the best even split in rank order that fits (the baseline),
-    and how many candidates there are. `poll` may cut the check whether a partition fits (then the
-    list holds those that fail the quick memory test); the rest only `user_poll` stops. `costs`:
-    the search's cost models, one per combination of techniques (their layouts are reused)."""
+    and how many candidates there are: bounded work (a vectorised memory check), that only
+    `user_poll` stops, so that a cut search lists them all the same. `costs`: the search's cost
+    models, one per combination of techniques (their layouts are reused)."""
     orders = node_orders(scenario)
     rank = tuple(range(len(scenario.cluster.nodes)))
     no_fit: list[tuple[Candidate, str | None]] = []
@@ -428,10 +428,7 @@ def whole_details(scenario: Scenario, poll: Callable[[], bool], user_poll: Calla
         time_s, _, over = candidate.quick_evaluate(even_partition(candidate.num_layers, candidate.pp))
         if over <= 0 and (baseline is None or (time_s, key) < baseline[:2]):
             baseline = (time_s, key, candidate)
-    try:
-        no_fit += [(candidate, None) for candidate, fits in zip(rest, partitions_fit(rest, poll)) if not fits]
-    except OutOfTime:
-        pass
+    no_fit += [(candidate, None) for candidate, fits in zip(rest, partitions_fit(rest, user_poll)) if not fits]
     infeasible = _infeasible(no_fit, user_poll)
     infeasible.sort(key=lambda entry: (entry.strategy.tp, entry.strategy.pp, entry.strategy.micro_batch_size,
                                        entry.strategy.placement or ()))

@@ -60,6 +60,7 @@ from amp_tui.core.spec.scenario import Scenario
 SEED_WORK = 20_000.0    # work units a seed's search takes (with at least one strategy found, if any fits)
 TIGHTEN_CHUNK = 4096    # parts given the full bound at once (between them, a deadline keeps what is done)
 SEED_SHARE = 0.4        # of the progress bar: the seeds; the other parts share the rest
+GAP_WORK = 100_000.0    # work units to give the full bound to the parts a work budget left with a quick one
 INF = math.inf
 
 
@@ -378,10 +379,24 @@ def search_parts(scenario: Scenario, objective: Objective | None = None, *, top:
             at_hand = INF
     except OutOfTime as stop:
         cut = "work" if isinstance(stop, OutOfWork) else "time"
+        if cut == "work" and parts.ranked:
+            # the parts below the best with a quick bound only get the full one, lowest first, for
+            # a gap that says something (GAP_WORK more at most, and the clock still holds)
+            checking[0] = False
+            try:
+                extra = budget.spent + GAP_WORK
+                waiting = [i for i in np.argsort(weighted, kind="stable").tolist()
+                           if not tight[i] and i not in parts.searches and weighted[i] < parts.best()]
+                for start in range(0, len(waiting), TIGHTEN_CHUNK):
+                    if budget.spent >= extra:
+                        break
+                    tighten(np.array(waiting[start:start + TIGHTEN_CHUNK]))
+            except OutOfTime:
+                pass
         # what was left: the part at hand, the queue, the parts not yet reached
         lowest = [at_hand]
         if queued:
-            lowest += [heap[0][0]] if heap else []
+            lowest += [min(float(weighted[i]) if i not in parts.searches else value for value, i in heap)] if heap else []
             lowest += [float(weighted[j]) for j in untried[next_untried:] if not tight[j] and j not in parts.searches][:1]
         else:           # (in the seeds: every part is left)
             lowest += [float(weights[i]) * s.open_floor() for i, s in parts.searches.items()]
@@ -420,13 +435,15 @@ def _finish(scenario: Scenario, objective: Objective, parts: _Parts, weights: np
         orders_floor = min(orders_floor, weight * floor)
         all_orders &= search.orders.complete or bool(search.orders.rest)
         candidates += search.count
-        pruned += len(search.pruned) + search.pruned_unlisted
+        # (settled: every candidate not solved nor short of memory was ruled out by a bound)
+        pruned += (max(search.count - search.evaluated - len(search.no_fit), 0) if open_floor == INF
+                   else len(search.pruned) + search.pruned_unlisted)
         evaluated += search.evaluated
         solves += search.solves
     infeasible, baseline = (), None
     if whole_index is not None:     # (whatever way the search went: the same list)
         whole_search = parts.searches.get(whole_index)
-        infeasible, baseline, _ = whole_details(part_scenario(scenario, parts.whole)[0], clock.poll, cancel,
+        infeasible, baseline, _ = whole_details(part_scenario(scenario, parts.whole)[0], cancel,
                                                 whole_search.costs if whole_search and whole_search.prepared else None)
     best = parts.best() if parts.ranked else None
     if best is not None and orders_floor >= cutoff:
@@ -439,8 +456,8 @@ def _finish(scenario: Scenario, objective: Objective, parts: _Parts, weights: np
         gap = float(max(best / open_floor - 1.0, 0.0)) if best is not None else None
         searched = f"{opened} of the {len(parts.rows)} parts of the cluster searched"
         why = ("within the work budget" if cut == "work" else
-               "when the time limit cut the search (before its work budget: a slow or busy machine, so another "
-               "run may find more)")
+               "before the search stopped at the time limit (not at its work budget: a slow or busy machine, so "
+               "another run may find more)")
         notes.append(f"{searched} {why}" + (f"; the best found could be at most {gap:.1%} above the optimum"
                                            if gap is not None else "; nothing found in the time allowed"))
     if orders_floor < INF and best is not None:

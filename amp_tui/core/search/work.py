@@ -48,6 +48,7 @@ DEFAULT_WORK = work_for(DEFAULT_TIME_LIMIT_S)
 # by about 1.2 s on the development VM, so the net cuts only a machine more than twice as slow (a
 # 2-core VM beside two busy processes still gets the budget's answer).
 DEFAULT_SAFETY_S = 3.0
+DEFAULT_SAFETY_MIN_S = 2.0     # ... but never less than this after the search starts
 
 
 class OutOfWork(OutOfTime):
