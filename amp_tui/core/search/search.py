@@ -390,45 +390,50 @@ def search(scenario: Scenario, *, top: int | None = None,
     return part.result(started, open_floor, cutoff, clock.user_poll, clock.poll)
 
 
-def whole_details(scenario: Scenario, user_poll: Callable[[], bool],
+def whole_details(scenario: Scenario, poll: Callable[[], bool], user_poll: Callable[[], bool],
                   costs: list[CostModel] | None = None) -> tuple[tuple[Infeasible, ...], Prediction | None, int]:
     """What a search with details lists whatever way it went: the candidates (in the orders searched
     in full) no partition fits, and the best even split in rank order that fits (the baseline),
-    and how many candidates there are: bounded work (a vectorised memory check), that only
-    `user_poll` stops, so that a cut search lists them all the same. `costs`: the search's cost
-    models, one per combination of techniques (their layouts are reused)."""
+    and how many candidates there are. Bounded work, but `poll` may cut it where a deadline has
+    passed (OutOfTime): then the lists hold what was found by then; `user_poll` (the user's cancel)
+    alone stops what is left.
+    `costs`: the search's cost models, one per combination of techniques (their layouts are
+    reused)."""
     orders = node_orders(scenario)
     rank = tuple(range(len(scenario.cluster.nodes)))
     no_fit: list[tuple[Candidate, str | None]] = []
     rest: list[Candidate] = []
     uniform: list[tuple[tuple, Candidate]] = []
     count = 0
-    for k, knobs in enumerate(knob_choices(scenario.training, scenario.model)):
-        cost = costs[k] if costs is not None and k < len(costs) else CostModel(scenario, knobs)
-        keys = enumerate_candidates(scenario, orders, knobs)
-        families = {key[:4] for key in keys if key[1] > 1 or key[2] > 1} if orders.rest else ()
-        count += len(keys) + len(families) * len(orders.rest)
-        for key in keys:
-            if user_poll():
-                raise Cancelled
-            candidate = cost.candidate(*key)
-            why = memory_shortfall(candidate)
-            if why:
-                no_fit.append((candidate, why))
-                continue
-            rest.append(candidate)
-            if key[4] == rank:
-                uniform.append(((*key, k), candidate))
-    # The best even split: lowest cheap bound first, until that bound reaches the best found.
     baseline: tuple[float, tuple, Candidate] | None = None
-    floors = time_floors([candidate for _, candidate in uniform], user_poll, refine=False)
-    for floor, (key, candidate) in sorted(zip(floors, uniform), key=lambda item: (item[0], item[1][0])):
-        if baseline is not None and floor >= baseline[0]:
-            break
-        time_s, _, over = candidate.quick_evaluate(even_partition(candidate.num_layers, candidate.pp))
-        if over <= 0 and (baseline is None or (time_s, key) < baseline[:2]):
-            baseline = (time_s, key, candidate)
-    no_fit += [(candidate, None) for candidate, fits in zip(rest, partitions_fit(rest, user_poll)) if not fits]
+    try:
+        for k, knobs in enumerate(knob_choices(scenario.training, scenario.model)):
+            cost = costs[k] if costs is not None and k < len(costs) else CostModel(scenario, knobs)
+            keys = enumerate_candidates(scenario, orders, knobs)
+            families = {key[:4] for key in keys if key[1] > 1 or key[2] > 1} if orders.rest else ()
+            count += len(keys) + len(families) * len(orders.rest)
+            for key in keys:
+                if poll():
+                    raise Cancelled
+                candidate = cost.candidate(*key)
+                why = memory_shortfall(candidate)
+                if why:
+                    no_fit.append((candidate, why))
+                    continue
+                rest.append(candidate)
+                if key[4] == rank:
+                    uniform.append(((*key, k), candidate))
+        # The best even split: lowest cheap bound first, until that bound reaches the best found.
+        floors = time_floors([candidate for _, candidate in uniform], poll, refine=False)
+        for floor, (key, candidate) in sorted(zip(floors, uniform), key=lambda item: (item[0], item[1][0])):
+            if baseline is not None and floor >= baseline[0]:
+                break
+            time_s, _, over = candidate.quick_evaluate(even_partition(candidate.num_layers, candidate.pp))
+            if over <= 0 and (baseline is None or (time_s, key) < baseline[:2]):
+                baseline = (time_s, key, candidate)
+        no_fit += [(candidate, None) for candidate, fits in zip(rest, partitions_fit(rest, poll)) if not fits]
+    except OutOfTime:
+        pass
     infeasible = _infeasible(no_fit, user_poll)
     infeasible.sort(key=lambda entry: (entry.strategy.tp, entry.strategy.pp, entry.strategy.micro_batch_size,
                                        entry.strategy.placement or ()))

@@ -443,7 +443,7 @@ def _finish(scenario: Scenario, objective: Objective, parts: _Parts, weights: np
     infeasible, baseline = (), None
     if whole_index is not None:     # (whatever way the search went: the same list)
         whole_search = parts.searches.get(whole_index)
-        infeasible, baseline, _ = whole_details(part_scenario(scenario, parts.whole)[0], cancel,
+        infeasible, baseline, _ = whole_details(part_scenario(scenario, parts.whole)[0], clock.poll, cancel,
                                                 whole_search.costs if whole_search and whole_search.prepared else None)
     best = parts.best() if parts.ranked else None
     if best is not None and orders_floor >= cutoff:
@@ -467,7 +467,8 @@ def _finish(scenario: Scenario, objective: Objective, parts: _Parts, weights: np
                      f"{orders_gap:.1%} better")
     note = "; ".join(notes) or None
     strategies = tuple(parts.predictions())
-    whole_orders = parts.searches[whole_index].orders if whole_index in parts.searches else None
+    whole_search = parts.searches.get(whole_index)
+    whole_orders = whole_search.orders if whole_search is not None and whole_search.prepared else None
     stats = SearchStats(candidates=candidates, pruned=pruned, evaluated=evaluated,
                         infeasible=len(infeasible), solves=solves,
                         node_orders=len(whole_orders.orders) + len(whole_orders.rest) if whole_orders else 0,
@@ -492,5 +493,6 @@ def _nothing_in_time(scenario: Scenario, started: float, parts: int,
     stats = SearchStats(candidates=0, pruned=0, evaluated=0, infeasible=0, solves=0, node_orders=0,
                         all_node_orders=True, search_time_s=time.perf_counter() - started, open_floor=0.0)
     return (SearchResult(scenario, (), (), None, stats),
-            IdleSearch(parts=parts, searched=0, exact=False, note="the time limit passed before any part of "
-                       "the cluster was searched", out_of_time=True, overran_s=overran_s, cut_by="time"))
+            IdleSearch(parts=parts, searched=0, exact=False, note="the search stopped at the time limit before any "
+                       "part of the cluster was searched: nothing found", out_of_time=True, overran_s=overran_s,
+                       cut_by="time"))
