@@ -16,7 +16,7 @@ from __future__ import annotations
 from amp_tui.core.search.deadline import DEFAULT_TIME_LIMIT_S, OutOfTime
 
 UNITS_PER_S = 1e6          # work units per second of the development VM at machine factor 1.00
-WORK_SHARE = 0.6           # of a time limit, the share its work budget takes there
+WORK_SHARE = 0.45          # of a time limit, the share its work budget takes there
 # (so that a machine twice as slow, e.g. a 2-core VM beside two busy processes, still ends by the
 # budget rather than the clock: the same answer on both)
 
