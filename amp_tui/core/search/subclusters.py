@@ -60,7 +60,7 @@ from amp_tui.core.spec.scenario import Scenario
 SEED_WORK = 20_000.0    # work units a seed's search takes (with at least one strategy found, if any fits)
 TIGHTEN_CHUNK = 4096    # parts given the full bound at once (between them, a deadline keeps what is done)
 SEED_SHARE = 0.4        # of the progress bar: the seeds; the other parts share the rest
-GAP_WORK = 100_000.0    # work units to give the full bound to the parts a work budget left with a quick one
+GAP_WORK = 300_000.0    # work units to give the full bound to the parts a work budget left with a quick one
 INF = math.inf
 
 
