@@ -50,6 +50,7 @@ from amp_tui.core.search import work as units
 from amp_tui.core.search.bounds.part_bounds import part_bounds
 from amp_tui.core.search.deadline import Clock, OutOfTime
 from amp_tui.core.search.objective import Objective
+from amp_tui.core.search.orders import NodeOrders
 from amp_tui.core.search.part_rows import natural_parts, part_rows
 from amp_tui.core.search.results import SearchResult, SearchStats
 from amp_tui.core.search.search import EAGER_CANDIDATES, PartSearch, enumerate_candidates, whole_details
@@ -133,7 +134,11 @@ class _Parts:
         search = PartSearch(part, top=self.top, poll=self.poll, details=details, charge=self.charge, report=report)
         self.searches[i] = search
         self.finds[i] = 0
-        if details or not self.plain or len(enumerate_candidates(part)) <= EAGER_CANDIDATES:
+        # (a small part from every candidate: about its rank order's candidates x its kinds' orders)
+        kinds = len({g.hardware_key() for g in part.cluster.nodes})
+        small = len(enumerate_candidates(part, NodeOrders((tuple(range(len(part.cluster.nodes))),), True))) \
+            * math.factorial(kinds) <= EAGER_CANDIDATES
+        if details or not self.plain or small:
             search.prepare()
         else:
             families: list[dict] = [{}]
