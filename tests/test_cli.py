@@ -7,7 +7,6 @@ import json
 import re
 import subprocess
 import sys
-import time
 
 import pytest
 
@@ -21,6 +20,7 @@ from amp_tui.core.search.subclusters import search_parts
 from amp_tui.core.spec.presets import load_preset
 from amp_tui.core.spec.scenario import load_scenario
 from amp_tui.core.spec.strategy import Strategy
+from tests.core.fake_clock import install
 
 PAPER = ("paper-homogeneous", "paper-het-cluster", "paper-het-model")
 STRATEGY_KEYS = ("tp", "pp", "dp", "micro_batch_size", "partition", "placement")
@@ -265,6 +265,7 @@ def test_bad_input_is_one_line_naming_field_and_value(capsys, tmp_path, case):
 
 
 def test_plan_past_its_time_limit_says_what_was_cut_short_and_how_to_search_longer(capsys):
+    # (the search's clock, conftest.py: the limit, 3,000 reads, passes in the whole cluster's search)
     code, out, _ = run(capsys, "plan", "bench-1024-gpus-1000-layers", "--top", "1", "--time-limit", "0.3")
     assert code == 0
     assert re.search(r"^note: .*stopped at the time limit.*(at most \d+\.\d% above the optimum|nothing found)",
@@ -275,10 +276,9 @@ def test_plan_past_its_time_limit_says_what_was_cut_short_and_how_to_search_long
 def test_plan_by_default_finds_a_first_strategy_past_a_limit_start_up_used_up(capsys, monkeypatch):
     """A loaded machine spent plan's default 1.5 s before the first strategy and plan answered
     with none: the default gives way until one is found, and plan says by how much."""
-    import amp_tui.cli
     import amp_tui.core.search.deadline as deadline
 
-    monkeypatch.setattr(amp_tui.cli, "STARTED_S", time.perf_counter())     # (the command starts now)
+    # (the command starts now on the search's clock, conftest.py: the first strategy ~0.15 s in)
     monkeypatch.setattr(deadline, "DEFAULT_WALL_S", 0.0)     # start-up took all of it ...
     monkeypatch.setattr(deadline, "MIN_DEFAULT_S", 0.01)     # ... as on a machine far slower than this one
     code, out, _ = run(capsys, "plan", "bench-1024-gpus-1000-layers", "--top", "1")
@@ -289,10 +289,10 @@ def test_plan_by_default_finds_a_first_strategy_past_a_limit_start_up_used_up(ca
     assert "no strategy" not in out.split("note: no strategy was found")[0]
 
 
-def test_an_explicit_time_limit_holds_even_with_nothing_found(capsys):
-    started = time.perf_counter()
+def test_an_explicit_time_limit_holds_even_with_nothing_found(capsys, monkeypatch):
+    clock = install(monkeypatch, per_read=1e-3)      # the search's clock: 10 reads to the limit
     code, out, _ = run(capsys, "plan", "bench-1024-gpus-1000-layers", "--top", "1", "--time-limit", "0.01")
-    assert code == 0 and time.perf_counter() - started < 5.0     # (reading the scenario included: 0.3 s)
+    assert code == 0 and clock.reads < 100      # (the first strategy takes ~1,500: it did not go on to it)
     assert "no strategy found within the time limit" in out and "fits" not in out.split("\n\n")[1]
     assert "no strategy was found within the default" not in out
 

@@ -15,13 +15,13 @@ running when it passed, are listed as not run, never guessed.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from amp_tui.core.base.errors import Cancelled, SpecError
 from amp_tui.core.costmodel.cost import CostModel
 from amp_tui.core.costmodel.prediction import Prediction
+from amp_tui.core.search.deadline import now
 from amp_tui.core.search.evaluate import evaluate
 from amp_tui.core.search.objective import Objective
 from amp_tui.core.search.planner import find_plans
@@ -207,7 +207,7 @@ def sensitivity(scenario: Scenario, base: SearchResult | None = None, objective:
     `objective`); `base` is that search's result on `scenario` when the caller has it. Raises
     Cancelled when `should_cancel` says so; what-ifs past `time_limit_s` are listed as not run."""
     cancel = should_cancel or (lambda: False)
-    deadline = time.monotonic() + time_limit_s
+    deadline = now() + time_limit_s
     late = f"not run: past the {time_limit_s:g} s limit for the what-ifs"
     base = base or find_plans(scenario, objective, should_cancel=cancel).result
     # Distinct picks: the same degrees on another node order would chart as a near-copy.
@@ -221,7 +221,7 @@ def sensitivity(scenario: Scenario, base: SearchResult | None = None, objective:
         if cancel():
             raise Cancelled()
         not_run = tuple(None for _ in top)
-        if time.monotonic() > deadline:
+        if now() > deadline:
             cases.append(Case(knob.name, factor, None, not_run, error=late))
             continue
         try:
@@ -232,7 +232,7 @@ def sensitivity(scenario: Scenario, base: SearchResult | None = None, objective:
             continue
         try:
             result = find_plans(scaled, objective, top=1,
-                                should_cancel=lambda: cancel() or time.monotonic() > deadline).result
+                                should_cancel=lambda: cancel() or now() > deadline).result
         except Cancelled:
             if cancel():
                 raise

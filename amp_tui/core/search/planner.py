@@ -5,11 +5,10 @@ degrees (uneven.py), all ranked by one objective.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from amp_tui.core.search.deadline import DEFAULT_FIRST_STRATEGY_S, DEFAULT_TIME_LIMIT_S, Clock
+from amp_tui.core.search.deadline import DEFAULT_FIRST_STRATEGY_S, DEFAULT_TIME_LIMIT_S, Clock, now
 from amp_tui.core.search.objective import Objective
 from amp_tui.core.search.search import SearchResult
 from amp_tui.core.search.subclusters import IdleSearch, search_parts
@@ -47,7 +46,7 @@ def find_plans(scenario: Scenario, objective: Objective | None = None, *, top: i
     time_limit_s holds whatever was found): an answer a little late beats none, and
     Plans.overrun_s says how late. `should_cancel` is polled inside every loop beneath (Cancelled
     is raised); `progress` gets the exact search's rising fraction."""
-    started = time.perf_counter()
+    started = now()
     hard = None if time_limit_s is None or first_strategy_limit_s is None else started + first_strategy_limit_s
     clock = Clock(time_limit_s, should_cancel, hard_deadline=hard)
     exact = clock.within(1.0 - POST_PASS_SHARE) if time_limit_s is not None else None
@@ -55,5 +54,5 @@ def find_plans(scenario: Scenario, objective: Objective | None = None, *, top: i
                                        deadline=exact.deadline if exact else None, hard_deadline=hard)
     result, uneven = improve(scenario, result, objective, should_cancel=should_cancel,
                              deadline=clock.deadline if time_limit_s is not None else None)
-    overrun_s = max(time.perf_counter() - clock.deadline, 0.0) if idle_search.overran_s > 0 else 0.0
+    overrun_s = max(now() - clock.deadline, 0.0) if idle_search.overran_s > 0 else 0.0
     return Plans(result, idle_search, uneven, time_limit_s, overrun_s)

@@ -11,7 +11,6 @@ from __future__ import annotations
 import functools
 import heapq
 import math
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -23,7 +22,7 @@ from amp_tui.core.costmodel.prediction import Prediction, over_capacity
 from amp_tui.core.costmodel.pricing import priced
 from amp_tui.core.search.bounds.floors import REFINE_BATCH, REFINE_MIN_LAYERS, memory_shortfall, time_floors
 from amp_tui.core.search.bounds.order_floors import expand_family, family_entries, order_free_floors
-from amp_tui.core.search.deadline import Clock, OutOfTime
+from amp_tui.core.search.deadline import Clock, OutOfTime, now
 from amp_tui.core.search.orders import NodeOrders, node_orders
 from amp_tui.core.search.partition.dp import INF
 from amp_tui.core.search.partition.memory import even_split_memory, partitions_fit
@@ -201,18 +200,18 @@ def search(scenario: Scenario, *, top: int | None = None,
     better ones elsewhere, e.g. on another part of the cluster). Without `details`, the infeasible
     list and the baseline are left empty (faster).
 
-    `deadline` (a time.perf_counter() time) is polled with `should_cancel`: past it while candidates
+    `deadline` (a deadline.now() time) is polled with `should_cancel`: past it while candidates
     are settled, the search returns what it found, with the lowest bound of those left unsettled
     (SearchStats.open_floor, the proven gap); past it before, it raises OutOfTime (nothing found).
     With a later `hard_deadline`, `deadline` stops it only once it has found a strategy."""
-    started = time.perf_counter()
+    started = now()
     top = top or scenario.search.top
     clock = Clock(should_cancel=should_cancel, deadline=deadline if hard_deadline is None else hard_deadline)
     soft = INF if deadline is None or hard_deadline is None else deadline
     best: list[tuple[float, tuple, tuple[int, ...], Candidate]] = []  # max-heap by -J of the top N
 
     def cancel() -> bool:
-        if best and time.perf_counter() > soft:
+        if best and now() > soft:
             raise OutOfTime
         return clock.poll()
     report = progress or (lambda fraction: None)
@@ -377,7 +376,7 @@ def search(scenario: Scenario, *, top: int | None = None,
                         evaluated=evaluated, infeasible=len(infeasible), solves=solves,
                         node_orders=len(orders.orders) + len(orders.rest),
                         all_node_orders=orders.complete or bool(orders.rest),
-                        search_time_s=time.perf_counter() - started, orders_floor=float(orders_floor),
+                        search_time_s=now() - started, orders_floor=float(orders_floor),
                         open_floor=float(open_floor))
     infeasible.sort(key=lambda entry: (entry.strategy.tp, entry.strategy.pp, entry.strategy.micro_batch_size,
                                        entry.strategy.placement or ()))

@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import itertools
 import math
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -40,7 +39,7 @@ from amp_tui.core.costmodel.cost import CostModel
 from amp_tui.core.costmodel.parts import part_scenario, to_whole
 from amp_tui.core.costmodel.prediction import Prediction
 from amp_tui.core.search.bounds.part_bounds import part_bounds
-from amp_tui.core.search.deadline import Clock, OutOfTime
+from amp_tui.core.search.deadline import Clock, OutOfTime, now
 from amp_tui.core.search.objective import Objective
 from amp_tui.core.search.search import SearchResult, SearchStats, search
 from amp_tui.core.spec.scenario import Scenario
@@ -120,13 +119,13 @@ def search_parts(scenario: Scenario, objective: Objective | None = None, *, top:
     cluster with search.use_all_gpus). Infeasible candidates and the baseline are the whole
     cluster's.
 
-    `deadline` (a time.perf_counter() time) bounds all of it, the whole cluster's search too:
+    `deadline` (a deadline.now() time) bounds all of it, the whole cluster's search too:
     past it, the best found is returned with the proven gap (IdleSearch.gap) over what was left
     unsearched. Without one, the whole cluster and the seeds are searched in full and the other
     parts for TIME_LIMIT_S. With a later `hard_deadline`, the deadline holds only once a strategy
     has been found: until then the search goes on to the hard one (IdleSearch.overran_s says how
     long past the deadline it went)."""
-    started = time.perf_counter()
+    started = now()
     objective = objective or Objective()
     objective.check(scenario)
     top = top or scenario.search.top
@@ -149,7 +148,7 @@ def search_parts(scenario: Scenario, objective: Objective | None = None, *, top:
         quick = part_bounds(scenario, rows, cost, quick=True, should_cancel=clock.poll)
     except OutOfTime:
         return _nothing_in_time(scenario, started, len(rows), 0.0 if clock.hard == clock.deadline
-                                else time.perf_counter() - clock.deadline)
+                                else now() - clock.deadline)
     prices = _prices(scenario, rows)
     keep = np.isfinite(quick) & objective.within_budget(prices)
     rows, quick, prices = rows[keep], quick[keep], prices[keep]
@@ -218,7 +217,7 @@ def search_parts(scenario: Scenario, objective: Objective | None = None, *, top:
         ranked.sort(key=lambda item: (item[0], objective.key(item[1])))
         del ranked[top:]
         if ranked and not clock.found:
-            clock.found, first_found_s = True, time.perf_counter()
+            clock.found, first_found_s = True, now()
 
     def tighten(indices: np.ndarray, poll: Callable[[], bool]) -> np.ndarray:
         """The full bound of the parts the quick one (or the full one, given the N-th best found so
@@ -263,7 +262,7 @@ def search_parts(scenario: Scenario, objective: Objective | None = None, *, top:
                 continue
             break
         # Parts stop at MAX_SEARCHES or the deadline, whichever comes first: the bar moves with both.
-        done = max(index / len(order), (time.perf_counter() - started) / max(parts_deadline - started, 1e-9),
+        done = max(index / len(order), (now() - started) / max(parts_deadline - started, 1e-9),
                    searched / MAX_SEARCHES if len(rows) > SMALL_PARTS else 0.0)
         report(WHOLE_SHARE + (1.0 - WHOLE_SHARE) * min(done, 1.0))
         if user_cancel():
@@ -271,7 +270,7 @@ def search_parts(scenario: Scenario, objective: Objective | None = None, *, top:
         if seed and clock.over():
             break
         if not seed and ((searched >= MAX_SEARCHES and len(rows) > SMALL_PARTS)
-                         or (clock.over() if deadline is not None else time.perf_counter() > parts_deadline)):
+                         or (clock.over() if deadline is not None else now() > parts_deadline)):
             break
         search_part(i, deadline if seed else parts_deadline)
     # Every part not searched has its bound (quick, or full where computed); those below the N-th
@@ -309,12 +308,12 @@ def search_parts(scenario: Scenario, objective: Objective | None = None, *, top:
     stats = SearchStats(candidates=candidates, pruned=pruned, evaluated=evaluated,
                         infeasible=base.stats.infeasible if base else 0, solves=solves,
                         node_orders=base.stats.node_orders if base else 0, all_node_orders=all_orders,
-                        search_time_s=time.perf_counter() - started, orders_floor=float(orders_floor),
+                        search_time_s=now() - started, orders_floor=float(orders_floor),
                         open_floor=float(open_floor))
     result = SearchResult(scenario, strategies, base.infeasible if base else (), base.baseline if base else None, stats)
     # past the deadline with nothing found by it: how far the hard deadline let it go on
-    late = deadline is not None and clock.hard > deadline and (first_found_s or time.perf_counter()) > deadline
-    overran_s = (first_found_s or time.perf_counter()) - deadline if late else 0.0
+    late = deadline is not None and clock.hard > deadline and (first_found_s or now()) > deadline
+    overran_s = (first_found_s or now()) - deadline if late else 0.0
     return result, IdleSearch(parts=len(rows), searched=searched, exact=exact, gap=gap, note=note,
                               out_of_time=open_floor < math.inf and clock.expired(), overran_s=overran_s)
 
@@ -324,7 +323,7 @@ def _nothing_in_time(scenario: Scenario, started: float, parts: int,
     """The deadline (or the hard one, `overran_s` after it) passed before any search began: no
     strategy, and a note that says so."""
     stats = SearchStats(candidates=0, pruned=0, evaluated=0, infeasible=0, solves=0, node_orders=0,
-                        all_node_orders=True, search_time_s=time.perf_counter() - started, open_floor=0.0)
+                        all_node_orders=True, search_time_s=now() - started, open_floor=0.0)
     return (SearchResult(scenario, (), (), None, stats),
             IdleSearch(parts=parts, searched=0, exact=False, note="the time limit passed before any part of "
                        "the cluster was searched", out_of_time=True, overran_s=overran_s))

@@ -23,7 +23,6 @@ to the optimum over these dimensions is claimed.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
@@ -31,7 +30,7 @@ from amp_tui.core.base.errors import Cancelled, SpecError
 from amp_tui.core.costmodel.cost import CostModel
 from amp_tui.core.costmodel.prediction import Prediction
 from amp_tui.core.costmodel.pricing import priced, used_nodes
-from amp_tui.core.search.deadline import Clock, OutOfTime
+from amp_tui.core.search.deadline import Clock, OutOfTime, now
 from amp_tui.core.search.objective import Objective
 from amp_tui.core.search.search import SearchResult
 from amp_tui.core.spec.knobs import resolve
@@ -73,13 +72,13 @@ def improve(scenario: Scenario, result: SearchResult, objective: Objective | Non
             top: int = POST_PASS_TOP, *, deadline: float | None = None,
             should_cancel: Callable[[], bool] | None = None) -> tuple[SearchResult, UnevenSearch]:
     """`result` with the strategies the post-pass found added and the list re-ranked. Past
-    `deadline` (a time.perf_counter() time, polled inside every loop with `should_cancel`) it
+    `deadline` (a deadline.now() time, polled inside every loop with `should_cancel`) it
     keeps what it found and says it stopped; without one, the best strategy's turn completes and
     the rest stop after POST_PASS_TIME_S."""
     objective = objective or Objective()
     found: list[Prediction] = []
     counts = [0, 0]         # shares tried, per-stage layouts tried (kept by the steps a deadline cuts)
-    started = time.perf_counter()
+    started = now()
     clock = Clock(should_cancel=should_cancel, deadline=deadline)
     later = clock if deadline is not None else Clock(should_cancel=should_cancel, deadline=started + POST_PASS_TIME_S)
     tried, timed_out = [], False
