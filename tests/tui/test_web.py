@@ -86,3 +86,17 @@ def test_a_served_dashboard_leaves_when_the_server_hangs_up(tmp_path):
             dashboard.kill()
             dashboard.wait()
 
+
+def test_a_busy_port_is_one_line_before_any_banner(capsys):
+    """Issue 34: on a busy port `web` printed "serving the dashboard on ..." and textual-serve's
+    banner, then "error: file: '?': error while attempting to bind"."""
+    from amp_tui.cli import main
+
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        assert main(["web", "paper-homogeneous", "--port", str(port)]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and len(err.splitlines()) == 1
+    assert err.startswith(f"amp-tui: error: --port: {port}:") and "in use" in err
