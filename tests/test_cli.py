@@ -74,8 +74,9 @@ def test_plan_json_shape_and_figures(capsys):
     scenario = load_scenario("paper-het-cluster")
     assert set(data) == {"scenario", "search_time_s", "candidates", "statistics", "strategies", "infeasible",
                          "baseline", "speedup_vs_baseline", "objective", "budget_usd_per_hour", "idle_search", "uneven_search",
-                         "uncertainty", "time_limit_s", "overrun_s"}
+                         "uncertainty", "uncertainty_basis", "time_limit_s", "overrun_s"}
     assert 0.5 <= data["time_limit_s"] <= 1.5      # (less where the command took long to start)
+    assert data["uncertainty"] is None and "mixed GPUs" in data["uncertainty_basis"]     # (no such run replayed)
     assert data["scenario"] == "paper-het-cluster"
     # candidates of every part of the cluster searched (the whole cluster's alone with --use-all-gpus)
     assert data["candidates"] == data["statistics"]["candidates"] == search_parts(scenario, top=3)[0].stats.candidates

@@ -210,8 +210,8 @@ def render_search(result, top: int, objective=None, idle_search=None) -> str:
 
         sure = confidence(scenario)
         close = within_band([p.iteration_time_s for p in result.strategies[:top]], sure.band)
-        out.append(f"predicted times {sure.describe()}"
-                   + (f"; the top {close} are within each other's band" if close > 1 else "; the top pick stands clear"))
+        out.append(f"predicted times {sure.describe()}" + ("" if sure.band is None else f"; the top {close} are within "
+                                                            "each other's band" if close > 1 else "; the top pick stands clear"))
     out.append("")
     if not result.strategies:
         from amp_tui.core.plans.no_strategy import nothing_found, state_shortfall

@@ -88,7 +88,9 @@ def run(args) -> int:
         from amp_tui.core.plans.confidence import confidence
         from amp_tui.core.plans.no_strategy import nothing_found
 
-        print(json_text({**result.to_dict(top=shown), "uncertainty": confidence(scenario).band, "objective": objective.kind,
+        sure = confidence(scenario)
+        print(json_text({**result.to_dict(top=shown), "uncertainty": sure.band, "uncertainty_basis": sure.source,
+                     "objective": objective.kind,
                      "budget_usd_per_hour": objective.budget_usd_per_hour,
                      "idle_search": idle_search.to_dict(), "uneven_search": uneven.to_dict(),
                      "time_limit_s": time_limit_s, "overrun_s": plans.overrun_s,

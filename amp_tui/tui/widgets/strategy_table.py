@@ -414,5 +414,7 @@ def confidence_note(result: SearchResult) -> str:
     sure = confidence(result.scenario)
     close = within_band([p.iteration_time_s for p in result.strategies], sure.band)
     marker = "calibrated" if result.scenario.calibration.values else "times"
+    if sure.band is None:
+        return f"{marker} {sure.describe()}."
     tail = f" the top {close} are within each other's band." if close > 1 else " the top pick stands clear of the rest."
     return f"{marker} {sure.describe()};{tail}"
