@@ -44,3 +44,27 @@ def test_major_5_context_parallel_and_the_sequence_length(capsys, tmp_path):
     line = next(line for line in out.splitlines() if line.startswith("no strategy:"))
     assert code == 1 and "2 x context_parallel (6) does not divide the sequence length (1024)" in line
     assert "divides no GPU count" not in line            # (3 divides 24)
+
+
+# Minor: compare ---------------------------------------------------------------------------------------
+MY_CLUSTER = {"name": "my-cluster", "cluster": {"nodes": [{"instance": "p4d.24xlarge", "count": 2},
+                                                          {"instance": "g5.12xlarge", "count": 4}]},
+              "model": {"preset": "llama2-13b"},
+              "training": {"global_batch_size": 128, "precision": "bf16", "recompute": "full", "zero_stage": 1}}
+
+
+def test_minor_compare_flags_a_strategy_that_does_not_fit_or_may_not(capsys, tmp_path):
+    """Before: compare set 1x1x32 (57.7 GiB on a 22 GiB A10G) beside 2x1x8 without a word; evaluate
+    said OVER."""
+    scenario = write(tmp_path, "my-cluster.yaml", MY_CLUSTER)
+    picks = tmp_path / "picks.yaml"
+    picks.write_text("- {tp: 2, pp: 1, dp: 8, micro_batch_size: 1, idle: [{group: 1, nodes: 4}]}\n"
+                     "- {tp: 1, pp: 1, dp: 32, micro_batch_size: 1}\n")
+    code, out, _ = run(capsys, "compare", scenario, picks)
+    assert code == 0
+    lines = out.splitlines()
+    assert ("note: 1x1x32 does not fit in memory: stage 0 (layers 0-41, A10G) needs 57.7 GiB of 22.0 GiB: "
+            "35.7 GiB over") in lines
+    assert any(line.startswith("note: 2x1x8 may not fit: stage 0 needs 37.0 GiB of 39.6 GiB") for line in lines)
+    memory = next(line for line in lines if line.startswith("stage 0 memory"))
+    assert "37.0 GiB !" in memory and "57.7 GiB OVER" in memory        # (as evaluate marks them)

@@ -33,7 +33,7 @@ class ResultActions:
 
     def comparison_sentence(self) -> str | None:
         comparison = self.comparison()
-        return comparison.sentence if comparison is not None else None
+        return " ".join([*(f"{note}." for note in comparison.notes), comparison.sentence]) if comparison else None
 
     def action_pin(self) -> None:
         """p: pin the selected strategy (again: unpin); the Selected pane then compares."""
