@@ -68,3 +68,34 @@ def test_minor_compare_flags_a_strategy_that_does_not_fit_or_may_not(capsys, tmp
     assert any(line.startswith("note: 2x1x8 may not fit: stage 0 needs 37.0 GiB of 39.6 GiB") for line in lines)
     memory = next(line for line in lines if line.startswith("stage 0 memory"))
     assert "37.0 GiB !" in memory and "57.7 GiB OVER" in memory        # (as evaluate marks them)
+
+
+# Minor: empty and malformed YAML ----------------------------------------------------------------------
+def one_error_line(capsys, *argv) -> str:
+    code, out, err = run(capsys, *argv)
+    assert code == 2 and out == "" and len(err.splitlines()) == 1, (code, out, err)
+    return err.strip()
+
+
+@pytest.mark.parametrize("command", ["plan", "evaluate", "compare", "calibrate"])
+def test_minor_an_empty_yaml_file_is_called_empty(capsys, tmp_path, command):
+    """Before: "scenario: 'NoneType': expected a mapping with cluster, model and training"."""
+    empty = tmp_path / "empty.yaml"
+    empty.write_text("# nothing yet\n\n")
+    argv = [command, empty] if command == "plan" else [command, "paper-homogeneous", empty]
+    line = one_error_line(capsys, *argv)
+    assert "NoneType" not in line
+    assert line.startswith(f"amp-tui: error: file: '{empty}': is empty (no YAML value in it") and "expected" in line
+
+
+def test_minor_a_yaml_syntax_error_names_its_position_as_the_field_and_quotes_the_line(capsys, tmp_path):
+    """Before: "broken.yaml: 'line 3, column 4': malformed YAML: ...", the position shown as the value."""
+    broken = tmp_path / "broken.yaml"
+    broken.write_text("name: x\ncluster: 1\n  model: 2\n")
+    line = one_error_line(capsys, "plan", broken)
+    assert line == (f"amp-tui: error: {broken} (line 3, column 8): 'model: 2': malformed YAML: "
+                    "mapping values are not allowed in this context")
+    broken.write_text("name: x\ncluster:\n  nodes: [\nmodel: foo\n")
+    line = one_error_line(capsys, "plan", broken)
+    assert line == (f"amp-tui: error: {broken} (line 5, column 1): malformed YAML: did not find expected ',' or ']' "
+                    "(while parsing a flow sequence from line 3)")

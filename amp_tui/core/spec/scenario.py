@@ -11,7 +11,7 @@ from pathlib import Path
 from amp_tui.core.base.errors import SpecError
 from amp_tui.core.base.limits import MAX_GPUS, MAX_TEXT_CHARS, check_name
 from amp_tui.core.base.units import exact_bandwidth, exact_bytes, parse_bandwidth, parse_bytes, parse_int, parse_number
-from amp_tui.core.base.yamlio import load_yaml_file, path_exists
+from amp_tui.core.base.yamlio import load_yaml_document, path_exists
 from amp_tui.core.spec.frameworks import COMPILE_MODES, FRAMEWORKS
 from amp_tui.core.spec.hardware import GPU, gpu_catalog, instance_catalog, parse_gpu
 from amp_tui.core.spec.model import Model, parse_model
@@ -437,7 +437,7 @@ def load_scenario(name_or_path: str) -> Scenario:
     """A scenario preset name, or a path to a scenario file (a plan file also holds a scenario)."""
     path = Path(name_or_path)
     if path.suffix in (".yaml", ".yml") or path_exists(path):
-        return scenario_from_file(load_yaml_file(path), path.parent)
+        return scenario_from_file(load_yaml_document(path, "a scenario (cluster, model and training)"), path.parent)
     if name_or_path in preset_names("scenarios"):
         return parse_scenario(load_preset("scenarios", name_or_path))
     raise SpecError("scenario", name_or_path,
