@@ -99,3 +99,15 @@ def test_minor_a_yaml_syntax_error_names_its_position_as_the_field_and_quotes_th
     line = one_error_line(capsys, "plan", broken)
     assert line == (f"amp-tui: error: {broken} (line 5, column 1): malformed YAML: did not find expected ',' or ']' "
                     "(while parsing a flow sequence from line 3)")
+
+
+def test_minor_one_source_is_not_1_sources(capsys):
+    """Before: "macro (1 sources)" under `validate --source amp-homogeneous`."""
+    code, out, _ = run(capsys, "validate", "--source", "amp-homogeneous")
+    assert code == 0 and "macro (1 source) " in out and "sources)" not in out
+
+
+def test_minor_the_micro_batch_count_has_one_name(capsys):
+    code, out, _ = run(capsys, "plan", "paper-homogeneous", "--top", "1")
+    header = next(line for line in out.splitlines() if line.startswith("rank  "))
+    assert header.split()[6:8] == ["mbs", "B"]         # (as the dashboard's table calls them)

@@ -82,7 +82,7 @@ async def test_sort_cycles_and_reverses_and_keeps_the_selection(make_app):
         await pilot.press("j", "j")
         await pilot.pause()
         selected = app.selected_entry()
-        await pilot.press("s", "s", "s", "s", "s")       # #, tp×pp×dp, mbs, µbs, iter
+        await pilot.press("s", "s", "s", "s", "s")       # #, tp×pp×dp, mbs, B, iter
         await pilot.pause()
         assert table.sort_column == "tok/s"
         values = [float(v.replace(",", "")) for v in column_texts(table, "tok/s")]

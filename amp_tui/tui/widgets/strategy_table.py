@@ -117,7 +117,7 @@ COLUMNS: tuple[Column, ...] = (
            lambda r, c: r.rank if r.kind == "ranked" else 10**9),
     Column("tp×pp×dp", lambda r, c: r.entry.strategy.label, right=False),
     Column("mbs", lambda r, c: str(r.entry.strategy.micro_batch_size), lambda r, c: r.entry.strategy.micro_batch_size),
-    Column("µbs", lambda r, c: _figure(r, lambda p: p.num_micro_batches, lambda v: str(int(v))),
+    Column("B", lambda r, c: _figure(r, lambda p: p.num_micro_batches, lambda v: str(int(v))),
            lambda r, c: _number(r, lambda p: p.num_micro_batches, 10**9)),
     Column("iter", lambda r, c: _figure(r, lambda p: p.iteration_time_s, format_seconds),
            lambda r, c: _number(r, lambda p: p.iteration_time_s, float("inf"))),
