@@ -111,3 +111,30 @@ def test_minor_the_micro_batch_count_has_one_name(capsys):
     code, out, _ = run(capsys, "plan", "paper-homogeneous", "--top", "1")
     header = next(line for line in out.splitlines() if line.startswith("rank  "))
     assert header.split()[6:8] == ["mbs", "B"]         # (as the dashboard's table calls them)
+
+
+# Minor: a swapped GPU keeps no instance price ----------------------------------------------------------
+SWAPPED = {"name": "swap", "cluster": {"nodes": [{"instance": "p3.8xlarge", "count": 2},
+                                                 {"instance": "g4dn.12xlarge", "count": 1, "gpu": "A10G"}]},
+           "model": {"preset": "gpt2-medium"}, "training": {"global_batch_size": 32}}
+
+
+def test_minor_an_instance_whose_gpu_is_swapped_has_no_price_unless_given():
+    """Before: a g4dn.12xlarge given A10Gs kept the g4dn's $3.91/hour (its T4s' price)."""
+    from amp_tui.core.spec.scenario import parse_scenario
+
+    swapped = parse_scenario(SWAPPED)
+    assert swapped.cluster.nodes[1].price_per_hour is None
+    assert swapped.cluster.nodes[0].price_per_hour is not None      # (the p3.8xlarge is as listed)
+    same = parse_scenario({**SWAPPED, "cluster": {"nodes": [{"instance": "g4dn.12xlarge", "gpu": "T4"}]}})
+    assert same.cluster.nodes[0].price_per_hour is not None         # (the instance's own GPU)
+    given = {"instance": "g4dn.12xlarge", "gpu": "A10G", "price_per_hour": 5.0}
+    assert parse_scenario({**SWAPPED, "cluster": {"nodes": [given]}}).cluster.nodes[0].price_per_hour == 5.0
+    assert parse_scenario(swapped.to_dict()) == swapped              # (the round trip keeps it unknown)
+
+
+def test_minor_plan_says_why_a_swapped_gpu_has_no_price(capsys, tmp_path):
+    code, out, _ = run(capsys, "plan", write(tmp_path, "swap.yaml", SWAPPED), "--top", "3")
+    assert code == 0
+    assert ("note: no price for cluster.nodes[1] (g4dn.12xlarge): its price is for T4s, not A10G; set "
+            "price_per_hour to price it") in out.splitlines()

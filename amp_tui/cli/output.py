@@ -144,6 +144,12 @@ def _cost_headers(scenario) -> list[str]:
     return ["$/hour", f"$/M {cost_unit(scenario)}"]
 
 
+def price_notes(scenario) -> list[str]:
+    """'note: no price for cluster.nodes[1] (...)' for each group whose listed price does not apply."""
+    notes = (group.price_note(i) for i, group in enumerate(scenario.cluster.nodes))
+    return [f"note: {note}" for note in notes if note]
+
+
 def render_predictions(scenario, predictions) -> str:
     from amp_tui.core.base.units import format_seconds
 
@@ -153,7 +159,7 @@ def render_predictions(scenario, predictions) -> str:
     from amp_tui.core.plans.confidence import confidence
 
     out = [summary(scenario), f"predicted times {confidence(scenario).describe()}", "",
-           table(headers, rows, {0, 2, 3, 4, 5, 8, 9})]
+           table(headers, rows, {0, 2, 3, 4, 5, 8, 9}), *price_notes(scenario)]
     for i, p in enumerate(predictions):
         out.append("")
         out.append(f"strategy {i + 1}: {p.strategy.label}, micro-batch {p.strategy.micro_batch_size}: "
@@ -239,6 +245,7 @@ def render_search(result, top: int, objective=None, idle_search=None) -> str:
 
         if any(memory_at_risk(p) for p in shown):
             out.append(MEMORY_RISK_NOTE)
+        out += price_notes(scenario)
     if result.baseline is not None:
         b = result.baseline
         out += ["", f"uniform baseline (even split, rank order): {b.strategy.label} micro-batch "

@@ -24,3 +24,26 @@ async def test_minor_one_node_is_not_1_nodes_and_the_micro_batch_count_is_b_as_i
         assert ": 4 GPUs on 1 node (4 x T4)" in totals
         headers = [str(c.label).strip().rstrip("▲▼") for c in app.query_one(StrategyTable).table.columns.values()]
         assert "B" in headers and "µbs" not in headers and headers.index("B") == headers.index("mbs") + 1
+
+
+async def test_minor_a_gpu_swapped_in_the_dashboard_drops_the_instance_price(make_app):
+    """Before: the g4dn.12xlarge changed to A10G kept its price ($0.04 per million tokens), marked only
+    by the '*' of a changed cell."""
+    from amp_tui.tui import edits
+    from amp_tui.tui.widgets.selected_pane import SelectedPane
+
+    app = make_app("paper-het-cluster")
+    async with app.run_test(size=(160, 48)) as pilot:
+        await settle(app, pilot)
+        assert app.scenario.cluster.nodes[1].price_per_hour is not None
+        app.apply_scenario(edits.set_node_field(app.scenario, 1, "gpu", "A10G"), "A10G")
+        await settle(app, pilot)
+        assert app.scenario.cluster.nodes[1].price_per_hour is None
+        totals = str(app.query_one("#cluster-totals").content)
+        note = "no price for cluster.nodes[1] (g4dn.12xlarge): its price is for T4s, not A10G"
+        assert note in totals
+        uses_it = [p for p in app.result.strategies if p.strategy.idle is None]
+        assert uses_it and all(p.cost_per_hour_usd is None for p in uses_it)
+        app.query_one(StrategyTable).table.move_cursor(row=app.result.strategies.index(uses_it[0]))
+        await settle(app, pilot)
+        assert note in "".join(str(static.content) for static in app.query_one(SelectedPane).query("Static"))

@@ -81,6 +81,27 @@ class NodeGroup:
         """Groups with equal keys are interchangeable in a placement."""
         return (self.gpu, self.gpus_per_node, self.intra_node_bandwidth, self.inter_node_bandwidth)
 
+    def off_catalog(self) -> str | None:
+        """Where the GPU or the GPU count differs from the listed instance's, so that its listed
+        price does not apply: 'for T4s, not A10G'; None as listed, or without an instance."""
+        entry = instance_catalog().get(self.instance) if self.instance else None
+        if entry is None:
+            return None
+        listed = parse_gpu(entry["gpu"], "instance.gpu")
+        if listed != self.gpu:
+            return f"for {listed.name}s, not {self.gpu.name}"
+        if int(entry["gpus_per_node"]) != self.gpus_per_node:
+            return f"for {entry['gpus_per_node']} GPUs a node, not {self.gpus_per_node}"
+        return None
+
+    def price_note(self, index: int) -> str | None:
+        """'no price for cluster.nodes[1] (g4dn.12xlarge): its price is for T4s, not A10G; ...'."""
+        differs = self.off_catalog()
+        if self.price_per_hour is not None or differs is None:
+            return None
+        return (f"no price for cluster.nodes[{index}] ({self.instance}): its price is {differs}; "
+                f"set price_per_hour to price it")
+
     def to_dict(self) -> dict:
         out: dict = {}
         if self.instance:
@@ -94,8 +115,9 @@ class NodeGroup:
         for key in ("intra_node_link", "inter_node_link"):
             if getattr(self, key):
                 out[key] = getattr(self, key)
-        if self.price_per_hour is not None:
-            out["price_per_hour"] = self.price_per_hour
+        listed = instance_catalog().get(self.instance, {}).get("price_per_hour") if self.instance else None
+        if self.price_per_hour is not None and (self.price_per_hour != listed or self.off_catalog()):
+            out["price_per_hour"] = self.price_per_hour     # (the user's: a listed one is the catalog's)
         out.update(self.serving_fields)
         return out
 
@@ -280,7 +302,7 @@ def parse_node_group(value: object, field_name: str) -> NodeGroup:
         if key not in fields:
             raise SpecError(f"{field_name}.{key}", None, "required when no instance is given")
     gpus_per_node = parse_int(fields["gpus_per_node"], f"{field_name}.gpus_per_node", maximum=MAX_GPUS)
-    return NodeGroup(
+    group = NodeGroup(
         count=parse_int(fields.get("count", 1), f"{field_name}.count", maximum=MAX_GPUS),
         gpu=parse_gpu(fields["gpu"], f"{field_name}.gpu"),
         gpus_per_node=gpus_per_node,
@@ -293,6 +315,9 @@ def parse_node_group(value: object, field_name: str) -> NodeGroup:
                         if fields.get("price_per_hour") is not None else None),
         serving_fields={k: value[k] for k in SERVING_NODE_FIELDS if k in value},
     )
+    if value.get("price_per_hour") is None and group.off_catalog():     # the listed price is another node's
+        group = replace(group, price_per_hour=None)
+    return group
 
 
 def parse_cluster(value: object, field_name: str = "cluster") -> Cluster:

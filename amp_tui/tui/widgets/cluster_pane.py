@@ -132,6 +132,9 @@ class ClusterPane(ScenarioPane):
                       " · mem per GPU")
         if overridden:
             totals.append(" · * differs from the instance catalog")
+        for note in (group.price_note(i) for i, group in enumerate(cluster.nodes)):
+            if note:
+                totals.append(f"\n{note}", style="yellow")
         self.query_one("#cluster-totals", Static).update(totals)
 
     # -- actions -----------------------------------------------------------------------------
