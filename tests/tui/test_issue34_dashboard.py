@@ -47,3 +47,29 @@ async def test_minor_a_gpu_swapped_in_the_dashboard_drops_the_instance_price(mak
         app.query_one(StrategyTable).table.move_cursor(row=app.result.strategies.index(uses_it[0]))
         await settle(app, pilot)
         assert note in "".join(str(static.content) for static in app.query_one(SelectedPane).query("Static"))
+
+
+# Minor: the blocks edit's limit -------------------------------------------------------------------
+def test_minor_the_blocks_edit_refuses_with_the_limit_it_then_accepts():
+    """Before: 10000 blocks were refused as "at most 2,048", then 2,048 as "2,054 layers after
+    repeats": the limit counts the model's other layers too."""
+    import pytest
+
+    from amp_tui.core.base.errors import SpecError
+    from amp_tui.core.base.limits import MAX_LAYERS
+    from amp_tui.core.spec.scenario import load_scenario
+    from amp_tui.tui import edits
+
+    explicit = load_scenario("paper-homogeneous")          # 24 blocks and 6 other layers, listed
+    family = parse_scenario({**ONE_NODE, "model": {"preset": "llama2-13b"}})     # 40 blocks and 2 others
+    for scenario, edit, others in ((explicit, lambda s, v: edits.set_model_field(s, "num_layers", v), 6),
+                                   (explicit, lambda s, v: edits.set_layer_field(s, 2, "repeat", v), 6),
+                                   (family, lambda s, v: edits.set_model_field(s, "num_layers", v), 2)):
+        most = MAX_LAYERS - others
+        with pytest.raises(SpecError) as refused:
+            edit(scenario, "10000")
+        assert f"must be at most {most:,}" in str(refused.value) and f"{others} other layers" in str(refused.value)
+        assert edit(scenario, str(most)).model.num_layers == MAX_LAYERS
+        with pytest.raises(SpecError) as refused:
+            edit(scenario, str(most + 1))
+        assert f"must be at most {most:,}" in str(refused.value)
