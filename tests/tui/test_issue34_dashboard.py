@@ -73,3 +73,24 @@ def test_minor_the_blocks_edit_refuses_with_the_limit_it_then_accepts():
         with pytest.raises(SpecError) as refused:
             edit(scenario, str(most + 1))
         assert f"must be at most {most:,}" in str(refused.value)
+
+
+# Minor: the pin message after a node-count change -------------------------------------------------
+async def test_minor_unpinning_after_a_node_count_change_says_why_in_words(make_app):
+    """Before: "Unpinned: the pinned strategy no longer runs (strategy.tp*pp*dp: '1*6*2=12': must equal
+    the GPU count it uses (16 of 20, the rest idle))"."""
+    from amp_tui.tui import edits
+
+    app = make_app("paper-het-cluster")
+    said: list[str] = []
+    async with app.run_test(size=(160, 48)) as pilot:
+        await settle(app, pilot)
+        app.notify = lambda message, **kwargs: said.append(message)
+        await pilot.press("4", "p")
+        assert app.pinned is not None and app.pinned.strategy.label == "1x6x2" and app.pinned.strategy.idle
+        app.apply_scenario(edits.set_node_field(app.scenario, 0, "count", 4), "4 nodes")
+        await settle(app, pilot)
+        assert app.pinned is None
+        unpinned = [line for line in said if line.startswith("Unpinned")]
+        assert unpinned == ["Unpinned 1x6x2 mbs 1, 1 node idle: its degrees make 12 GPUs, and on this cluster, with "
+                            "that node idle, it would use 16 (pin one of the new ranking)"]
