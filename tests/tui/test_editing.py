@@ -240,4 +240,4 @@ async def test_selection_follows_the_best_or_keeps_a_picked_strategy(make_app):
         kept = app.selected_prediction().strategy
         assert (kept.tp, kept.pp, kept.dp, kept.micro_batch_size) == (
             picked.tp, picked.pp, picked.dp, picked.micro_batch_size)
-        assert table.cursor_row == app.selected_index
+        assert app.query_one(StrategyTable).rows[table.cursor_row].index == app.selected_index

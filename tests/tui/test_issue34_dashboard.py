@@ -9,6 +9,10 @@ from amp_tui.tui.widgets.strategy_table import StrategyTable
 
 from .conftest import settle
 
+MY_CLUSTER = {"name": "my-cluster", "cluster": {"nodes": [{"instance": "p4d.24xlarge", "count": 2},
+                                                          {"instance": "g5.12xlarge", "count": 4}]},
+              "model": {"preset": "llama2-13b"},
+              "training": {"global_batch_size": 128, "precision": "bf16", "recompute": "full", "zero_stage": 1}}
 ONE_NODE = {"cluster": {"nodes": [{"instance": "g4dn.12xlarge", "count": 1}]}, "model": {"preset": "gpt2-medium"},
             "training": {"global_batch_size": 32}}
 
@@ -94,3 +98,37 @@ async def test_minor_unpinning_after_a_node_count_change_says_why_in_words(make_
         unpinned = [line for line in said if line.startswith("Unpinned")]
         assert unpinned == ["Unpinned 1x6x2 mbs 1, 1 node idle: its degrees make 12 GPUs, and on this cluster, with "
                             "that node idle, it would use 16 (pin one of the new ranking)"]
+
+
+# Minor: the Strategies pane at 160x48 -------------------------------------------------------------
+def screen_lines(app) -> list[str]:
+    """The screen as text lines (from the SVG screenshot: each line's cells by their x)."""
+    import html
+    import re
+
+    rows: dict[float, list[tuple[float, str]]] = {}
+    for x, y, text in re.findall(r'<text[^>]*?x="([\d.]+)"[^>]*?y="([\d.]+)"[^>]*>([^<]*)</text>',
+                                 app.export_screenshot()):
+        rows.setdefault(float(y), []).append((float(x), html.unescape(text).replace("\xa0", " ")))
+    return ["".join(text for _, text in sorted(cells)) for _, cells in sorted(rows.items())]
+
+
+async def test_minor_the_unif_row_stays_in_view_and_every_column_shown_fits():
+    """Before, at 160x48 on the README's cluster: the `unif` row scrolled out of the Strategies pane
+    (its note stayed), the partition column was cut off ('partit') and placement never showed."""
+    import re
+
+    app = AmpApp(parse_scenario(MY_CLUSTER), show_timings=False, debounce_s=0.02)
+    async with app.run_test(size=(160, 48)) as pilot:
+        await settle(app, pilot)
+        pane = app.query_one(StrategyTable)
+        assert any(re.search(r"\bunif +\d+x\d+x\d+ ", line) for line in screen_lines(app))     # at rank 1
+        await pilot.press("4", *["j"] * (len(app.result.strategies) - 1))      # to the last ranked row
+        await settle(app, pilot)
+        assert app.selected_index == len(app.result.strategies) - 1
+        assert any(re.search(r"\bunif +\d+x\d+x\d+ ", line) for line in screen_lines(app))
+        assert "placement" in pane._shown_columns and "partition" in pane._shown_columns
+        assert pane.table.max_scroll_x == 0                  # nothing shown is cut off to the right
+        await pilot.press("p")                               # (the comparison: a wider Strategies pane)
+        await settle(app, pilot)
+        assert "placement" in pane._shown_columns and pane.table.max_scroll_x == 0
