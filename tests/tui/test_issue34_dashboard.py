@@ -132,3 +132,57 @@ async def test_minor_the_unif_row_stays_in_view_and_every_column_shown_fits():
         await pilot.press("p")                               # (the comparison: a wider Strategies pane)
         await settle(app, pilot)
         assert "placement" in pane._shown_columns and pane.table.max_scroll_x == 0
+
+
+# Minor: keys typed right after `e` ----------------------------------------------------------------
+async def test_minor_keys_typed_right_after_e_reach_the_dialog(make_app):
+    """Before: under load, '8' typed right after `e` (both in one read of the terminal) reached the
+    dialog before its input had focus and was lost; Enter then applied the old value."""
+    from textual import events
+
+    from amp_tui.tui.widgets.cluster_pane import ClusterPane
+
+    from .test_editing import column
+
+    app = make_app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(app, pilot)
+        table = app.query_one(ClusterPane).table
+        table.focus()
+        table.move_cursor(row=0, column=column("count"))
+        await pilot.pause()
+        for key, character in (("e", "e"), ("8", "8"), ("enter", None)):     # queued together
+            app.post_message(events.Key(key, character))
+        await settle(app, pilot)
+        assert app.scenario.cluster.nodes[0].count == 8
+
+
+async def test_minor_an_empty_value_is_not_applied_and_refused(make_app):
+    """Before: Enter on an emptied value applied it, and the refusal went to the status bar as an
+    error; now the dialog stays open and says what it needs."""
+    from textual.widgets import Input
+
+    from amp_tui.tui.screens.edit_value import EditValueScreen
+    from amp_tui.tui.widgets.cluster_pane import ClusterPane
+    from amp_tui.tui.widgets.status_bar import StatusBar
+
+    from .test_editing import column
+
+    app = make_app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(app, pilot)
+        table = app.query_one(ClusterPane).table
+        table.focus()
+        table.move_cursor(row=0, column=column("count"))
+        await pilot.press("e")
+        await pilot.pause()
+        assert isinstance(app.screen, EditValueScreen)
+        app.screen.query_one(Input).value = ""
+        await pilot.press("enter")
+        await pilot.pause()
+        assert isinstance(app.screen, EditValueScreen)         # still open, nothing applied
+        assert "type a value" in app.screen.error_text and "Escape" in app.screen.error_text
+        assert not app.query_one(StatusBar).error
+        await pilot.press(*"6", "enter")
+        await settle(app, pilot)
+        assert app.scenario.cluster.nodes[0].count == 6
