@@ -24,6 +24,14 @@ LOCK = Path(__file__).resolve().parent.parent / ".ci" / "requirements.lock"
 SEARCH_TICK_S = 1e-4
 
 
+@pytest.fixture(scope="session", autouse=True)
+def session_search_clock():
+    """The same clock for what module- and session-scoped fixtures search, set up before any
+    test's own (a module fixture's plan on the machine's clock ranked by the load it ran under)."""
+    with pytest.MonkeyPatch.context() as patch:
+        yield install(patch, per_read=SEARCH_TICK_S)
+
+
 @pytest.fixture(autouse=True)
 def search_clock(monkeypatch):
     clock = install(monkeypatch, per_read=SEARCH_TICK_S)
