@@ -28,6 +28,7 @@ def add_parser(sub) -> None:
 def run(args) -> int:
     from amp_tui.serving.planfile import open_serving, save_placement
     from amp_tui.serving.result import run_serve
+    from amp_tui.serving.spec import defaults_note
 
     if not 0 < args.time_limit <= 3600:
         raise SpecError("--time-limit", args.time_limit, "expected seconds between 0 and 3600")
@@ -37,6 +38,9 @@ def run(args) -> int:
         if value is not None and not 0 < value <= 86400:
             raise SpecError(flag, value, "expected seconds between 0 and 86400")
     scenario, placement = open_serving(args.scenario)
+    note = defaults_note(scenario)
+    if note:
+        print(f"note: {note}", file=sys.stderr)
     result = run_serve(scenario, time_limit_s=args.time_limit, placement=placement, objective=args.objective,
                        max_tpot_s=args.max_tpot, max_ttft_s=args.max_ttft)
     if args.save:

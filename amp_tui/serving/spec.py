@@ -164,6 +164,7 @@ class ServingScenario:
     coordinator: Coordinator = Coordinator()
     description: str = ""
     hop_latency_s: float = 0.0          # one hop between machines of a region (cluster.hop_latency)
+    serving_defaults: bool = False      # a training scenario without a serving section: Serving()'s defaults
 
     @property
     def serving_model(self) -> ServingModel:
@@ -177,7 +178,11 @@ class ServingScenario:
         out: dict = {"name": self.name}
         if self.description:
             out["description"] = self.description
-        out.update(cluster=self.cluster.to_dict(), model=self.model.to_dict(), serving=self.serving.to_dict())
+        out.update(cluster=self.cluster.to_dict(), model=self.model.to_dict())
+        if self.serving_defaults:
+            out["training"] = {}     # read back as a training scenario served with the defaults
+        else:
+            out["serving"] = self.serving.to_dict()
         return out
 
 
@@ -361,13 +366,15 @@ def parse_serving_scenario(value: object) -> ServingScenario:
     for key in value:
         if key not in ("name", "description", "cluster", "model", "serving", "training", "search", "format"):
             raise SpecError(f"scenario.{key}", value[key], "unknown scenario field")
-    if "serving" not in value:
-        raise SpecError("serving", None, "required; this scenario has no serving section (give serving: {precision, "
-                                         "prompt_tokens, output_tokens})")
+    # a training scenario serves its model on its cluster with the serving defaults (the dashboard's `v` too)
+    defaults = "serving" not in value
+    if defaults and "training" not in value:
+        raise SpecError("serving", None, "required; this scenario has neither a serving nor a training section "
+                                         "(give serving: {precision, prompt_tokens, output_tokens})")
     for key in ("cluster", "model"):
         if key not in value:
             raise SpecError(key, None, "required")
-    serving = parse_serving(value["serving"])
+    serving = parse_serving(value.get("serving"))
     cluster = parse_cluster(value["cluster"])
     model = parse_model(value["model"], serving.bytes_per_element)
     groups = machine_groups(cluster)
@@ -379,7 +386,19 @@ def parse_serving_scenario(value: object) -> ServingScenario:
     _check_profiles(groups, model)
     return ServingScenario(name=str(value.get("name", "scenario")), description=str(value.get("description", "")),
                            cluster=cluster, model=model, serving=serving, groups=groups, regions=regions,
-                           links=links, coordinator=coordinator, hop_latency_s=hop_latency)
+                           links=links, coordinator=coordinator, hop_latency_s=hop_latency, serving_defaults=defaults)
+
+
+def defaults_note(scenario: ServingScenario) -> str | None:
+    """What serve says when it serves a training scenario (no serving section), else None."""
+    if not scenario.serving_defaults:
+        return None
+    s = scenario.serving
+    unmeasured = [g.label for g in scenario.groups if g.profile is None]
+    how = (f"; {', '.join(dict.fromkeys(unmeasured))} modelled from the GPU's datasheet (no serving_profile)"
+           if unmeasured else "")
+    return (f"{scenario.name} has no serving section: serving its model on its cluster with the defaults "
+            f"({s.precision}, {s.prompt_tokens} prompt + {s.output_tokens} output tokens per request, offline){how}")
 
 
 def load_serving_scenario(name_or_path: str) -> ServingScenario:
@@ -402,8 +421,11 @@ def serving_scenario_from(scenario) -> ServingScenario:
     """Serve the model and cluster of a training scenario (the dashboard's `v`): its serving section if it
     has one, else the defaults; machines without serving_profile are modelled from their GPU's datasheet."""
     data = scenario.to_dict()
-    return parse_serving_scenario({"name": data.get("name", "scenario"), "cluster": data["cluster"],
-                                   "model": data["model"], "serving": data.get("serving") or {}})
+    payload = {"name": data.get("name", "scenario"), "cluster": data["cluster"], "model": data["model"],
+               "training": data.get("training") or {}}
+    if data.get("serving"):
+        payload["serving"] = data["serving"]
+    return parse_serving_scenario(payload)
 
 
 def with_group_count(scenario: ServingScenario, group: int, count: int) -> ServingScenario:

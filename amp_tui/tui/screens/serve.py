@@ -55,7 +55,9 @@ class ServeScreen(Screen):
         self.time_limit_s = time_limit_s
         self.result = None
         self.group = 0
-        self.note = ""
+        from amp_tui.serving.spec import defaults_note
+
+        self.note = defaults_note(scenario) or ""
         self.generation = 0
         self.solving = False
 
@@ -139,7 +141,9 @@ class ServeScreen(Screen):
             self.notify(str(err), severity="warning", markup=False)
             return
         self.placement = None      # the cluster changed: solve afresh
-        self.note = f"group {self.group}: {count} machines"
+        from amp_tui.serving.spec import defaults_note
+
+        self.note = "\n".join(filter(None, [f"group {self.group}: {count} machines", defaults_note(self.scenario)]))
         self.solve()
 
 

@@ -1,0 +1,49 @@
+"""Issue 34's serving minors: serve and the dashboard's `v` agree on training scenarios; a latency bound
+nothing meets names the flag given; the Serve view's header; decode beside the max flow is explained."""
+
+import json
+
+from amp_tui.cli import main
+from amp_tui.core.spec.scenario import load_scenario
+from amp_tui.serving.spec import (defaults_note, load_serving_scenario, parse_serving_scenario,
+                                  serving_scenario_from, with_group_count)
+
+
+def _run(capsys, *argv):
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_serve_serves_a_training_scenario_as_the_dashboard_does_and_says_so(capsys):
+    code, out, err = _run(capsys, "serve", "paper-homogeneous", "--json", "--time-limit", "3")
+    assert code == 0
+    assert json.loads(out)["predicted"]["decode_tokens_per_s"] > 0
+    assert "no serving section" in err and "750 prompt + 240 output tokens" in err
+    assert "datasheet" in err        # g4dn's T4s have no serving profile
+    cli = load_serving_scenario("paper-homogeneous")
+    dashboard = serving_scenario_from(load_scenario("paper-homogeneous"))
+    assert cli.serving == dashboard.serving and cli.serving_defaults and dashboard.serving_defaults
+    assert [(g.label, g.count) for g in cli.groups] == [(g.label, g.count) for g in dashboard.groups]
+    # a live edit in the Serve view keeps saying it
+    assert defaults_note(with_group_count(cli, 0, 3)) is not None
+
+
+def test_a_serving_scenario_carries_no_defaults_note():
+    assert defaults_note(load_serving_scenario("helix-single24-llama2-70b")) is None
+
+
+def test_a_scenario_with_neither_section_is_refused_in_one_line(capsys, tmp_path):
+    data = load_serving_scenario("helix-single24-llama2-70b").to_dict()
+    del data["serving"]
+    path = tmp_path / "bare.yaml"
+    path.write_text(json.dumps(data))
+    code, _, err = _run(capsys, "serve", str(path))
+    assert code == 2 and "serving" in err and "neither a serving nor a training" in err
+    assert len(err.strip().splitlines()) == 1
+
+
+def test_defaults_round_trip_through_a_saved_scenario():
+    scenario = load_serving_scenario("paper-homogeneous")
+    again = parse_serving_scenario(scenario.to_dict())
+    assert again.serving_defaults and again.serving == scenario.serving
