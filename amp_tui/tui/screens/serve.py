@@ -6,6 +6,7 @@ again at once), c cancels a running solve, escape goes back.
 
 from __future__ import annotations
 
+from rich.text import Text
 from textual import work
 from textual.app import App, ComposeResult
 from textual.binding import Binding
@@ -72,11 +73,16 @@ class ServeScreen(Screen):
     def on_mount(self) -> None:
         self.solve()
 
-    def _title(self) -> str:
+    def _title(self) -> Text:
+        """The scenario and its node groups; the group that + / - change is shown in reverse video."""
         sc = self.scenario
-        groups = ", ".join(("> " if i == self.group else "") + f"{g.count} x {g.label}"
-                           + (f" ({g.region})" if len(sc.regions) > 1 else "") for i, g in enumerate(sc.groups))
-        return f"Serve {sc.name}: {groups}"
+        title = Text(f"Serve {sc.name}: ")
+        for i, g in enumerate(sc.groups):
+            if i:
+                title.append(", ")
+            label = f"{g.count} x {g.label}" + (f" ({g.region})" if len(sc.regions) > 1 else "")
+            title.append(label, style="reverse" if i == self.group else "")
+        return title
 
     def solve(self) -> None:
         self.generation += 1
