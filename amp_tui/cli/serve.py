@@ -70,7 +70,9 @@ def render(result) -> str:
                    f"{format_seconds(p.tpot_s)}; {p.requests_in_flight:,.0f} requests in flight ({p.limited_by}); "
                    f"depth {p.depth:.1f} machines")
     out += [f"max flow {sol.throughput:,.1f} tokens/s (prompt and decode)   bound {sol.upper_bound:,.1f}   "
-            f"objective {result.objective}   {how} ({sol.evaluations} evaluations)", ""]
+            f"objective {result.objective}   {how} ({sol.evaluations} evaluations)"]
+    gap = result.gap_sentence()
+    out += ([f"  {gap}"] if gap else []) + [""]
     util = result.utilisation()
     rows = []
     for m in range(net.num_machines):

@@ -61,6 +61,25 @@ class ServeResult:
             rows.append((a, b, float(f), float(f / cap) if cap > 0 else 0.0))
         return sorted(rows, key=lambda r: (-r[3], -r[2]))[:top]
 
+    def gap_sentence(self) -> str | None:
+        """Why the predicted decode tokens/s sits far below the max flow, in one sentence (None without a
+        prediction): the max flow (and the machine and link use shown beside it) is what the machines and
+        links could carry with no limit on requests in flight, prompt and decode tokens together; what is
+        served is set by the requests in flight and the time each waits for its next token."""
+        if self.served is None or self.served.prediction.decode_tokens_per_s <= 0:
+            return None
+        p, x = self.served.prediction, self.served.prediction.decode_tokens_per_s
+        o = self.scenario.serving.output_tokens
+        why = {"kv cache": "the KV cache admits no more",
+               "request rate": "the request rate sends no more"}.get(p.limited_by, f"{p.limited_by} is saturated")
+        links = max((use for *_, use in self.busiest_links(1)), default=0.0)
+        tail = f"; links carry at most {links:.1%} of their bandwidth" if links < 0.01 else ""
+        steady = "at steady state, " if self.served.window is not None else ""
+        return (f"{steady}decode {x:,.0f} tokens/s = {p.requests_in_flight:,.0f} requests in flight ({why}) x {o} tokens "
+                f"each / ({p.ttft_s:.2f} s to the first + {o} x {p.tpot_s:.3f} s per token); the max flow, "
+                f"{self.solution.throughput:,.0f} tokens/s, and the use shown beside it count what the machines "
+                f"and links could carry with no limit on requests in flight{tail}")
+
     def to_json(self) -> dict:
         predicted = {}
         if self.served is not None:

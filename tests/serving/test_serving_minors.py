@@ -3,6 +3,8 @@ nothing meets names the flag given; the Serve view's header; decode beside the m
 
 import json
 
+import pytest
+
 from amp_tui.cli import main
 from amp_tui.core.spec.scenario import load_scenario
 from amp_tui.serving.spec import (defaults_note, load_serving_scenario, parse_serving_scenario,
@@ -47,3 +49,23 @@ def test_defaults_round_trip_through_a_saved_scenario():
     scenario = load_serving_scenario("paper-homogeneous")
     again = parse_serving_scenario(scenario.to_dict())
     assert again.serving_defaults and again.serving == scenario.serving
+
+
+def test_decode_far_below_the_max_flow_comes_with_a_sentence_that_adds_up(capsys):
+    import re
+
+    from amp_tui.serving.result import run_serve
+
+    result = run_serve(load_serving_scenario("paper-homogeneous"), time_limit_s=3)
+    p = result.served.prediction
+    assert p.decode_tokens_per_s < 0.2 * result.solution.throughput     # the gap the minor saw
+    sentence = result.gap_sentence()
+    assert "KV cache admits no more" in sentence and "no limit on requests in flight" in sentence
+    assert "links carry at most 0.0%" in sentence
+    # its arithmetic is the closed loop: N x o / (TTFT + o x TPOT) = decode
+    n, o, ttft, tpot = (float(v.replace(",", "")) for v in re.search(
+        r"= ([\d,]+) requests in flight .* x (\d+) tokens each / \(([\d.]+) s to the first \+ \d+ x ([\d.]+) s",
+        sentence).groups())
+    assert n * o / (ttft + o * tpot) == pytest.approx(p.decode_tokens_per_s, rel=0.02)
+    code, out, _ = _run(capsys, "serve", "paper-homogeneous", "--time-limit", "3")
+    assert code == 0 and "no limit on requests in flight" in out
