@@ -249,7 +249,7 @@ def solve(net: Network, *, time_limit_s: float = 10.0, starts: list[Placement] |
             remaining = time_limit_s - (time.perf_counter() - started)
             if remaining <= 0:
                 break
-            blocks = blocks_at(tables, counts, L, flow, lp.columns, time_limit_s=max(0.05, min(1.0, remaining)),
+            blocks = blocks_at(tables, counts, L, flow, lp.columns, time_limit_s=max(0.05, remaining),
                                regions=regions, sequence=sequence, pair_capacity=pair_capacity)
             if not blocks:
                 continue
