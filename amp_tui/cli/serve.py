@@ -15,7 +15,9 @@ def add_parser(sub) -> None:
     se = sub.add_parser("serve", help="place a model for serving: most predicted decode tokens/s (or max flow)")
     se.add_argument("scenario", metavar="SCENARIO", help="serving scenario preset or file, or a saved placement")
     se.add_argument("--json", action="store_true", help="print JSON instead of a table")
-    se.add_argument("--time-limit", type=float, default=10.0, metavar="S", help="search time limit in seconds (default 10)")
+    se.add_argument("--time-limit", type=float, default=60.0, metavar="S",
+                    help="a safety net on the search in seconds (default 60): the search is bounded by its work, so "
+                         "the same input gives the same placement; past the limit it returns the best found so far")
     se.add_argument("--save", metavar="FILE.yaml", help="save the placement (reopen with serve or ui)")
     se.add_argument("--objective", choices=("decode", "flow"), default="decode",
                     help="decode: most predicted decode tokens/s (default); flow: most max flow (Helix's objective)")

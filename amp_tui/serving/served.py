@@ -13,6 +13,7 @@ import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
@@ -26,9 +27,9 @@ from amp_tui.serving.network import Flow, Network, max_flow
 from amp_tui.serving.placement import Placement
 from amp_tui.serving.spec import ServingScenario, serving_profile_of
 
-PIPELINES_KEPT = 8       # disjoint-pipeline candidates evaluated (pipelines.py's screening picks them)
-STAGES_KEPT = 12         # shared-path candidates evaluated (stages.py's screening picks them)
-WINDOW_FINALISTS = 6     # candidates whose benchmark window is predicted: the best by the ramp-held
+PIPELINES_KEPT = 6       # disjoint-pipeline candidates evaluated (pipelines.py's screening picks them)
+STAGES_KEPT = 10         # shared-path candidates evaluated (stages.py's screening picks them)
+WINDOW_FINALISTS = 5     # candidates whose benchmark window is predicted: the best by the ramp-held
                          # estimate and by the steady state, in turn
 
 
@@ -75,6 +76,14 @@ def evaluate(scenario: ServingScenario, net: Network, placement: Placement, prof
     return Served(placement, flow, route, prediction, figures)
 
 
+class Outcome(NamedTuple):
+    served: Served | None
+    evaluations: int
+    stopped_by: str
+    lowest_tpot_s: float
+    lowest_ttft_s: float
+
+
 def _meets(served: Served, max_tpot_s: float | None, max_ttft_s: float | None) -> bool:
     p = served.prediction
     return ((max_tpot_s is None or p.tpot_s <= max_tpot_s) and (max_ttft_s is None or p.ttft_s <= max_ttft_s)
@@ -84,8 +93,9 @@ def _meets(served: Served, max_tpot_s: float | None, max_ttft_s: float | None) -
 def search(scenario: ServingScenario, net: Network, *, time_limit_s: float, starts: list[Placement],
            max_tpot_s: float | None = None, max_ttft_s: float | None = None,
            progress: Callable[[float], None] | None = None,
-           should_cancel: Callable[[], bool] | None = None) -> tuple[Served | None, int, str]:
-    """(best placement's evaluation or None if none meets the bounds, evaluations, what stopped it).
+           should_cancel: Callable[[], bool] | None = None) -> "Outcome":
+    """The best placement's evaluation (None if none meets the bounds), the evaluations, what stopped it, and the
+    lowest TPOT and TTFT predicted for any candidate (what a bound nothing meets can be relaxed to).
 
     Bounded by work, so that the same input gives the same pick however busy the machine is: the pool
     (PIPELINES_KEPT + STAGES_KEPT candidates and the starts) is evaluated at steady state, then the
@@ -101,26 +111,29 @@ def search(scenario: ServingScenario, net: Network, *, time_limit_s: float, star
         return time.perf_counter() - started >= time_limit_s
 
     shared = stages.candidates(net, profiles, scenario.serving, keep=STAGES_KEPT, stop=stop)
-    pool = ([placement for _, placement in pipelines.candidates(net, profiles, scenario.serving, keep=PIPELINES_KEPT)]
-            + shared + list(starts))
+    pool = (list(starts) + [placement for _, placement in pipelines.candidates(net, profiles, scenario.serving,
+                                                                               keep=PIPELINES_KEPT)] + shared)
     pool = list({(p.first, p.count): p for p in pool}.values())
     finalists = scenario.serving.benchmark is not None
     total = len(pool) + (WINDOW_FINALISTS if finalists else 0)
     evaluated: list[Served] = []
     stopped_by = "converged"
     for i, placement in enumerate(pool):
-        if stop():
-            stopped_by = "time limit"
+        if evaluated and stop():
+            stopped_by = "time limit"     # (the first is evaluated whatever the time: an answer to give)
             break
         evaluated.append(evaluate(scenario, net, placement, profiles, window=False))
         if progress is not None:
             progress((i + 1) / total)
+    served_any = [s for s in evaluated if s.prediction.decode_tokens_per_s > 0]
+    lowest = (min((s.prediction.tpot_s for s in served_any), default=math.inf),
+              min((s.prediction.ttft_s for s in served_any), default=math.inf))
     feasible = [s for s in evaluated if _meets(s, max_tpot_s, max_ttft_s)]
     if not feasible:
-        return None, len(evaluated), stopped_by
+        return Outcome(None, len(evaluated), stopped_by, *lowest)
     by_steady = sorted(feasible, key=lambda s: -s.prediction.decode_tokens_per_s)
     if not finalists:
-        return by_steady[0], len(evaluated), stopped_by
+        return Outcome(by_steady[0], len(evaluated), stopped_by, *lowest)
     by_ramp = sorted(feasible, key=lambda s: -ramp_estimate(s, scenario.serving))
     chosen: list[Served] = []
     for pair in zip(by_ramp, by_steady):
@@ -136,7 +149,7 @@ def search(scenario: ServingScenario, net: Network, *, time_limit_s: float, star
         if progress is not None:
             progress((len(evaluated) + len(windows)) / total)
     best = max(windows, key=lambda s: s.decode_tokens_per_s)
-    return best, len(evaluated) + len(windows), stopped_by
+    return Outcome(best, len(evaluated) + len(windows), stopped_by, *lowest)
 
 
 def ramp_estimate(served: Served, serving) -> float:

@@ -60,7 +60,8 @@ def test_decode_far_below_the_max_flow_comes_with_a_sentence_that_adds_up(capsys
     p = result.served.prediction
     assert p.decode_tokens_per_s < 0.2 * result.solution.throughput     # the gap the minor saw
     sentence = result.gap_sentence()
-    assert "KV cache admits no more" in sentence and "no limit on requests in flight" in sentence
+    why = "the KV cache admits no more" if p.limited_by == "kv cache" else f"{p.limited_by} is saturated"
+    assert why in sentence and "no limit on requests in flight" in sentence
     assert "links carry at most 0.0%" in sentence
     # its arithmetic is the closed loop: N x o / (TTFT + o x TPOT) = decode
     n, o, ttft, tpot = (float(v.replace(",", "")) for v in re.search(
@@ -69,3 +70,12 @@ def test_decode_far_below_the_max_flow_comes_with_a_sentence_that_adds_up(capsys
     assert n * o / (ttft + o * tpot) == pytest.approx(p.decode_tokens_per_s, rel=0.02)
     code, out, _ = _run(capsys, "serve", "paper-homogeneous", "--time-limit", "3")
     assert code == 0 and "no limit on requests in flight" in out
+
+
+def test_a_latency_bound_nothing_meets_names_the_flag_given_and_the_lowest_found(capsys):
+    code, _, err = _run(capsys, "serve", "helix-single24-llama2-70b", "--max-tpot", "0.01", "--time-limit", "60")
+    assert code == 2 and len(err.strip().splitlines()) == 1
+    assert "--max-tpot: 0.01: no placement found with a predicted TPOT under 0.01 s" in err
+    assert "None" not in err and "--max-ttft" not in err
+    lowest = float(err.split("evaluated: ")[1].split(" s)")[0])
+    assert lowest > 0.01

@@ -100,13 +100,11 @@ def _decode_step(m: Machines, batch: np.ndarray) -> tuple[np.ndarray, np.ndarray
 
 
 def machine_loads(m: Machines, decode_rate: np.ndarray, prompt_rate: np.ndarray,
-                  fragmentation: float = FRAGMENTATION, start: np.ndarray | None = None,
-                  convoy: np.ndarray | None = None):
+                  fragmentation: float = FRAGMENTATION, start: np.ndarray | None = None):
     """(batch, wave, busy, residence, prompt stay) per machine at decode tokens/s and prompts/s arriving.
 
     The batch is the root of b = x R(b) (Newton's method on it, from `start` when given), at most the
-    engine's limit; a machine busy all the time even at its limit is saturated. `convoy`: per machine, the
-    chance a token arrives in one wave with a prompt and stays as long as it (roundtrip.py); none by default."""
+    engine's limit; a machine busy all the time even at its limit is saturated."""
     x, p = np.asarray(decode_rate, dtype=float), np.asarray(prompt_rate, dtype=float)
     T = m.prompt_wave_s
     batch = np.ones_like(x) if start is None else np.clip(start, 1.0, m.limit)
@@ -121,10 +119,6 @@ def machine_loads(m: Machines, decode_rate: np.ndarray, prompt_rate: np.ndarray,
         residence = fragmentation * (wave + wait) + ride * T
         slope_r = (fragmentation * (wave_slope + x * (2 * wave * wave_slope / b - wave * wave / b / b) / 2)
                    + (ride < 1) * p * wave_slope * T)
-        if convoy is not None:     # a token in a prompt's convoy stays as long as the prompt does
-            residence = (1 - convoy) * residence + convoy * (T + fragmentation * wave + wait)
-            slope_r = (1 - convoy) * slope_r + convoy * fragmentation * (
-                wave_slope + x * (2 * wave * wave_slope / b - wave * wave / b / b) / 2)
         return wave, busy, wait, residence, slope_r
 
     # the smallest batch the machine keeps up with (busy < 1): double from 1, then halve the last gap; the

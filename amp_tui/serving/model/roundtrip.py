@@ -37,49 +37,11 @@ class RoundTrip:
         self.prompt_send = transfer_s(fields, serving.prompt_tokens, activation_bytes)
         self.decode_fixed = float(fields.share @ (fields.latency_s + self.token_send))
         self.prompt_fixed = float(fields.share @ (fields.latency_s + self.prompt_send))
-        self._convoys(hops)
         self.n = len(route.visits)
         self.prompt_tokens = serving.prompt_tokens
         self.output_tokens = serving.output_tokens
         self.activation_bytes = activation_bytes
         self._batch = None
-
-    def _convoys(self, hops) -> None:
-        """The machine-to-machine hops in route order (Kahn's), each with the weight w = (s / in) (s / out): a
-        token arriving at the receiver came over this hop with chance s / in (its share over the receiver's
-        inflow), and a prompt that left the sender in the token's wave took the same hop with chance s / out."""
-        index = {int(m): i for i, m in enumerate(self.visited)}
-        edges = [(index[h.sender], index[h.receiver], h.share) for h in hops
-                 if h.sender in index and h.receiver in index]
-        inflow, outflow = np.zeros(len(index)), np.zeros(len(index))
-        for u, v, share in edges:
-            outflow[u] += share
-            inflow[v] += share
-        waiting = {v: 0 for v in range(len(index))}
-        for _, v, _ in edges:
-            waiting[v] += 1
-        order, ready = [], [v for v, k in waiting.items() if k == 0]
-        while ready:
-            u = ready.pop()
-            order.append(u)
-            for a, v, _ in edges:
-                if a == u:
-                    waiting[v] -= 1
-                    if waiting[v] == 0:
-                        ready.append(v)
-        into: dict[int, list[tuple[int, float]]] = {v: [] for v in range(len(index))}
-        for u, v, share in edges:
-            into[v].append((u, share * share / (inflow[v] * outflow[u])))
-        self._order, self._into = order, into
-
-    def _convoy(self, alone: np.ndarray, busy: np.ndarray) -> np.ndarray:
-        """Per machine, the chance a token arrives in one wave with a prompt: over the hops into it, the chance
-        the token's wave at the sender carried one (it came in a convoy, or a prompt rode its wave there by
-        chance, `alone`) and that the prompt came the same way."""
-        convoy = np.zeros(len(alone))
-        for v in self._order:
-            convoy[v] = busy[v] * sum(w * (convoy[u] + (1 - convoy[u]) * alone[u]) for u, w in self._into[v])
-        return convoy
 
     def __call__(self, decode_rate: float, prompt_rate: float | None = None):
         """(TPOT, TTFT, loads) at `decode_rate` tokens/s over the cluster and `prompt_rate` prompts/s (default:
@@ -87,11 +49,7 @@ class RoundTrip:
         if prompt_rate is None:
             prompt_rate = decode_rate / self.output_tokens
         x, p = decode_rate * self.share, prompt_rate * self.share
-        batch, wave, busy, _, _ = machine_loads(self.machines, x, p, start=self._batch)
-        # tokens and prompts that shared a wave travel on together where routed alike (compute.ride_share)
-        alone = np.minimum(1.0, p * (wave + self.machines.prompt_wave_s))
-        convoy = self._convoy(alone, np.minimum(busy, 1.0))
-        batch, _, busy, residence, stay = machine_loads(self.machines, x, p, start=batch, convoy=convoy)
+        batch, _, busy, residence, stay = machine_loads(self.machines, x, p, start=self._batch)
         self._batch = batch          # the next call's start: callers move the loads a little at a time
         # every hop's wait for its link, paid by a decode token and a prompt alike (network.py)
         wait = float(self.hop_share @ queue_wait_s(self.prompt_send, self.token_send, self.hop_share, decode_rate,
