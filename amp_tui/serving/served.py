@@ -19,7 +19,7 @@ import numpy as np
 
 from amp_tui.core.base.errors import Cancelled
 from amp_tui.serving import pipelines, stages
-from amp_tui.serving.model.predict import Prediction, predict
+from amp_tui.serving.model.predict import Prediction, admitted_routing, predict
 from amp_tui.serving.model.roundtrip import RoundTrip
 from amp_tui.serving.model.window import benchmark_window
 from amp_tui.serving.model.routing import Routing, routing
@@ -64,10 +64,11 @@ def evaluate(scenario: ServingScenario, net: Network, placement: Placement, prof
     model = scenario.serving_model
     first, count = placement.arrays()
     flow = max_flow(net, first, count)
-    route = routing(net, flow, first, count, model.activation_bytes_per_token)
+    route, admitted = admitted_routing(routing(net, flow, first, count, model.activation_bytes_per_token), profiles,
+                                       first, count, model.num_layers, scenario.serving)
     trip = RoundTrip(route, profiles, count, scenario.serving, model.activation_bytes_per_token)
     prediction = predict(route, profiles, first, count, model.num_layers, scenario.serving,
-                         model.activation_bytes_per_token, trip)
+                         model.activation_bytes_per_token, trip, admitted)
     figures = None
     if window and scenario.serving.benchmark is not None and prediction.decode_tokens_per_s > 0:
         warmup, span, initial = scenario.serving.benchmark

@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 
 from amp_tui.serving.model.compute import FRAGMENTATION, machine_load, receive_copy_s, RECEIVE_COPY_BYTES_PER_S
-from amp_tui.serving.model.kv import admitted_requests, feeder_requests, reserve_tokens, room_per_layer
+from amp_tui.serving.model.kv import admission, admitted_requests, feeder_requests, reserve_tokens, room_per_layer
 from amp_tui.serving.model.network import decode_hop_s, link_wait_s, prompt_hop_s
-from amp_tui.serving.model.predict import predict
+from amp_tui.serving.model.predict import admitted_routing, predict
 from amp_tui.serving.model.routing import Hop, Routing
 from amp_tui.serving.profile import parse_profile
 from amp_tui.serving.spec import Serving
@@ -70,6 +70,30 @@ def test_the_router_sends_round_a_full_machine_while_another_has_room():
     hops = _chain((-1, 0, 0.97), (-1, 1, 0.03), (0, -1, 0.97), (1, -1, 0.03))
     admitted, rule = admitted_requests(hops, np.array([0, 0]), np.array([1, 1]), kv, 1, SERVING, 150.0)
     assert rule == "router" and admitted == pytest.approx((0.85 * 2_000 - 150) / 150)
+
+
+def test_admitted_requests_stay_where_the_router_put_them():
+    # the 70 / 30 split of a one-layer model, machine 1 keeping 3,000 tokens: machine 0 fills at 14.76 launches as
+    # above (10.33 requests held, 4.43 on machine 1); then machine 1 takes every request until 150 n + 150 passes
+    # 0.85 x 3,000 (2,400 tokens held, 16 requests), below the feeder's 0.8 x 5,000: the router stops the run at
+    # 10.33 + 16 requests, 39% on machine 0 where the max flow sends 70%
+    hops = _chain((-1, 0, 0.7), (-1, 1, 0.3), (0, -1, 0.7), (1, -1, 0.3))
+    first, count = np.array([0, 0]), np.array([1, 1])
+    admitted = admission(hops, first, count, np.array([2_000.0, 3_000.0]), 1, SERVING, 150.0)
+    assert admitted.rule == "router" and admitted.requests == pytest.approx(1_550 / 150 + 16)
+    assert admitted.held == pytest.approx([1_550 / 150, 16.0])
+    # predict serves the requests in flight where they were admitted: the route's visits are the held shares
+    small, large = (parse_profile({"decode_ms_per_layer": {1: 2.0}, "prompt_ms_per_layer": {1000: 10.0},
+                                   "kv_tokens_per_layer": {1: kv}, "max_decode_batch": {1: 64}}) for kv in (2_000, 3_000))
+    route = Routing(visits=np.array([0.7, 0.3]), layers=np.array([1.0, 1.0]), hops=hops, flow_tokens_per_s=1e6)
+    routed, admitted = admitted_routing(route, [small, large], first, count, 1, SERVING)
+    assert admitted.rule == "router"
+    assert routed.visits == pytest.approx(np.array([1_550 / 150, 16.0]) / admitted.requests)
+    # where the feeder stops the run (machine 1 keeping 10,000 tokens, the case above) the max flow's shares stay
+    large = parse_profile({"decode_ms_per_layer": {1: 2.0}, "prompt_ms_per_layer": {1000: 10.0},
+                           "kv_tokens_per_layer": {1: 10_000}, "max_decode_batch": {1: 64}})
+    routed, admitted = admitted_routing(route, [small, large], first, count, 1, SERVING)
+    assert admitted.rule == "feeder" and list(routed.visits) == [0.7, 0.3]
 
 
 def test_hop_terms_by_hand():

@@ -31,6 +31,7 @@ machines (compute.py and network.py price that).
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -67,10 +68,27 @@ def admitted_requests(hops, first: np.ndarray, count: np.ndarray, kv_tokens: np.
                       serving, reserve: float) -> tuple[float, str]:
     """(requests in flight admission lets in, "feeder" or "router"): `hops` the routing's edges (sender,
     receiver, share; COORDINATOR at both ends), kv_tokens[i] machine i's per-layer room at its count."""
+    admitted = admission(hops, first, count, kv_tokens, num_layers, serving, reserve)
+    return admitted.requests, admitted.rule
+
+
+@dataclass(frozen=True)
+class Admission:
+    requests: float          # in flight when admission stops
+    rule: str                # which rule stops it: "feeder" or "router"
+    held: np.ndarray         # per machine: the requests in flight that pass it (their KV is there)
+
+
+def admission(hops, first: np.ndarray, count: np.ndarray, kv_tokens: np.ndarray, num_layers: int,
+              serving, reserve: float) -> Admission:
+    """admitted_requests, with where the admitted requests are: a request's route is fixed when it is admitted
+    (its KV cache stays on the machines it passed), so where the router sent requests round full machines,
+    those machines serve fewer of the requests in flight and the others more than the max flow's shares."""
     first, count = np.asarray(first), np.asarray(count)
     held = [int(m) for m in np.flatnonzero(count > 0)]
+    requests_at = np.zeros(len(count))
     if not held:
-        return 0.0, "feeder"
+        return Admission(0.0, "feeder", requests_at)
     end = first + count
     capacity = {m: float(kv_tokens[m]) * int(count[m]) for m in held}          # tokens, all its layers
     limit = {m: serving.machine_kv_fill * capacity[m] - reserve * int(count[m]) for m in held}
@@ -105,10 +123,11 @@ def admitted_requests(hops, first: np.ndarray, count: np.ndarray, kv_tokens: np.
             complete[u] = sum(s / total * complete.get(v, 0.0) for v, s in edges) if total > 0 else 0.0
         acceptance = complete[SOURCE]
         if acceptance < STALL_ACCEPTANCE:
-            return accepted, "router"
+            return Admission(accepted, "router", requests_at)
         # tokens each machine reserves per launch: routes picked in proportion to flow among open receivers
         reach = {SOURCE: 1.0}
         rate = {m: 0.0 for m in held}
+        passing = np.zeros(len(count))          # admitted requests through each machine, per launch
         for u in [SOURCE] + later_first[::-1]:
             edges = open_edges(u)
             total = sum(s for _, s in edges)
@@ -119,6 +138,7 @@ def admitted_requests(hops, first: np.ndarray, count: np.ndarray, kv_tokens: np.
                     share = reach[u] * s / total
                     reach[v] = reach.get(v, 0.0) + share
                     rate[v] += share * complete[v] * reserve * runs(u, v)
+                    passing[v] += share * complete[v]
         # the next machine to fill, against the feeder's bound (per launch, fluid)
         step, filling = math.inf, None
         for m in held:
@@ -135,10 +155,11 @@ def admitted_requests(hops, first: np.ndarray, count: np.ndarray, kv_tokens: np.
             to_feeder = np.where(growth > 0, (serving.kv_fill * layer_room - used) / growth, math.inf)
         feeder_step = max(0.0, float(to_feeder.min()))
         if math.isinf(min(step, feeder_step)):
-            return accepted, "router"          # nothing reserves any more: no route holds a request
+            return Admission(accepted, "router", requests_at)     # nothing reserves any more: no route holds one
         if feeder_step <= step:
-            return accepted + acceptance * feeder_step, "feeder"
+            return Admission(accepted + acceptance * feeder_step, "feeder", requests_at + passing * feeder_step)
         for m in held:
             load[m] += rate[m] * step
+        requests_at += passing * step
         accepted += acceptance * step
         full.add(filling)

@@ -21,11 +21,11 @@ The max flow stays beside it as a bound on prompt and decode tokens together.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
-from amp_tui.serving.model.kv import admitted_requests, reserve_tokens, room_per_layer
+from amp_tui.serving.model.kv import Admission, admission, reserve_tokens, room_per_layer
 from amp_tui.serving.model.roundtrip import RoundTrip
 from amp_tui.serving.model.routing import Routing
 
@@ -86,20 +86,33 @@ class Prediction:
         return out
 
 
+def admitted_routing(route: Routing, profiles, first: np.ndarray, count: np.ndarray, num_layers: int, serving):
+    """(the routing of the requests in flight, kv.Admission at a young run's requests). Admission is taken in
+    reserve tokens at the mean prompt (a young run's); at steady state the requests in flight hold longer
+    prompts (serving.held_prompt_tokens), so fewer fit. A request's route is fixed when it is admitted: where
+    the router sent requests round full machines, the machines serve the requests where they were put, not
+    at the max flow's shares."""
+    count = np.asarray(count)
+    kv = np.array([profiles[m].kv_tokens(int(count[m])) if count[m] else 0.0 for m in range(len(count))])
+    admitted = admission(route.hops, first, count, kv, num_layers, serving, reserve_tokens(serving, serving.prompt_tokens))
+    if admitted.rule == "router" and admitted.requests > 0:
+        route = replace(route, visits=admitted.held / admitted.requests)
+    return route, admitted
+
+
 def predict(route: Routing, profiles, first: np.ndarray, count: np.ndarray, num_layers: int, serving,
-            activation_bytes: float, trip: RoundTrip | None = None) -> Prediction:
-    """`profiles[m]`: machine m's ServingProfile; first/count: the layers each machine holds; `trip` the
-    placement's RoundTrip when the caller has one."""
+            activation_bytes: float, trip: RoundTrip | None = None, admitted: Admission | None = None) -> Prediction:
+    """`profiles[m]`: machine m's ServingProfile; first/count: the layers each machine holds; `route` and
+    `admitted` from admitted_routing (computed here when not given); `trip` the route's RoundTrip."""
+    if admitted is None:
+        route, admitted = admitted_routing(route, profiles, first, count, num_layers, serving)
+        trip = None
     count = np.asarray(count)
     n = len(count)
     kv = np.array([profiles[m].kv_tokens(int(count[m])) if count[m] else 0.0 for m in range(n)])
     room = room_per_layer(kv, np.asarray(first), count, num_layers)
-    # admission in reserve tokens, at a young run's requests (the mean prompt); at steady state the requests in
-    # flight hold longer prompts (serving.held_prompt_tokens), so fewer fit (one request's margin under each
-    # machine's limit is taken at the young reserve)
-    young = reserve_tokens(serving, serving.prompt_tokens)
-    admitted_young, admitted_by = admitted_requests(route.hops, first, count, kv, num_layers, serving, young)
-    admission_tokens = admitted_young * young
+    admitted_by = admitted.rule
+    admission_tokens = admitted.requests * reserve_tokens(serving, serving.prompt_tokens)
     admitted = admission_tokens / reserve_tokens(serving)
     empty = Prediction(0.0, 0.0, math.inf, math.inf, 0.0, admitted, route.depth, route.flow_tokens_per_s,
                        np.zeros(n), np.zeros(n), np.zeros(n), room, "nothing served", admitted_by, admission_tokens)
