@@ -14,7 +14,7 @@ from amp_tui.core.base.errors import SpecError
 from amp_tui.core.base.limits import MAX_LAYERS
 from amp_tui.core.base.units import parse_int
 from amp_tui.core.spec.hardware import instance_catalog
-from amp_tui.core.spec.model import Model
+from amp_tui.core.spec.model import Model, override_shape
 from amp_tui.core.spec.presets import load_preset
 from amp_tui.core.spec.scenario import Scenario, parse_scenario
 
@@ -106,29 +106,29 @@ def use_model_preset(scenario: Scenario, name: str) -> Scenario:
 def set_model_field(scenario: Scenario, key: str, value: object) -> Scenario:
     """A family hyperparameter (hidden_size, num_layers, ..., flash_attention) or the model's name.
 
-    An explicit layer list takes them too: num_layers resizes its repeated block (keeping the
-    measured times, the new copies get their mean); any other size makes it the gpt family model
-    with the list's shape and the new value, since measured times do not carry over to other sizes."""
+    An explicit layer list takes them too, by the rule an override of a layer-list preset follows
+    (core/spec/model.py, override_shape): num_layers alone resizes its repeated block (keeping the
+    measured times, the new copies get their mean); any other size rebuilds it from the family its
+    layers follow (gpt unless it names one), keeping measured times only on layers whose shape is
+    unchanged. The new model says what was kept and dropped (Model.rebuilt)."""
     model = scenario.model
+    if key == "num_layers" and "num_layers" in model.shape:        # the other layers count towards the limit
+        _copies(value, "model.num_layers", model.num_layers - int(model.shape["num_layers"]))
     if not model.family and key != "name":
-        blocks = [i for i, group in enumerate(model.groups) if group.kind == "block"]
-        if key == "num_layers" and len(blocks) == 1:
-            count = parse_int(value, "model.num_layers")
-
-            def resize(layers: list) -> None:
-                layers[blocks[0]]["repeat"] = count
-                _resize_profile(layers[blocks[0]], count)
-            changed = _edit_layers(scenario, resize)
-            return set_model_shape(changed, "num_layers", count)
+        blocks = [group for group in model.groups if group.kind == "block"]
+        if key == "num_layers" and len(blocks) == 1:     # (its other layers count towards the limit)
+            _copies(value, "model.num_layers", model.num_layers - blocks[0].repeat)
         missing = [k for k in FAMILY_SHAPE_KEYS if k not in model.shape and k != key]
-        if missing:
+        if missing and not (key == "num_layers" and len(blocks) == 1):
             raise SpecError(f"model.{key}", value, f"this explicit layer list does not give its "
                             f"{', '.join(missing)}: edit its layers, or pick a family preset (ctrl+o)")
+        rebuilt = override_shape(model, {key: value}, scenario.training.bytes_per_element,
+                                 family=model.shape_family or "gpt")
 
-        def to_family(data: dict) -> None:
-            data["model"] = {"name": model.name, "family": "gpt", "sequence_length": model.sequence_length,
-                             **{k: model.shape[k] for k in FAMILY_SHAPE_KEYS if k in model.shape}, key: value}
-        return apply(scenario, to_family)
+        def replace_model(data: dict) -> None:
+            data["model"] = rebuilt.to_dict()
+        changed = apply(scenario, replace_model)
+        return replace(changed, model=replace(changed.model, rebuilt=rebuilt.rebuilt))
 
     def change(data: dict) -> None:
         data["model"][key] = value
@@ -138,13 +138,6 @@ def set_model_field(scenario: Scenario, key: str, value: object) -> Scenario:
 FAMILY_SHAPE_KEYS = ("hidden_size", "num_layers", "num_heads", "vocab_size")
 
 
-def set_model_shape(scenario: Scenario, key: str, value: object) -> Scenario:
-    """A shape key written beside an explicit layer list (informational: the layers carry the sizes)."""
-    def change(data: dict) -> None:
-        data["model"][key] = value
-    return apply(scenario, change)
-
-
 def explicit_model_dict(model: Model) -> dict:
     """The model as an explicit layer list (a family model's layers become editable this way)."""
     out: dict = {"name": model.name}
@@ -152,6 +145,8 @@ def explicit_model_dict(model: Model) -> dict:
         out["description"] = model.description
     out["sequence_length"] = model.sequence_length
     out.update({k: v for k, v in model.shape.items() if k in EXPLICIT_SHAPE_KEYS})
+    if model.profile_origin:
+        out["profile_origin"] = model.profile_origin
     out["layers"] = [layer.to_dict() for layer in model.groups]
     return out
 
@@ -167,8 +162,9 @@ def set_layer_field(scenario: Scenario, group: int, key: str, value: object, cop
     """One field of layer group `group`, or of one copy of it alone (the group is split around that
     copy: 'block x 24', copy 4 becomes 4 + 1 + 19). A new repeat count also resizes per-copy
     measured times (dropping the extra copies' times, or giving new copies the mean of the measured ones)."""
-    if key == "repeat":
-        repeat = parse_int(value, f"model.layers[{group}].repeat", maximum=MAX_LAYERS)  # before lists that long
+    if key == "repeat":       # (checked before lists that long are built)
+        edited = 1 if copy is not None else scenario.model.groups[group].repeat    # (one copy, split off)
+        repeat = _copies(value, f"model.layers[{group}].repeat", scenario.model.num_layers - edited)
 
         def change(layers: list) -> None:
             at = split_copy(layers, group, copy)
@@ -178,6 +174,16 @@ def set_layer_field(scenario: Scenario, group: int, key: str, value: object, cop
         def change(layers: list) -> None:
             layers[split_copy(layers, group, copy)][key] = value
     return _edit_layers(scenario, change)
+
+
+def _copies(value: object, field: str, others: int) -> int:
+    """A count of copies of a layer (blocks), at most what MAX_LAYERS leaves beside `others` layers."""
+    most = max(MAX_LAYERS - others, 1)
+    count = parse_int(value, field)
+    if count > most:
+        raise SpecError(field, value, f"must be at most {most:,}: the limit is {MAX_LAYERS:,} layers in all, "
+                                      f"and the model has {others} other layers")
+    return count
 
 
 def split_copy(layers: list, group: int, copy: int | None) -> int:

@@ -20,7 +20,7 @@ import yaml
 
 from amp_tui.core.base.errors import SpecError
 from amp_tui.core.base.units import parse_bytes, parse_number
-from amp_tui.core.base.yamlio import load_yaml_file
+from amp_tui.core.base.yamlio import load_yaml_document
 from amp_tui.core.spec.scenario import Scenario
 from amp_tui.core.spec.strategy import KNOB_FIELDS, Strategy, parse_strategy
 from amp_tui.core.spec.validity import validate_strategy
@@ -38,6 +38,9 @@ class Measurement:
     iteration_time_s: float | None = None
     peak_memory_bytes: float | None = None
     out_of_memory: bool = False
+    # The time's own uncertainty in log units where the run states it (a training log's spread,
+    # core/calibration/log_runs.py); None: the fit's TIME_LOG_SD.
+    time_log_sd: float | None = None
 
     @property
     def field(self) -> str:
@@ -103,7 +106,7 @@ def parse_measurements(data: object, scenario: Scenario, *, blank_ok: bool = Fal
 
 def load_measurements(path: str | Path, scenario: Scenario) -> list[Measurement]:
     """A measurements file's entries; errors name the file too when it is not a YAML list."""
-    return parse_measurements(load_yaml_file(path), scenario)
+    return parse_measurements(load_yaml_document(path, "a list of measured runs"), scenario)
 
 
 def measurements_yaml(measurements: list[Measurement], header: str = "") -> str:

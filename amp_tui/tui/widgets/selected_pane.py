@@ -8,7 +8,7 @@ from textual.containers import VerticalScroll
 from textual.widgets import Static
 
 from amp_tui.core.costmodel.prediction import Prediction
-from amp_tui.core.costmodel.pricing import cost_unit
+from amp_tui.core.costmodel.pricing import cost_unit, used_nodes
 from amp_tui.core.search.evaluate import evaluate
 from amp_tui.core.search.search import Infeasible
 from amp_tui.core.spec.strategy import Strategy
@@ -41,11 +41,18 @@ def summary(prediction: Prediction, baseline: Prediction | None, scenario) -> Te
         text.append(f"\n${prediction.cost_per_hour_usd:,.2f}/hour")
         if prediction.cost_per_million_tokens_usd is not None:
             text.append(f" · ${prediction.cost_per_million_tokens_usd:,.2f} per million {cost_unit(scenario)}")
+    else:
+        notes = [group.price_note(i) for i, (group, nodes) in enumerate(zip(scenario.cluster.nodes,
+                                                                            used_nodes(scenario, strategy))) if nodes]
+        text.append("\n" + next((note for note in notes if note), "no price: a node group it uses has none"),
+                    style="yellow")
     from amp_tui.core.plans.confidence import confidence
 
     text.append(f"\npredicted {confidence(scenario).describe()}", style="dim")
-    if scenario.model.measured_profile is not None:
-        text.append(f"\n{_measured_layers(scenario, prediction)}", style="dim")
+    from amp_tui.core.costmodel.time_sources import has_measurements
+
+    if has_measurements(scenario.model):
+        text.append_text(_time_sources(scenario, prediction))
     if not prediction.fits_memory and prediction.reason:
         text.append(f"\n{prediction.reason}", style="bold red")
     from amp_tui.core.plans.confidence import MEMORY_RISK_NOTE, memory_at_risk
@@ -59,16 +66,17 @@ def summary(prediction: Prediction, baseline: Prediction | None, scenario) -> Te
     return text
 
 
-def _measured_layers(scenario, prediction: Prediction) -> str:
-    """Which layers the profile file measured on the GPU types this strategy runs on."""
-    from amp_tui.core.costmodel.measured import layer_time_sources
+def _time_sources(scenario, prediction: Prediction) -> Text:
+    """Where each stage's layer times come from, and a warning where the stages' GPU types price
+    the same layers from different sources (measured or carried on one, analytic on another)."""
+    from amp_tui.core.costmodel.cost import CostModel
+    from amp_tui.core.costmodel.time_sources import source_warning, stage_sources_text
 
-    sources = layer_time_sources(scenario)
-    profile = scenario.model.measured_profile
-    gpus = dict.fromkeys(group.gpu.name for group in scenario.cluster.nodes)
-    parts = [f"{gpu}: {', '.join(sources['measured'][gpu]) or 'none'}" for gpu in gpus]
-    return (f"layer times measured ({profile.source}, {profile.device} {profile.device_name}, "
-            f"{profile.measured_at[:10]}{', stale' if profile.is_stale() else ''}): " + "; ".join(parts))
+    text = Text(f"\nlayer times: {stage_sources_text(prediction)}", style="dim")
+    warning = source_warning(CostModel(scenario), prediction)
+    if warning:
+        text.append(f"\n{warning}", style="bold yellow")
+    return text
 
 
 def _nodes(scenario, strategy: Strategy) -> str:
