@@ -35,14 +35,16 @@ def two_nodes(**training) -> object:
 
 
 def test_hsdp_memory_divides_the_state_by_the_shard_group():
-    """Adam in bf16: 2 + 2 + 12 bytes per parameter; FSDP over dp 8 keeps 1/8 of each, HSDP with
-    groups of 4 keeps 1/4 (replicated across the 2 groups)."""
+    """Adam in bf16 under Megatron: 2 + 4 (fp32 main gradients, no bf16 copy kept) + 12 bytes per
+    parameter; FSDP over dp 8 keeps 1/8 of each, HSDP with groups of 4 keeps 1/4 (replicated
+    across the 2 groups)."""
     scn = two_nodes(zero_stage=3)
     params = float(scn.model.columns["params"].sum())
     fsdp, hsdp = (evaluate(scn, Strategy(1, 1, 8, 1, hsdp_shard=shard)).stages[0].memory for shard in (None, 4))
     assert fsdp.weights_bytes == pytest.approx(params * 2 / 8, rel=1e-12)
     assert hsdp.weights_bytes == pytest.approx(params * 2 / 4, rel=1e-12)
-    assert hsdp.gradients_bytes == pytest.approx(params * 2 / 4, rel=1e-12)
+    assert hsdp.gradients_bytes == 0.0
+    assert hsdp.main_gradients_bytes == pytest.approx(params * 4 / 4, rel=1e-12)
     assert hsdp.optimizer_bytes == pytest.approx(params * 12 / 4, rel=1e-12)
     assert hsdp.activations_bytes == fsdp.activations_bytes
     assert sharding_group(8, 1, 4) == 4 and sharding_group(8, 2, 4) == 8 and sharding_group(8, 2, 0) == 16

@@ -45,7 +45,7 @@ Where the figures come from (docs/cost-model.md):
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 
 @dataclass(frozen=True)
@@ -68,6 +68,30 @@ class FrameworkProfile:
     # (x1.9 counted, as the H200 rows show: a Llama block's floor is ~1.9x a GPT block's); fused
     # and compiled code runs each as one or two (x1.2).
     gated_block_kernels: float = 1.9
+    # The stack: the engine whose conventions it follows (what it allocates, shards and
+    # overlaps: "megatron", "deepspeed", "fsdp", "pytorch"; the key where empty) and the year
+    # of its software (PyTorch, CUDA, NCCL), which sets what the runtime holds (terms/runtime.py).
+    engine: str = ""
+    era: int = 2024
+
+    @property
+    def engine_key(self) -> str:
+        return self.engine or self.key
+
+    @property
+    def eager_module_loading(self) -> bool:
+        """CUDA loads every kernel at start: PyTorch before 1.13 (late 2022) did not ask for lazy loading."""
+        return self.era <= 2022
+
+    @property
+    def nccl_runtime_connect(self) -> bool:
+        """NCCL connects only the algorithms that run (NCCL_RUNTIME_CONNECT, 2.22, mid-2024)."""
+        return self.era >= 2024
+
+    @property
+    def p2p_by_broadcast(self) -> bool:
+        """DeepSpeed's pipeline engine sends by broadcast in groups of two before PyTorch 1.8 (2021)."""
+        return self.era <= 2020
 
     @property
     def host_forward_s(self) -> float:
@@ -104,9 +128,35 @@ PROFILES: dict[str, FrameworkProfile] = {p.key: p for p in (
                      "from CUDA graphs", 10, 20, 1e-6, 1e-6, 2e-6, 0.6, 0.9, 0.33, gated_block_kernels=1.2),
 )}
 
-FRAMEWORKS = ("megatron", "deepspeed", "fsdp", "pytorch")
+
+
+def _stack(base: str, key: str, description: str, era: int, **changes) -> FrameworkProfile:
+    """A dated stack of an engine: its profile with the software of that year."""
+    return replace(PROFILES[base], key=key, description=description, engine=base, era=era, **changes)
+
+
+PROFILES.update({p.key: p for p in (
+    _stack("megatron", "megatron-2020", "Megatron-LM 1.x (2020): PyTorch 1.5-1.7, apex, NCCL 2.7", 2020),
+    _stack("megatron", "megatron-2022", "Megatron-LM 2.x-3.x (2021-2022): PyTorch 1.8-1.12, NCCL 2.8-2.12", 2022),
+    _stack("deepspeed", "deepspeed-2020", "DeepSpeed's pipeline engine on Megatron's GPT-2 (2020): DeepSpeed "
+           "0.3, PyTorch 1.5-1.7, NCCL 2.7", 2020),
+    _stack("deepspeed", "megatron-deepspeed-2022", "Megatron-DeepSpeed (2021-2022): DeepSpeed 0.5-0.7, "
+           "PyTorch 1.8-1.12, NCCL 2.10-2.12", 2022),
+)})
+
+# The engines: what a training allocates, shards and overlaps (memory.py, cost.py); each stack
+# (training.framework) follows one.
+ENGINES = ("megatron", "deepspeed", "fsdp", "pytorch")
+# What training.framework accepts: the engines as they are today, and dated stacks.
+FRAMEWORKS = ("megatron", "deepspeed", "fsdp", "pytorch", "megatron-2020", "megatron-2022", "deepspeed-2020",
+              "megatron-deepspeed-2022")
 # training.compile: False (eager), True (torch.compile's default mode), or "cudagraphs".
 COMPILE_MODES = (False, True, "cudagraphs")
+
+
+def engine_of(framework: str) -> str:
+    """The engine a stack follows (ENGINES)."""
+    return PROFILES[framework].engine_key
 
 
 def execution_key(framework: str, compile_mode) -> str:
@@ -130,4 +180,4 @@ def loss_buffers(framework: str, compile_mode) -> float:
 
 def uses_pytorch_fsdp(framework: str) -> bool:
     """Whether ZeRO-3 under this framework is PyTorch's FSDP (block-wise gathers and prefetch)."""
-    return framework in ("fsdp", "pytorch")
+    return engine_of(framework) in ("fsdp", "pytorch")

@@ -32,6 +32,10 @@ class GPU:
     # Whether its driver allows PCIe peer-to-peer copies (GeForce cards: no; NCCL then moves data
     # through host memory: NodeGroup.intra_link_class "host").
     peer_to_peer: bool = True
+    generation: str = ""           # architecture (volta, ampere, hopper ...): what its runtime holds
+    # Dense TF32 tensor-core FLOP/s (0: no TF32, Ampere's predecessors): fp32 matrix multiplies
+    # where the stack allows TF32 (training.tf32).
+    peak_flops_tf32: float = 0.0
 
     def peak_flops(self, precision: str) -> float:
         """Peak FLOP/s of the matrix multiplies at this training precision."""
@@ -61,6 +65,8 @@ class GPU:
             **({"fp8_tflops": self.peak_flops_8 / 1e12} if self.peak_flops_8 else {}),
             **({"fp4_tflops": self.peak_flops_4 / 1e12} if self.peak_flops_4 else {}),
             **({"peer_to_peer": False} if not self.peer_to_peer else {}),
+            **({"generation": self.generation} if self.generation else {}),
+            **({"tf32_tflops": self.peak_flops_tf32 / 1e12} if self.peak_flops_tf32 else {}),
         }
 
 
@@ -85,7 +91,8 @@ def parse_gpu(value: object, field: str) -> GPU:
 
 def _gpu_from_fields(name: str, fields: dict, field: str) -> GPU:
     allowed = {"name", "description", "memory", "usable_memory", "memory_bandwidth", "fp16_tflops",
-               "fp32_tflops", "fp8_tflops", "fp4_tflops", "efficiency", "precisions", "peer_to_peer"}
+               "fp32_tflops", "fp8_tflops", "fp4_tflops", "tf32_tflops", "efficiency", "precisions", "peer_to_peer",
+               "generation"}
     for key in fields:
         if key not in allowed:
             raise SpecError(f"{field}.{key}", fields[key], f"unknown GPU field; allowed: {', '.join(sorted(allowed))}")
@@ -137,6 +144,9 @@ def _gpu_from_fields(name: str, fields: dict, field: str) -> GPU:
         peak_flops_4=low["fp4"],
         flash2_fraction=float(flash2),
         peer_to_peer=_flag(fields.get("peer_to_peer", True), f"{field}.peer_to_peer"),
+        generation=check_name(fields.get("generation", ""), f"{field}.generation", limit=32),
+        peak_flops_tf32=(parse_number(fields["tf32_tflops"], f"{field}.tf32_tflops", minimum=0) * 1e12
+                         if fields.get("tf32_tflops") is not None else 0.0),
     )
 
 

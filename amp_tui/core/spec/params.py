@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from amp_tui.core.base.errors import SpecError
 from amp_tui.core.base.units import parse_number
-from amp_tui.core.spec.frameworks import FRAMEWORKS, PROFILES
+from amp_tui.core.spec.frameworks import ENGINES, PROFILES, engine_of
 
 # Link classes: what a GPU-to-GPU path runs over. Each reaches its own fraction of the nominal
 # (catalog) bandwidth and pays its own per-message latency. "host": PCIe between GPUs whose driver
@@ -173,8 +173,8 @@ def check_name(name: object, field: str) -> str:
         raise SpecError(field, name, f"{family.name} takes no key")
     if family.keyed_by == "link" and key not in LINK_CLASSES:
         raise SpecError(field, name, f"unknown link class; known: {', '.join(LINK_CLASSES)}")
-    if family.keyed_by == "framework" and key not in FRAMEWORKS:
-        raise SpecError(field, name, f"unknown framework; known: {', '.join(FRAMEWORKS)}")
+    if family.keyed_by == "framework" and key not in ENGINES:
+        raise SpecError(field, name, f"unknown engine; known: {', '.join(ENGINES)}")
     if family.keyed_by == "profile" and key not in PROFILES:
         raise SpecError(field, name, f"unknown framework profile; known: {', '.join(PROFILES)}")
     return name
@@ -239,7 +239,7 @@ def parameter_names(gpu_names: list[str], link_classes: list[str], framework: st
     profile (frameworks.execution_key; the framework's own by default) uses."""
     names = []
     for family in FAMILIES.values():
-        keys = {"gpu": gpu_names, "link": link_classes, "framework": [framework],
+        keys = {"gpu": gpu_names, "link": link_classes, "framework": [engine_of(framework)],
                 "profile": [profile or framework]}.get(family.keyed_by, [""])
         names += [f"{family.name}.{key}" if key else family.name for key in dict.fromkeys(keys)]
     return names

@@ -113,6 +113,27 @@ def read_fused_loss(source: str, notes: list[str]) -> bool:
     return False
 
 
+def read_grad_reduce_in_fp32(run: dict, source: str, notes: list[str]) -> bool | None:
+    """Whether 16-bit gradients are accumulated and reduced in fp32: as the run states it
+    (`grad_reduce_in_fp32`, or "bf16 grad reduce" / "fp32 grad reduce" in its notes); NVIDIA's
+    performance recipes, which NeMo's and Megatron-Bridge's published tables run, reduce in bf16
+    (Megatron-Bridge perf_recipes/_common.py `_benchmark_common`: grad_reduce_in_fp32 = False);
+    otherwise the engine's own default (None)."""
+    training = run.get("training") or {}
+    stated = training.get("grad_reduce_in_fp32")
+    if isinstance(stated, bool):
+        return stated
+    text = str(training.get("notes") or "").lower()
+    if re.search(r"(bf16|16-bit) (grad(ient)?s? )?reduc", text):
+        return False
+    if re.search(r"fp32 (grad(ient)?s? )?(reduc|accumulat)", text):
+        return True
+    if source == "nemo":
+        notes.append("gradients reduced in bf16: NVIDIA's performance recipes (grad_reduce_in_fp32 false)")
+        return False
+    return None
+
+
 def read_tp_comm_overlap(run: dict, tp: int) -> bool:
     """NeMo's recipes state TP communication overlap; torchtitan's async-TP rows say AsyncTP in
     their id, notes or quoted row."""

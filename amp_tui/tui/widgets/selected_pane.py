@@ -46,6 +46,9 @@ def summary(prediction: Prediction, baseline: Prediction | None, scenario) -> Te
     text.append(f"\npredicted {confidence(scenario).describe()}", style="dim")
     if scenario.model.measured_profile is not None:
         text.append(f"\n{_measured_layers(scenario, prediction)}", style="dim")
+    from amp_tui.core.costmodel.prediction import memory_terms_text
+
+    text.append(f"\nfullest stage's memory, {memory_terms_text(prediction.tightest_stage)}", style="dim")
     if not prediction.fits_memory and prediction.reason:
         text.append(f"\n{prediction.reason}", style="bold red")
     from amp_tui.core.plans.confidence import MEMORY_RISK_NOTE, memory_at_risk

@@ -60,7 +60,8 @@ SETTINGS = [
     Setting("attention kernel", "training", "attention_kernel", "choice", "/".join(ATTENTION_KERNELS),
             ATTENTION_KERNELS),
     Setting("fp8 scaling", "training", "fp8_scaling", "choice", "/".join(FP8_SCALINGS), FP8_SCALINGS),
-    Setting("runtime reserve", "training", "runtime_reserve", "bytes", "size per GPU, e.g. 1 GiB"),
+    Setting("runtime reserve", "training", "runtime_reserve", "bytes",
+            "auto (CUDA context and NCCL counted), or a size per GPU, e.g. 1 GiB"),
     Setting("tp across nodes", "search", "allow_cross_node_tp", "bool", "yes/no"),
     Setting("reorder node groups", "search", "reorder_nodes", "bool", "yes/no"),
     Setting("use all GPUs", "search", "use_all_gpus", "bool", "yes/no"),
@@ -96,7 +97,7 @@ def show_value(setting: Setting, value: object) -> str:
     if isinstance(value, bool):
         return "yes" if value else "no"
     if setting.kind == "bytes":
-        return format_bytes(float(value))
+        return AUTO if value is None else format_bytes(float(value))
     return str(value)
 
 

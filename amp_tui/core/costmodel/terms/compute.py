@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from amp_tui.core.spec.frameworks import execution_profile, loss_buffers
+from amp_tui.core.spec.frameworks import engine_of, execution_profile, loss_buffers
 from amp_tui.core.spec.hardware import GPU
 from amp_tui.core.spec.model import Model
 from amp_tui.core.spec.params import ModelParams
@@ -147,7 +147,7 @@ def selective_recompute_time(model: Model, gpu: GPU, training, params: ModelPara
     element-wise outputs not kept are written and read once more."""
     blocks = _blocks(model)
     cp = knobs.cp
-    ops = op_checkpoint_block(model) if training.framework == "fsdp" else None
+    ops = op_checkpoint_block(model) if training.engine == "fsdp" else None
     if ops is not None:
         full = _full_activations(model, tp, knobs, training.precision)
         dropped = np.maximum(full - _op_kept_bytes(model, tp, knobs, training.bytes_per_element, ops), 0.0)
@@ -254,7 +254,7 @@ def activation_terms(model: Model, tp: int, knobs, training) -> tuple[np.ndarray
         inputs = np.concatenate([[0.0], cols["output_bytes"][:-1]]) / sp / cp
         return inputs, workspace + full
     if knobs.recompute == "selective":
-        ops = op_checkpoint_block(model) if training.framework == "fsdp" else None
+        ops = op_checkpoint_block(model) if training.engine == "fsdp" else None
         if ops is not None:
             kept = np.where(_blocks(model) > 0, np.minimum(
                 _op_kept_bytes(model, tp, knobs, training.bytes_per_element, ops), full), full)
@@ -269,7 +269,7 @@ def zero3_collectives(framework: str, recompute: str) -> float:
     and again for backward, the gradients reduce-scattered. DeepSpeed's ZeRO-3 releases a module's
     parameters after every forward, so full recomputation gathers them once more before backward;
     FSDP's backward hook gathers a block once and recomputes it with those parameters."""
-    return 4.0 if framework == "deepspeed" and recompute == "full" else 3.0
+    return 4.0 if engine_of(framework) == "deepspeed" and recompute == "full" else 3.0
 
 
 def zero3_layer_time(params: np.ndarray, bytes_per_element: int, tp: int, shard: tuple[float, float],

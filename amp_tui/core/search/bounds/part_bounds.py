@@ -40,6 +40,7 @@ import numpy as np
 from amp_tui.core.base.errors import Cancelled
 from amp_tui.core.costmodel.cost import CostModel, backward_overlap
 from amp_tui.core.costmodel.memory import (
+    least_reserve,
     optimizer_traffic_per_param,
     state_bytes_per_param,
 )
@@ -81,7 +82,7 @@ def part_bounds(scenario: Scenario, rows: np.ndarray, cost: CostModel | None = N
     in_subset = (subsets[:, None] >> np.arange(len(groups))) & 1 == 1          # (subsets, groups)
     per_node = [math.gcd(*gpn[row].tolist()) for row in in_subset]
     # Memory: the part's GPUs must hold every parameter's state once (ZeRO-3 across all of them).
-    room = np.array([g.gpu.usable_memory_bytes - training.runtime_reserve_bytes for g in groups])
+    room = np.array([g.gpu.usable_memory_bytes - least_reserve(training, g.gpu) for g in groups])
     fits = gpu_counts @ np.maximum(room, 0.0) >= scenario.model.total_params * training.state_bytes_per_param
     part_room = gpu_counts @ room   # (may be negative)
 
@@ -217,7 +218,7 @@ def part_bounds(scenario: Scenario, rows: np.ndarray, cost: CostModel | None = N
                         flow = np.minimum(inter / (1 if scenario.search.allow_cross_node_tp else tp), inter_flow)
                         ring = 2.0 * (nodes - 1) / nodes / flow if nodes > 1 else np.zeros(len(groups))
                         optimizer = optimizer_traffic_per_param(training, dp, cost.knobs.zero_stage) / memory_bandwidth
-                        per_param = state_bytes_per_param(training, dp, cost.knobs.zero_stage).weights
+                        per_param = state_bytes_per_param(training, dp, cost.knobs.zero_stage).reduced
                         step, full = np.zeros(len(rows_ok)), np.zeros(len(rows_ok))
                         for out, coef in ((step, optimizer), (full, per_param * ring + optimizer)):
                             out[live] = _tail_floors(coef, gpus[rows_ok[live]], tp * dp, pp[live], all_params / tp)
