@@ -97,7 +97,7 @@ def engine_state(engine: str, precision: str, optimizer: str, zero_stage: int, d
     DeepSpeed's `grad_accum_dtype: bf16`) keeps 16-bit gradient buffers instead; None, the engine's
     own default."""
     moments = _MOMENTS[optimizer]
-    if precision == "fp32":
+    if precision in ("fp32", "tf32"):
         return EngineState(4.0, 4.0, 0.0, moments, buckets=4.0 if _ddp(engine, zero_stage, dp) else 0.0)
     if engine == "pytorch" and zero_stage < 3:
         return EngineState(4.0, 4.0, 0.0, moments, buckets=4.0 if _ddp(engine, zero_stage, dp) else 0.0)
@@ -173,7 +173,7 @@ def optimizer_traffic_per_param(training: Training, dp: int, zero_stage: int | N
     """Bytes moved per parameter by one optimizer step on one GPU (ZeRO shards the step too)."""
     stage = training.zero_stage if zero_stage is None else zero_stage
     traffic = _OPTIMIZER_TRAFFIC[training.optimizer]
-    if training.engine == "deepspeed" and training.precision != "fp32":
+    if training.engine == "deepspeed" and training.precision not in ("fp32", "tf32"):
         traffic += _DEEPSPEED_FP16_WRAPPER
     return traffic / dp if stage >= 1 else traffic
 

@@ -89,6 +89,13 @@ class FrameworkProfile:
         return self.era >= 2024
 
     @property
+    def tf32(self) -> bool:
+        """Whether fp32 matrix multiplies run on TF32 tensor cores unless told otherwise: PyTorch 1.7
+        to 1.11 allowed it by default (torch.backends.cuda.matmul.allow_tf32; off from 1.12, mid-2022),
+        and NGC's containers, where Megatron-LM and NeMo run, still do (TORCH_ALLOW_TF32_CUBLAS_OVERRIDE)."""
+        return self.era <= 2022 or self.engine_key == "megatron"
+
+    @property
     def p2p_by_broadcast(self) -> bool:
         """DeepSpeed's pipeline engine sends by broadcast in groups of two before PyTorch 1.8 (2021)."""
         return self.era <= 2020
@@ -140,7 +147,7 @@ PROFILES.update({p.key: p for p in (
     _stack("megatron", "megatron-2022", "Megatron-LM 2.x-3.x (2021-2022): PyTorch 1.8-1.12, NCCL 2.8-2.12", 2022),
     _stack("deepspeed", "deepspeed-2020", "DeepSpeed's pipeline engine on Megatron's GPT-2 (2020): DeepSpeed "
            "0.3, PyTorch 1.5-1.7, NCCL 2.7", 2020),
-    _stack("deepspeed", "megatron-deepspeed-2022", "Megatron-DeepSpeed (2021-2022): DeepSpeed 0.5-0.7, "
+    _stack("deepspeed", "deepspeed-2022", "DeepSpeed and Megatron-DeepSpeed (2021-2022): DeepSpeed 0.5-0.7, "
            "PyTorch 1.8-1.12, NCCL 2.10-2.12", 2022),
 )})
 
@@ -149,7 +156,7 @@ PROFILES.update({p.key: p for p in (
 ENGINES = ("megatron", "deepspeed", "fsdp", "pytorch")
 # What training.framework accepts: the engines as they are today, and dated stacks.
 FRAMEWORKS = ("megatron", "deepspeed", "fsdp", "pytorch", "megatron-2020", "megatron-2022", "deepspeed-2020",
-              "megatron-deepspeed-2022")
+              "deepspeed-2022")
 # training.compile: False (eager), True (torch.compile's default mode), or "cudagraphs".
 COMPILE_MODES = (False, True, "cudagraphs")
 

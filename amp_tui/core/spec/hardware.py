@@ -41,11 +41,17 @@ class GPU:
         """Peak FLOP/s of the matrix multiplies at this training precision."""
         if precision == "fp32":
             return self.peak_flops_32
+        if precision == "tf32":                 # TF32 tensor cores where it has them
+            return self.peak_flops_tf32 or self.peak_flops_32
         if precision == "fp8":
             return self.peak_flops_8
         if precision == "fp4":
             return self.peak_flops_4
         return self.peak_flops_16
+
+    def supports(self, precision: str) -> bool:
+        """Whether it trains in this precision (tf32 wherever fp32: as fp32 without TF32 cores)."""
+        return precision in self.precisions or (precision == "tf32" and "fp32" in self.precisions)
 
     def efficiency(self, work: float) -> float:
         """Fraction of peak reached by a kernel of `work` = tokens x width / tp elements."""

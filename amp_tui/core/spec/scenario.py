@@ -20,8 +20,11 @@ from amp_tui.core.spec.params import LINK_CLASSES, Calibration, ModelParams, par
 from amp_tui.core.spec.presets import load_preset, preset_names
 
 # Bytes per element of weights and activations; fp8 and fp4 (NVFP4) train with bf16 tensors and
-# low-precision matrix multiplies.
-PRECISIONS = {"fp16": 2, "bf16": 2, "fp32": 4, "fp8": 2, "fp4": 2}
+# low-precision matrix multiplies; tf32 is fp32 training whose matrix multiplies run on TF32 tensor
+# cores (torch.backends.cuda.matmul.allow_tf32, NGC containers' default; PyTorch's own is off since
+# 1.12), at the GPU's TF32 rate where it has one (Ampere and later), else as fp32.
+PRECISIONS = {"fp16": 2, "bf16": 2, "fp32": 4, "tf32": 4, "fp8": 2, "fp4": 2}
+FP32_PRECISIONS = ("fp32", "tf32")      # fp32 tensors, weights and optimizer state
 OPTIMIZERS = ("adam", "sgd")
 SCHEDULES = ("1f1b", "gpipe")
 RECOMPUTE = ("none", "selective", "full")
@@ -182,7 +185,7 @@ class Training:
     def state_bytes_per_param(self) -> float:
         if self.state_bytes_override is not None:
             return self.state_bytes_override
-        return float(DEFAULT_STATE_BYTES[(self.optimizer, self.precision != "fp32")])
+        return float(DEFAULT_STATE_BYTES[(self.optimizer, self.precision not in FP32_PRECISIONS)])
 
     def to_dict(self) -> dict:
         return {"global_batch_size": self.global_batch_size, "precision": self.precision,
@@ -446,7 +449,7 @@ def parse_scenario(value: object, base_dir: Path | None = None) -> Scenario:
 def _check_precision(precision: str, cluster: Cluster) -> None:
     """bf16 on a V100 or fp8 on an A100 would be predicted at a speed the GPU does not have."""
     for i, group in enumerate(cluster.nodes):
-        if precision not in group.gpu.precisions:
+        if not group.gpu.supports(precision):
             raise SpecError("training.precision", precision,
                             f"cluster.nodes[{i}]'s {group.gpu.name} does not support it; "
                             f"it supports {', '.join(group.gpu.precisions)}")

@@ -36,6 +36,7 @@ from amp_tui.core.validation.training_labels import (
     read_grad_reduce_in_fp32,
     read_precision,
     read_recompute,
+    read_tf32,
     read_tp_comm_overlap,
     read_zero_stage,
 )
@@ -44,7 +45,7 @@ from amp_tui.core.validation.training_labels import (
 # full; widening one of these sets (e.g. adding "fp8" or 3) is all it takes to replay the runs
 # that only needed that term.
 HONOURED: dict[str, set] = {
-    "precision": {"fp16", "bf16", "fp32", "fp8", "fp4"},
+    "precision": {"fp16", "bf16", "fp32", "tf32", "fp8", "fp4"},
     "recompute": {"none", "selective", "full", AUTO},
     "zero_stage": {0, 1, 2, 3},
     "sequence_parallel": {False, True},
@@ -80,7 +81,8 @@ def memory_basis(measured: dict, source: str, notes: list[str]) -> str:
     torch.cuda.max_memory_allocated, max_memory_reserved, or nvidia-smi (the device). torchtitan's
     tables are its memory monitor's max_reserved (components/metrics.py); unstated, the device's,
     what runs out."""
-    text = " ".join(str(measured.get(k) or "") for k in ("memory_basis", "peak_mem_note")).lower()
+    text = " ".join([*(str(measured.get(k) or "") for k in ("memory_basis", "peak_mem_note")),
+                     *(k for k in measured if k.startswith("max_memory_") and measured.get(k) is not None)]).lower()
     if "allocated" in text or "active" in text:
         return "allocated"
     if "reserved" in text:
@@ -319,7 +321,7 @@ def parse_run(run: dict, scenarios: dict[str, Scenario] | None = None) -> Replay
             else:
                 framework = read_framework(training.get("framework"), notes)
                 nodes = cluster_spec(cluster, notes)
-                precision = _supported_precision(precision, nodes, notes)
+                precision = _supported_precision(read_tf32(precision, training, framework, notes), nodes, notes)
                 spec = {"name": f"{model.get('name')} on {cluster.get('name')}",
                         "cluster": nodes,
                         "model": model_spec(model, training, notes),
@@ -363,7 +365,7 @@ def _supported_precision(precision: str, cluster: dict, notes: list[str]) -> str
     """bf16 on a GPU without bf16 tensor cores (Volta, Turing) runs as autocast emulates it: at the
     fp16 rate, which is how it is replayed (and said)."""
     names = [node["gpu"] if isinstance(node["gpu"], str) else node["gpu"]["base"] for node in cluster["nodes"]]
-    lacking = [name for name in names if precision not in gpu_catalog()[name].precisions]
+    lacking = [name for name in names if not gpu_catalog()[name].supports(precision)]
     if precision == "bf16" and lacking and all("fp16" in gpu_catalog()[name].precisions for name in names):
         notes.append(f"bf16 on {lacking[0]} (no bf16 tensor cores): replayed as fp16")
         return "fp16"

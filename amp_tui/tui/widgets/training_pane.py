@@ -71,7 +71,8 @@ SETTINGS = [
 
 _CHOICE_HELP = {
     "fp16": "16-bit floats with fp32 master weights", "bf16": "bfloat16 with fp32 master weights",
-    "fp32": "32-bit floats", "adam": "Adam: two moments per parameter", "sgd": "SGD with momentum",
+    "fp32": "32-bit floats", "tf32": "fp32 with TF32 tensor-core matrix multiplies (Ampere and later)",
+    "adam": "Adam: two moments per parameter", "sgd": "SGD with momentum",
     "1f1b": "one forward, one backward: few micro-batches in flight", "gpipe": "all forwards, then all backwards",
     "none": "keep activations for backward", "full": "recompute each layer's activations in backward",
     0: "no sharding of optimizer state", 1: "optimizer state sharded over data-parallel ranks",

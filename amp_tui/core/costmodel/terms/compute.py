@@ -79,7 +79,7 @@ def analytic_forward(model: Model, gpu: GPU, precision: str, params: ModelParams
     """Forward seconds per layer for a micro-batch of `mbs` (a number, or a column of sizes);
     `elementwise_traffic` scales the element-wise kernels' memory traffic (frameworks.py)."""
     cols = model.columns
-    e = 4 if precision == "fp32" else 2
+    e = 4 if precision in ("fp32", "tf32") else 2
     tokens, width = layer_shapes(model, e)
     rows = tokens * mbs / cp
     efficiency = matmul_efficiency(gpu, params, rows, width / tp)

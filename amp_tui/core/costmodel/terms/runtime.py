@@ -184,7 +184,7 @@ def stage_nccl_bytes(engine: str, p2p_by_broadcast: bool, runtime_connect: bool,
 def deepspeed_bucket_bytes(engine: str, precision: str, zero_stage: int, bytes_per_element: float) -> float:
     """DeepSpeed ZeRO-1/2's gradient bucket: `reduce_bucket_size` elements of the training
     precision, allocated whole (not under BF16_Optimizer, which reduces its fp32 buffer in place)."""
-    if engine != "deepspeed" or zero_stage not in (1, 2) or precision == "fp32":
+    if engine != "deepspeed" or zero_stage not in (1, 2) or precision in ("fp32", "tf32"):
         return 0.0
     if precision != "fp16" and zero_stage == 1:        # BF16_Optimizer
         return 0.0
