@@ -101,6 +101,12 @@ class CostModel(LayerTimes):
         return self._layouts[key]
 
     @property
+    def micro_batch_overhead(self) -> float:
+        """Seconds per micro-batch on each stage the pipeline engine adds: every engine's fitted
+        figure and the framework's own (params pipeline_engine_s: DeepSpeed's pipeline engine)."""
+        return self.params("micro_batch_overhead_s") + self.params("pipeline_engine_s", self.training.framework)
+
+    @property
     def execution_stack(self):
         from amp_tui.core.spec.frameworks import PROFILES
 
@@ -132,7 +138,7 @@ class Candidate:
         self.shard_group = sharding.sharding_group(self.dp, self.cp, self.hsdp)
         self.state = state_bytes_per_param(training, self.shard_group, self.knobs.zero_stage, self.pp)
         params = cost.params
-        self.micro_batch_overhead = params("micro_batch_overhead_s")
+        self.micro_batch_overhead = cost.micro_batch_overhead
 
     # Seconds per (parameter / tp) of stage s for the all-reduce and the optimizer step, and both.
     @cached_property

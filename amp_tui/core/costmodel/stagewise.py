@@ -84,7 +84,7 @@ class StageWise:
         self.ranks = [np.arange(offsets[s], offsets[s + 1]).reshape(d, t * cp)
                       for s, (t, d) in enumerate(zip(self.tps, self.dps))]
         self.links = [self._stage_links(ranks) for ranks in self.ranks]
-        self.overhead = cost.params("micro_batch_overhead_s")
+        self.overhead = cost.micro_batch_overhead
         self.fixed = cost.params("iteration_overhead_s")
         self.offsets = offsets
         # Boundaries: seconds per byte of the whole micro-batch's activation, and latency.

@@ -73,6 +73,12 @@ class FrameworkProfile:
     # of its software (PyTorch, CUDA, NCCL), which sets what the runtime holds (terms/runtime.py).
     engine: str = ""
     era: int = 2024
+    # Share of the host's issue time the GPU's work hides: 1, a layer takes the longer of the two
+    # (the host runs ahead); 0, their sum (the host waits for the GPU at every layer).
+    host_overlap: float = 1.0
+    # The pipeline engine's own cost per micro-batch on each stage beyond the sends' NCCL time and
+    # the fitted micro_batch_overhead_s every engine pays (params pipeline_engine_s.PROFILE).
+    pipeline_engine_s: float = 0.0
 
     @property
     def engine_key(self) -> str:
@@ -142,13 +148,37 @@ def _stack(base: str, key: str, description: str, era: int, **changes) -> Framew
     return replace(PROFILES[base], key=key, description=description, engine=base, era=era, **changes)
 
 
+# The 2020 stack (Megatron-LM v1.1.5's GPT-2 code under PyTorch 1.5-1.7; AMP's code ran DeepSpeed's
+# pipeline engine on it), from AMP's own layer times (reference/layer_profiles.yaml: a GPT-2
+# medium block's forward per sample at micro-batch 1, T4 and V100, tp 1, 2, 4). They are the GPU's
+# time plus a host time the GPU does not hide: with the analytic GPU times (T4 2.74, V100 1.24 ms
+# forward at tp 1) one host time of 2.70 ms gives both GPUs (T4 5.47, V100 3.92 ms measured; the
+# longer of the two would give one or the other, not both), and each tensor-parallel all-reduce adds
+# 0.57 ms beyond its modelled NCCL time (0.39-0.83 ms over tp 2 and 4 on either GPU): PyTorch
+# 1.5's c10d call and its stream synchronisation, not NCCL's wire time. The block runs unfused
+# (~30 kernels forward: bias adds, scale, mask, softmax, dropout, GELU written out), so ~90 us per
+# kernel from Python; backward kernels are issued by the autograd engine's C++ thread, taken at
+# today's per-kernel figure (no measurement of the 2020 backward exists here).
+_STACK_2020 = dict(forward_kernels=30, backward_kernels=60, host_s_per_forward_kernel=2.70e-3 / 30,
+                   collective_host_s=0.57e-3, host_overlap=0.0)
+# DeepSpeed's pipeline engine (runtime/pipe/engine.py, p2p.py) runs each micro-batch as
+# instructions (load, forward, backward, and a send and a receive per neighbour), each a Python call,
+# and sends blocking: the sender waits for its receiver (before PyTorch 1.8 a broadcast in a group
+# of two). Per micro-batch on a stage: two blocking calls at the stack's collective cost and four
+# instructions at its per-kernel Python cost: 2020 2 x 0.57 + 4 x 0.09 ms; later 2 x 0.02 + 4 x 0.028.
+_DEEPSPEED_PIPE_2020_S = 2 * 0.57e-3 + 4 * 2.70e-3 / 30
+_DEEPSPEED_PIPE_S = 2 * 20e-6 + 4 * 27.6e-6
+
+
+PROFILES["deepspeed"] = replace(PROFILES["deepspeed"], pipeline_engine_s=_DEEPSPEED_PIPE_S)
 PROFILES.update({p.key: p for p in (
-    _stack("megatron", "megatron-2020", "Megatron-LM 1.x (2020): PyTorch 1.5-1.7, apex, NCCL 2.7", 2020),
+    _stack("megatron", "megatron-2020", "Megatron-LM 1.x (2020): PyTorch 1.5-1.7, apex, NCCL 2.7", 2020,
+           **_STACK_2020),
     _stack("megatron", "megatron-2022", "Megatron-LM 2.x-3.x (2021-2022): PyTorch 1.8-1.12, NCCL 2.8-2.12", 2022),
     _stack("deepspeed", "deepspeed-2020", "DeepSpeed's pipeline engine on Megatron's GPT-2 (2020): DeepSpeed "
-           "0.3, PyTorch 1.5-1.7, NCCL 2.7", 2020),
+           "0.3, PyTorch 1.5-1.7, NCCL 2.7", 2020, pipeline_engine_s=_DEEPSPEED_PIPE_2020_S, **_STACK_2020),
     _stack("deepspeed", "deepspeed-2022", "DeepSpeed and Megatron-DeepSpeed (2021-2022): DeepSpeed 0.5-0.7, "
-           "PyTorch 1.8-1.12, NCCL 2.10-2.12", 2022),
+           "PyTorch 1.8-1.12, NCCL 2.10-2.12", 2022, pipeline_engine_s=_DEEPSPEED_PIPE_S),
 )})
 
 # The engines: what a training allocates, shards and overlaps (memory.py, cost.py); each stack

@@ -90,6 +90,9 @@ FAMILIES: dict[str, Family] = {family.name: family for family in (
     Family("tp_overlap", 0.689, 0.0, 1.0, 0.4, "x",
            "share of the tensor-parallel collectives hidden behind the GEMMs they feed when the "
            "training section asks for tp_comm_overlap (Transformer Engine userbuffers, async TP)"),
+    Family("gemm_training_share", 0.8, 0.3, 1.0, 0.3, "x",
+           "share of a GEMM microbenchmark's rate (catalog gemm_fraction) a training step's matrix "
+           "multiplies keep: one figure for every GPU with a microbenchmark"),
     Family("gemm_half_dim", 68.3, 8.0, 1024.0, 0.7, "rows",
            "matrix-multiply rows (or columns) at which a GEMM reaches half its GPU's best efficiency"),
     Family("fp8_efficiency", 0.973, 0.3, 1.0, 0.3, "x",
@@ -122,6 +125,11 @@ FAMILIES: dict[str, Family] = {family.name: family for family in (
            "host time to issue one collective (c10d and NCCL's enqueue)", keyed_by="profile"),
     Family("micro_batch_overhead_s", 4.48e-4, 0.0, 0.1, 1.0, "s",
            "the pipeline engine's fixed cost per micro-batch on each stage (scheduling, P2P setup)"),
+    # Set from each engine's source (frameworks.py), not fitted: DeepSpeed's pipeline engine's
+    # instructions and blocking sends; 0 for the others, whose cost is micro_batch_overhead_s's.
+    Family("pipeline_engine_s", _by_profile("pipeline_engine_s"), 0.0, 0.1, 0.5, "s",
+           "a pipeline engine's own cost per micro-batch on each stage beyond micro_batch_overhead_s "
+           "(DeepSpeed's instruction loop and blocking sends)", keyed_by="profile"),
     Family("iteration_overhead_s", 0.0134, 0.0, 5.0, 1.5, "s",
            "fixed cost per iteration: gradient clipping, loss scaling, logging, step bookkeeping"),
     Family("memory_fragmentation", 0.08, 0.0, 0.5, 0.6, "x",

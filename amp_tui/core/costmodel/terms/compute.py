@@ -56,8 +56,18 @@ def layer_shapes(model: Model, bytes_per_element: int) -> tuple[np.ndarray, np.n
     return tokens, width
 
 
+def best_fraction(gpu: GPU, params: ModelParams) -> float:
+    """The share of the peak a training step's large matrix multiplies reach on this GPU: a GEMM
+    microbenchmark's (catalog gemm_fraction) times the share training keeps of it (params
+    `gemm_training_share`, one figure every source informs: clocks under sustained load, the
+    collectives and element-wise kernels beside them), else the catalog's peak_fraction; times
+    the GPU's calibration (params `compute_efficiency.GPU`)."""
+    base = gpu.gemm_fraction * params("gemm_training_share") if gpu.gemm_fraction else gpu.peak_fraction
+    return base * params("compute_efficiency", gpu.name)
+
+
 def matmul_efficiency(gpu: GPU, params: ModelParams, rows: np.ndarray, columns: np.ndarray) -> np.ndarray:
-    best = gpu.peak_fraction * params("compute_efficiency", gpu.name)
+    best = best_fraction(gpu, params)
     half = params("gemm_half_dim")    # tiles of 128 x 128 leave a narrow product's SMs partly idle
     shape = np.where((rows > 0) & (columns > 0), rows / (rows + half) * columns / (columns + half), 1.0)
     return np.minimum(best * shape, 1.0)
@@ -158,7 +168,7 @@ def selective_recompute_time(model: Model, gpu: GPU, training, params: ModelPara
     precision = training.precision
     per_gpu = mbs / (tp * cp * cp)          # ring attention: each GPU scores its c-th against all
     rate = gpu.peak_flops(core_precision(precision)) * attention_efficiency(
-        model, gpu, training.attention_kernel, gpu.peak_fraction * params("compute_efficiency", gpu.name))
+        model, gpu, training.attention_kernel, best_fraction(gpu, params))
     return blocks * (flops * per_gpu * cp / rate + 2.0 * score_bytes * per_gpu * cp / gpu.memory_bandwidth)
 
 

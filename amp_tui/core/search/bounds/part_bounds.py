@@ -109,7 +109,7 @@ def part_bounds(scenario: Scenario, rows: np.ndarray, cost: CostModel | None = N
     whole = Nodes(scenario.cluster, tuple(range(len(groups))), cost.params)
     output = scenario.model.columns["output_bytes"]
     least_cut = 2.0 * float(output[:-1].min() if len(output) > 1 else 0.0)     # bytes per sample, at tp 1
-    overhead, per_micro_batch = cost.params("iteration_overhead_s"), cost.params("micro_batch_overhead_s")
+    overhead, per_micro_batch = cost.params("iteration_overhead_s"), cost.micro_batch_overhead
     # The tail (_tail_floors): the optimizer step and, with plain data parallelism, the gradient
     # all-reduce. Where nothing hides the all-reduce (backward_overlap 0) both add to the bound;
     # where backward hides up to h x its stage's compute (at most the bottleneck's M), the
