@@ -236,10 +236,12 @@ def test_minor_12_plan_sensitivity_json_holds_the_what_ifs(capsys, monkeypatch):
 
 # Minor 13 -----------------------------------------------------------------------------------------
 def test_minor_13_plan_marks_picks_within_the_memory_band(capsys):
-    code, out, _ = run(capsys, "plan", "mixed-a100-a10g-llama2-13b", "--top", "3")
+    # (Llama 2 13B on the mixed cluster was the case before Megatron's fp32 main gradients were
+    # counted: its top picks no longer sit near the A100s' capacity; GPT-3 13B on a DGX A100's do.)
+    code, out, _ = run(capsys, "plan", "dgx-a100-gpt3-13b", "--top", "3")
     assert code == 0
     rows = [line for line in out.splitlines() if line.strip()[:1] in "123" and "GiB" in line]
-    assert any("39.3 GiB / 39.6 GiB !" in row or " !  " in row for row in rows)
+    assert any(" !  " in row for row in rows)
     assert any(line.startswith("! within 11% of the GPU's capacity") for line in out.splitlines())
 
 

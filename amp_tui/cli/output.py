@@ -244,7 +244,7 @@ def render_search(result, top: int, objective=None, idle_search=None) -> str:
             out.append(MEMORY_RISK_NOTE)
         from amp_tui.core.costmodel.prediction import memory_terms_text
 
-        out.append(f"memory of #1's fullest stage, {memory_terms_text(shown[0].tightest_stage)}")
+        out += ["", f"memory of #1's fullest stage, {memory_terms_text(shown[0].tightest_stage)}"]
     if result.baseline is not None:
         b = result.baseline
         out += ["", f"uniform baseline (even split, rank order): {b.strategy.label} micro-batch "
