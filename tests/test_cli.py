@@ -74,7 +74,8 @@ def test_plan_json_shape_and_figures(capsys):
     scenario = load_scenario("paper-het-cluster")
     assert set(data) == {"scenario", "search_time_s", "candidates", "statistics", "strategies", "infeasible",
                          "baseline", "speedup_vs_baseline", "objective", "budget_usd_per_hour", "idle_search", "uneven_search",
-                         "uncertainty", "time_limit_s", "overrun_s"}
+                         "uncertainty", "time_limit_s", "overrun_s", "layer_times"}
+    assert data["layer_times"]["by_gpu"] == {"V100": "measured (AMP 2020, V100)", "T4": "measured (AMP 2020, T4)"}
     assert 0.5 <= data["time_limit_s"] <= 1.5      # (less where the command took long to start)
     assert data["scenario"] == "paper-het-cluster"
     # candidates of every part of the cluster searched (the whole cluster's alone with --use-all-gpus)
@@ -98,6 +99,8 @@ def test_plan_json_shape_and_figures(capsys):
         assert s["gpus_used"] + idle_gpus == 16
         assert sum(s["partition"]) == scenario.model.num_layers
         assert len(s["stages"]) == s["pp"]
+        assert {st["time_source"] for st in s["stages"]} <= {"measured (AMP 2020, V100)", "measured (AMP 2020, T4)"}
+        assert s["time_source_warning"] is None
     assert data["infeasible"] and len(data["infeasible"]) == data["statistics"]["infeasible"]
     for entry in data["infeasible"]:
         assert re.search(r"\bstage \d+\b", entry["reason"]) and "over" in entry["reason"]
@@ -149,7 +152,8 @@ def test_plan_text(capsys):
     scenario = load_scenario("paper-homogeneous")
     assert lines[0].startswith(f"paper-homogeneous: {scenario.cluster.num_gpus} GPUs")
     assert lines[1].startswith("techniques fixed: ")   # which techniques the user fixed, which the search chose
-    assert lines[2].startswith("searched ")
+    assert lines[2] == "layer times: on T4 measured (AMP 2020, T4)"    # where each GPU type's layer times come from
+    assert lines[3].startswith("searched ")
     expected = len(search(scenario).strategies)
     assert [row.split()[0] for row in ranked_rows(out)] == [str(i) for i in range(1, expected + 1)]
     assert any(line.startswith("uniform baseline (even split, rank order): ") for line in lines)

@@ -20,7 +20,9 @@ from amp_tui.core.base.yamlio import dump_yaml, load_yaml_file
 from amp_tui.core.spec.scenario import parse_scenario
 
 ROOT = Path(__file__).resolve().parent.parent
-DOCUMENTS = ["README.md", "docs/calibration.md", "docs/cli.md"]
+DOCUMENTS = ["README.md", "docs/calibration.md", "docs/cli.md", "docs/cluster.md"]
+# Files a document's commands read, copied into the scratch folder first.
+INPUTS = {"docs/cluster.md": ROOT / "tests" / "data" / "cluster"}
 README_MAX_LINES = 250
 
 
@@ -91,6 +93,9 @@ def test_the_examples_run_as_written(document, tmp_path, monkeypatch, capsys):
     files, commands = examples((ROOT / document).read_text())
     assert commands, f"{document} quotes no command"
     monkeypatch.chdir(tmp_path)
+    if document in INPUTS:
+        for source in INPUTS[document].iterdir():
+            (tmp_path / source.name).write_bytes(source.read_bytes())
     for name, text in files.items():
         (tmp_path / name).write_text(text)
     (tmp_path / "bad.yaml").write_text(dump_yaml({

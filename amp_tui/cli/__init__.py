@@ -1,10 +1,12 @@
-"""The `amp-tui` command line: a thin front end over amp_tui.core, amp_tui.profiling and amp_tui.serving.
+"""The `amp-tui` command line: a thin front end over amp_tui.core, amp_tui.importers, amp_tui.profiling
+and amp_tui.serving.
 
-One module per command, each with `add_parser(sub)` and `run(args)`; main.py dispatches and turns
+One module per command (those that read a real cluster in cluster/), each with `add_parser(sub)` and
+`run(args)`; main.py dispatches and turns
 every user error into one line and exit status 2, parser.py is the argument parser, output.py what the
 commands print. Commands import the core when they run, so that `amp-tui --help` starts fast.
 
-May import: amp_tui, amp_tui.core, amp_tui.profiling, amp_tui.serving, amp_tui.tui
+May import: amp_tui, amp_tui.core, amp_tui.importers, amp_tui.profiling, amp_tui.serving, amp_tui.tui
 """
 
 import os

@@ -10,6 +10,7 @@ import math
 from pathlib import Path
 
 from amp_tui.cli.output import placement_text, table
+from amp_tui.cli.parser import whole_number
 from amp_tui.core.base.errors import SpecError
 
 HELP = "fit the cost model's parameters to runs measured on your cluster (or --suggest runs to measure)"
@@ -17,23 +18,29 @@ HELP = "fit the cost model's parameters to runs measured on your cluster (or --s
 
 def add_parser(sub) -> None:
     ca = sub.add_parser("calibrate", help=HELP, description=HELP + ".")
-    ca.add_argument("scenario", metavar="SCENARIO", help="scenario preset name or scenario file")
-    ca.add_argument("measurements", nargs="?", metavar="MEASUREMENTS.yaml",
+    ca.add_argument("scenario", metavar="SCENARIO", help="scenario preset name or scenario file (with a training "
+                                                        "log: the plan file that ran)")
+    ca.add_argument("measurements", nargs="?", metavar="MEASUREMENTS.yaml|LOG",
                     help="YAML list of measured runs: tp, pp, dp, micro_batch_size[, partition, placement], "
-                         "iteration_time_s[, peak_memory, out_of_memory]")
+                         "iteration_time_s[, peak_memory, out_of_memory]; or an engine's training log (any other "
+                         "file: Megatron-LM, torchtitan, DeepSpeed or plain PyTorch), with the plan that ran it")
     ca.add_argument("-o", "--output", metavar="FILE",
                     help="write the calibrated scenario here (with --suggest: the measurements file to fill in)")
     ca.add_argument("--suggest", type=int, metavar="N",
                     help="choose N cheap runs whose measurements pin the parameters best")
     ca.add_argument("--force", action="store_true", help="overwrite an existing output file")
     ca.add_argument("--json", action="store_true", help="print JSON instead of tables")
+    ca.add_argument("--engine", choices=("megatron", "torchtitan", "deepspeed", "pytorch"),
+                    help="with a log: the engine that wrote it (default: told from its lines)")
+    ca.add_argument("--warmup", type=whole_number, default=5, metavar="N",
+                    help="with a log: iterations of warm-up to drop besides its first line (default 5)")
 
 
 def run(args) -> int:
     from amp_tui.core.spec.scenario import load_scenario
 
     if args.output:
-        _check_output(Path(args.output), args.force)
+        check_output(Path(args.output), args.force)
     if args.suggest is not None:
         if args.measurements:
             raise SpecError("MEASUREMENTS", args.measurements,
@@ -41,6 +48,10 @@ def run(args) -> int:
         return _suggest(args, load_scenario(args.scenario))
     if not args.measurements:
         raise SpecError("MEASUREMENTS", None, "give a YAML file of measured runs, or --suggest N to choose them")
+    from amp_tui.cli.cluster.logs import is_log, run_log
+
+    if is_log(args.measurements) or args.engine:
+        return run_log(args, _write, _scenario_text, render_fit)
     from amp_tui.core.calibration.calibrate import calibrate
     from amp_tui.core.calibration.measurements import load_measurements
 
@@ -62,7 +73,8 @@ def run(args) -> int:
     return 0
 
 
-def _check_output(path: Path, force: bool) -> None:
+def check_output(path: Path, force: bool) -> None:
+    """Refuse an output path that is a folder, or a file that exists without --force, before any work."""
     if path.is_dir():
         raise SpecError("-o", path, "is a folder; give a file name")
     if path.exists() and not force:

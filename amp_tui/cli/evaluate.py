@@ -24,10 +24,8 @@ def run(args) -> int:
         prediction = evaluate(plan.scenario, plan.strategy)
         changes = prediction_changes(plan.saved_prediction, prediction)
         if args.json:
-            from amp_tui.core.costmodel.measured import layer_time_sources
-
             print(json_text({**prediction.to_dict(), "changed_since_saved": changes,
-                             "layer_times": layer_time_sources(plan.scenario)}))
+                             **_sources(plan.scenario, [prediction])[0]}))
         else:
             print(render_predictions(plan.scenario, [prediction]))
             print()
@@ -44,10 +42,18 @@ def run(args) -> int:
     for i, strategy in enumerate(strategies):
         predictions.append(evaluate(scenario, strategy, cost, field=f"strategies[{i}]"))
     if args.json:
-        from amp_tui.core.costmodel.measured import layer_time_sources
-
-        sources = layer_time_sources(scenario)     # which layers were measured, and by which profile
-        print(json_text([{**p.to_dict(), "layer_times": sources} for p in predictions]))
+        print(json_text([{**p.to_dict(), **extra} for p, extra in zip(predictions, _sources(scenario, predictions))]))
     else:
         print(render_predictions(scenario, predictions))
     return 0
+
+
+def _sources(scenario, predictions) -> list[dict]:
+    """Per prediction: where each GPU type's layer times come from (and the profile file), and the
+    warning where its stages are priced by different sources (null where they are not)."""
+    from amp_tui.core.costmodel.cost import CostModel
+    from amp_tui.core.costmodel.time_sources import layer_time_sources, source_warning
+
+    cost = CostModel(scenario)
+    sources = layer_time_sources(cost)
+    return [{"layer_times": sources, "time_source_warning": source_warning(cost, p)} for p in predictions]

@@ -10,6 +10,7 @@ import warnings
 from pathlib import Path
 
 from amp_tui.cli import bench, calibrate, compare, evaluate, export, plan, presets, profile, serve, ui, validate
+from amp_tui.cli.cluster import importing
 from amp_tui.cli.ui import web
 from amp_tui.cli.parser import new_parser
 from amp_tui.core.base.errors import SpecError
@@ -17,7 +18,7 @@ from amp_tui.core.base.errors import SpecError
 # Each command's module adds its arguments (add_parser) and runs it (run); in `amp-tui --help` order.
 COMMANDS = {"ui": ui, "evaluate": evaluate, "plan": plan, "compare": compare, "web": web, "export": export,
             "serve": serve, "presets": presets, "bench": bench, "validate": validate, "calibrate": calibrate,
-            "profile": profile}
+            "profile": profile, "import": importing}
 
 
 def build_parser():

@@ -49,23 +49,50 @@ def summary(scenario) -> str:
     return (f"{scenario.name}: {c.num_gpus} GPUs ({groups}); {m.name}: {m.num_layers} layers, "
             f"{m.total_params / 1e9:.3g} B params; global batch {t.global_batch_size}, {t.precision}"
             f"{' (rowwise scaling)' if t.fp8_scaling == 'rowwise' else ''}, "
-            f"{t.schedule}{_execution(t)}{calibrated}\ntechniques {describe(t, m)}{profile_text(scenario)}")
+            f"{t.schedule}{_execution(t)}{calibrated}\ntechniques {describe(t, m)}"
+            + (f"\nmodel {m.name}: {m.rebuilt}" if m.rebuilt else "") + sources_text(scenario) + network_text(scenario))
 
 
-def profile_text(scenario) -> str:
-    """Lines saying which layers a profile file measured (nothing without one)."""
-    if scenario.model.measured_profile is None:
+def network_text(scenario) -> str:
+    """Lines saying which links the cluster's network profile measured (nothing without one)."""
+    network = scenario.cluster.network
+    if network is None:
         return ""
-    from amp_tui.core.costmodel.measured import layer_time_sources
+    from amp_tui.core.spec.network import link_report
 
-    sources = layer_time_sources(scenario)
-    lines = [f"\nlayer times from {sources['profile']['summary']}"]
-    for gpu, names in sources["measured"].items():
-        analytic, inline = sources["analytic"][gpu], sources["amp_inline"][gpu]
-        lines.append(f"  on {gpu}: measured {', '.join(names) or 'none'}"
-                     + (f"; AMP's inline times {', '.join(inline)}" if inline else "")
-                     + (f"; analytic {', '.join(analytic)}" if analytic else ""))
+    lines = [f"\nlinks from {network.summary()}"]
+    for entry in link_report(scenario.cluster):
+        said = [f"measured {'; '.join(entry['measured'])}"] if entry["measured"] else []
+        if entry["catalog"]:
+            said.append(f"not measured (catalog figures): {', '.join(entry['catalog'])}")
+        lines.append(f"  group {entry['group']} ({entry['label']}): {'; '.join(said) or 'one GPU, one node'}")
     return "\n".join(lines)
+
+
+def sources_text(scenario) -> str:
+    """Lines saying where the layer times come from on each GPU type, and the profile file's
+    provenance (nothing for a model nobody measured: every time is analytic)."""
+    from amp_tui.core.costmodel.cost import CostModel
+    from amp_tui.core.costmodel.time_sources import sources_line
+
+    profile = scenario.model.measured_profile
+    line = sources_line(CostModel(scenario))
+    return (f"\nlayer times from {profile.summary()}" if profile is not None else "") + (f"\n{line}" if line else "")
+
+
+def warnings_text(scenario, predictions, ranks: list[str]) -> list[str]:
+    """'warning: stages priced by different sources ...' once per distinct warning, with the ranks
+    (or strategy numbers) it concerns."""
+    from amp_tui.core.costmodel.cost import CostModel
+    from amp_tui.core.costmodel.time_sources import source_warning
+
+    cost = CostModel(scenario)
+    found: dict[str, list[str]] = {}
+    for rank, p in zip(ranks, predictions):
+        warning = source_warning(cost, p)
+        if warning:
+            found.setdefault(warning, []).append(rank)
+    return [f"warning: {warning} ({', '.join(where)})" for warning, where in found.items()]
 
 
 def _execution(training) -> str:
@@ -152,7 +179,8 @@ def render_predictions(scenario, predictions) -> str:
     rows = [_prediction_row(scenario, p, str(i + 1), None) for i, p in enumerate(predictions)]
     from amp_tui.core.plans.confidence import confidence
 
-    out = [summary(scenario), f"predicted times {confidence(scenario).describe()}", "",
+    out = [summary(scenario), f"predicted times {confidence(scenario).describe()}",
+           *warnings_text(scenario, predictions, [f"strategy {i + 1}" for i in range(len(predictions))]), "",
            table(headers, rows, {0, 2, 3, 4, 5, 8, 9})]
     for i, p in enumerate(predictions):
         out.append("")
@@ -174,10 +202,11 @@ def render_predictions(scenario, predictions) -> str:
 def _stagetable(p) -> str:
     from amp_tui.core.base.units import format_bytes, format_seconds
 
-    headers = ["stage", "layers", "GPU", "compute", "p2p comm", "all-reduce", "memory / capacity"]
+    headers = ["stage", "layers", "GPU", "compute", "p2p comm", "all-reduce", "memory / capacity", "layer times"]
     rows = [[str(st.index), f"{st.first_layer}-{st.last_layer}", "+".join(st.gpu_types), format_seconds(st.compute_s),
              format_seconds(st.comm_s), format_seconds(st.dp_allreduce_s),
-             f"{format_bytes(st.memory.total_bytes)} / {format_bytes(st.capacity_bytes)}" + ("" if st.fits else " OVER")]
+             f"{format_bytes(st.memory.total_bytes)} / {format_bytes(st.capacity_bytes)}" + ("" if st.fits else " OVER"),
+             st.time_source]
             for st in p.stages]
     return "  " + table(headers, rows, {0, 3, 4, 5}).replace("\n", "\n  ")
 
@@ -236,6 +265,7 @@ def render_search(result, top: int, objective=None, idle_search=None) -> str:
         rows = [_prediction_row(scenario, p, str(i + 1) + ("†" if custom_only(p.strategy) else ""), best)
                 for i, p in enumerate(shown)]
         out.append(table(headers, rows, {0, 2, 3, 4, 5, 9, 10}))
+        out += warnings_text(scenario, shown, [f"rank {i + 1}" for i in range(len(shown))])
         if any(custom_only(p.strategy) for p in shown):
             out.append(custom_footnote(result.strategies))
         from amp_tui.core.plans.confidence import MEMORY_RISK_NOTE, memory_at_risk

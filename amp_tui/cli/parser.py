@@ -28,6 +28,7 @@ examples:
   amp-tui validate                          score the cost model on published measured runs
   amp-tui calibrate my.yaml runs.yaml -o calibrated.yaml   fit the model to your measured runs
   amp-tui profile my.yaml --iterations      time the model's layers on this GPU (needs amp-tui[profile])
+  amp-tui import nodes.txt -o cluster.yaml  a scenario from scontrol show node / nvidia-smi output
   amp-tui serve helix-single24-llama2-70b   place a model for serving (max flow, Helix)
 """
 

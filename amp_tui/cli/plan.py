@@ -89,11 +89,20 @@ def run(args) -> int:
         from amp_tui.core.plans.confidence import confidence
         from amp_tui.core.plans.no_strategy import nothing_found
 
-        print(json_text({**result.to_dict(top=shown), "uncertainty": confidence(scenario).band, "objective": objective.kind,
+        from amp_tui.core.costmodel.cost import CostModel
+        from amp_tui.core.costmodel.time_sources import layer_time_sources, source_warning
+
+        ranked = result.to_dict(top=shown)
+        cost = CostModel(scenario)
+        for entry, p in zip(ranked["strategies"], result.strategies):
+            entry["time_source_warning"] = source_warning(cost, p)
+        print(json_text({**ranked, "layer_times": layer_time_sources(cost),
+                     "uncertainty": confidence(scenario).band, "objective": objective.kind,
                      "budget_usd_per_hour": objective.budget_usd_per_hour,
                      "idle_search": idle_search.to_dict(), "uneven_search": uneven.to_dict(),
                      "time_limit_s": time_limit_s, "overrun_s": plans.overrun_s,
                      **({} if result.strategies else {"no_strategy": nothing_found(result, objective)}),
+                     **(_network_json(scenario) if scenario.cluster.network is not None else {}),
                      **({"sensitivity": what_ifs.to_dict()} if what_ifs is not None else {})}))
     else:
         print(render_search(result, shown, objective, idle_search))
@@ -122,6 +131,12 @@ def run(args) -> int:
         # (or parts of the cluster left unsearched), nothing is known yet: the note says so.
         return 1
     return 0
+
+
+def _network_json(scenario) -> dict:
+    from amp_tui.core.spec.network import link_report
+
+    return {"network": {"source": scenario.cluster.network.summary(), "groups": link_report(scenario.cluster)}}
 
 
 def _time_limit(seconds: float | None) -> float:

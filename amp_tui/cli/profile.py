@@ -22,8 +22,10 @@ examples:
   amp-tui profile llama3-8b --tp 1,2 -o h200.yaml  a model preset alone (bf16)
   amp-tui profile my.yaml --iterations             also run whole iterations: then `amp-tui calibrate`
   amp-tui profile gpt2-medium --device cpu --tp 1,2 --micro-batch 1,2    prove the code path without a GPU
+  torchrun --nnodes 2 --nproc-per-node 8 ... -m amp_tui profile --network -o net.yaml   the cluster's links
 
 then name the profile beside the model:   model: {preset: llama3-8b, profile: h200.yaml}
+and the network profile in the cluster:   cluster: {nodes: [...], network: net.yaml}
 """
 
 
@@ -49,7 +51,9 @@ def _count(low: int, high: int):
 def add_parser(sub) -> None:
     pr = sub.add_parser("profile", help=HELP, description=HELP + ".", epilog=EPILOG,
                         formatter_class=argparse.RawDescriptionHelpFormatter)
-    pr.add_argument("scenario", metavar="SCENARIO", help="scenario preset or file, or a model preset")
+    pr.add_argument("scenario", nargs="?", metavar="SCENARIO",
+                    help="scenario preset or file, or a model preset (with --network: optional, a scenario whose "
+                         "node groups the profile should cover)")
     pr.add_argument("-o", "--output", metavar="PROFILE.yaml",
                     help="where to write the profile (default: the path the scenario's model.profile names, "
                          "else MODEL-GPU.profile.yaml)")
@@ -74,9 +78,23 @@ def add_parser(sub) -> None:
     pr.add_argument("--measurements", metavar="FILE",
                     help="where --iterations writes (default: MODEL-GPU.iterations.yaml beside the profile)")
     pr.add_argument("--no-optimizer", action="store_true", help="skip timing one optimizer step")
+    network = pr.add_argument_group("measuring the network (--network, under torchrun: one process per GPU)")
+    network.add_argument("--network", action="store_true",
+                         help="measure the links between GPUs and nodes (NCCL; gloo with --device cpu) and write "
+                              "a network profile the cluster names (cluster: {..., network: FILE})")
+    network.add_argument("--ranks-per-node", type=_count(1, 1024), metavar="N",
+                         help="treat every N consecutive processes as a node (a test of the code path on one host)")
+    network.add_argument("--timeout", type=_count(10, 3600), default=300, metavar="S",
+                         help="seconds a process waits for the others before it gives up (default 300)")
 
 
 def run(args) -> int:
+    if args.network:
+        from amp_tui.cli.cluster.network import run_network
+
+        return run_network(args)
+    if args.scenario is None:
+        raise SpecError("SCENARIO", None, "required: a scenario or model preset to profile (or --network)")
     from amp_tui import __version__
     from amp_tui.core.base.atomic import atomic_write
     from amp_tui.core.base.units import format_seconds

@@ -9,12 +9,11 @@ from __future__ import annotations
 
 import os
 import platform
-import re
 import statistics
 from dataclasses import dataclass
 
 from amp_tui.core.base.errors import SpecError
-from amp_tui.core.spec.hardware import gpu_catalog
+from amp_tui.core.spec.hardware import catalog_names_in
 
 INSTALL_HINT = "pip install 'amp-tui[profile]' (PyTorch; pick the CUDA build for your driver from pytorch.org)"
 
@@ -147,10 +146,5 @@ def software_versions(device: Device, tool_version: str) -> dict[str, str]:
 def catalog_gpu(device_name: str) -> str | None:
     """The catalog GPU a CUDA device name is (every word of the catalog name in the device's:
     'NVIDIA A100-SXM4-80GB' is A100-80GB), the most specific match; None if none."""
-    words = set(re.findall(r"[a-z0-9]+", device_name.lower()))
-    best = None
-    for name in gpu_catalog():
-        need = set(re.findall(r"[a-z0-9]+", name.lower()))
-        if need <= words and (best is None or len(need) > len(best[1])):
-            best = (name, need)
-    return best[0] if best else None
+    names = catalog_names_in(device_name)
+    return names[0] if names else None

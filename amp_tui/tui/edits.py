@@ -14,7 +14,7 @@ from amp_tui.core.base.errors import SpecError
 from amp_tui.core.base.limits import MAX_LAYERS
 from amp_tui.core.base.units import parse_int
 from amp_tui.core.spec.hardware import instance_catalog
-from amp_tui.core.spec.model import Model
+from amp_tui.core.spec.model import Model, override_shape
 from amp_tui.core.spec.presets import load_preset
 from amp_tui.core.spec.scenario import Scenario, parse_scenario
 
@@ -106,29 +106,25 @@ def use_model_preset(scenario: Scenario, name: str) -> Scenario:
 def set_model_field(scenario: Scenario, key: str, value: object) -> Scenario:
     """A family hyperparameter (hidden_size, num_layers, ..., flash_attention) or the model's name.
 
-    An explicit layer list takes them too: num_layers resizes its repeated block (keeping the
-    measured times, the new copies get their mean); any other size makes it the gpt family model
-    with the list's shape and the new value, since measured times do not carry over to other sizes."""
+    An explicit layer list takes them too, by the rule an override of a layer-list preset follows
+    (core/spec/model.py, override_shape): num_layers alone resizes its repeated block (keeping the
+    measured times, the new copies get their mean); any other size rebuilds it from the family its
+    layers follow (gpt unless it names one), keeping measured times only on layers whose shape is
+    unchanged. The new model says what was kept and dropped (Model.rebuilt)."""
     model = scenario.model
     if not model.family and key != "name":
-        blocks = [i for i, group in enumerate(model.groups) if group.kind == "block"]
-        if key == "num_layers" and len(blocks) == 1:
-            count = parse_int(value, "model.num_layers")
-
-            def resize(layers: list) -> None:
-                layers[blocks[0]]["repeat"] = count
-                _resize_profile(layers[blocks[0]], count)
-            changed = _edit_layers(scenario, resize)
-            return set_model_shape(changed, "num_layers", count)
+        blocks = [group for group in model.groups if group.kind == "block"]
         missing = [k for k in FAMILY_SHAPE_KEYS if k not in model.shape and k != key]
-        if missing:
+        if missing and not (key == "num_layers" and len(blocks) == 1):
             raise SpecError(f"model.{key}", value, f"this explicit layer list does not give its "
                             f"{', '.join(missing)}: edit its layers, or pick a family preset (ctrl+o)")
+        rebuilt = override_shape(model, {key: value}, scenario.training.bytes_per_element,
+                                 family=model.shape_family or "gpt")
 
-        def to_family(data: dict) -> None:
-            data["model"] = {"name": model.name, "family": "gpt", "sequence_length": model.sequence_length,
-                             **{k: model.shape[k] for k in FAMILY_SHAPE_KEYS if k in model.shape}, key: value}
-        return apply(scenario, to_family)
+        def replace_model(data: dict) -> None:
+            data["model"] = rebuilt.to_dict()
+        changed = apply(scenario, replace_model)
+        return replace(changed, model=replace(changed.model, rebuilt=rebuilt.rebuilt))
 
     def change(data: dict) -> None:
         data["model"][key] = value
@@ -138,13 +134,6 @@ def set_model_field(scenario: Scenario, key: str, value: object) -> Scenario:
 FAMILY_SHAPE_KEYS = ("hidden_size", "num_layers", "num_heads", "vocab_size")
 
 
-def set_model_shape(scenario: Scenario, key: str, value: object) -> Scenario:
-    """A shape key written beside an explicit layer list (informational: the layers carry the sizes)."""
-    def change(data: dict) -> None:
-        data["model"][key] = value
-    return apply(scenario, change)
-
-
 def explicit_model_dict(model: Model) -> dict:
     """The model as an explicit layer list (a family model's layers become editable this way)."""
     out: dict = {"name": model.name}
@@ -152,6 +141,8 @@ def explicit_model_dict(model: Model) -> dict:
         out["description"] = model.description
     out["sequence_length"] = model.sequence_length
     out.update({k: v for k, v in model.shape.items() if k in EXPLICIT_SHAPE_KEYS})
+    if model.profile_origin:
+        out["profile_origin"] = model.profile_origin
     out["layers"] = [layer.to_dict() for layer in model.groups]
     return out
 

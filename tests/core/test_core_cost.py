@@ -146,7 +146,7 @@ def test_measured_tensor_parallel_time_already_holds_its_all_reduce():
     # The tp = 2 measurement is the tp = 1 one's compute carried to tp 2, plus communication. The
     # backward pass runs twice the compute but only as many all-reduces as the forward: 3 x compute
     # + 2 x communication, not 3 x the measurement.
-    compute = float((cost._analytic_forward(cost.gpus[0], 2, 1) * cost._calibration(0))[0])
+    compute = float((cost._analytic_forward(cost.gpus[0], 2, 1) * cost.sources.ratio(cost.gpus[0], 2))[0])
     assert 0 < compute < 0.0015
     assert p.stages[0].compute_s == pytest.approx(3 * compute + 2 * (0.0015 - compute), rel=1e-12)
     # ... and the communication it holds is reported as such (issue 28, minor 3), inside compute_s.

@@ -168,7 +168,7 @@ def test_plan_and_evaluate_say_which_layers_were_measured(tmp_path, capsys):
     assert main(["plan", str(tmp_path / "s.yaml"), "--top", "1"]) == 0
     out = capsys.readouterr().out
     assert "layer times from profile p.yaml: measured on H100" in out
-    assert "on H100: measured block x3; analytic embedding, lm_head" in out
+    assert "on H100 measured (profile p.yaml, 2026-11-27, H100) block x3; analytic embedding, lm_head" in out
     (tmp_path / "st.yaml").write_text("- {tp: 1, pp: 1, dp: 2, micro_batch_size: 1}\n")
     assert main(["evaluate", str(tmp_path / "s.yaml"), str(tmp_path / "st.yaml"), "--json"]) == 0
     sources = json.loads(capsys.readouterr().out)[0]["layer_times"]

@@ -30,8 +30,7 @@ async def test_a_loaded_profile_shows_in_the_model_pane_calibrate_and_selected(m
         assert "Layer times from profile p.yaml: measured on H200 (NVIDIA H200, torch 2.11" in note
         assert "2026-11-27" in note
         selected = str(app.query_one(SelectedPane).query_one("#selected-summary", Static).content)
-        assert ("layer times measured (p.yaml, cuda NVIDIA H200, 2026-11-27): "
-                "H200: embedding, block x24, final_norm, lm_head, loss") in selected
+        assert "layer times: stage 0 on H200 measured (profile p.yaml, 2026-11-27, H200)" in selected
         await pilot.press("C")
         await pilot.pause()
         assert isinstance(app.screen, CalibrateScreen)
@@ -43,5 +42,4 @@ async def test_without_a_profile_the_panes_say_so(make_app):
     async with app.run_test(size=(120, 40)) as pilot:
         await settle(app, pilot)
         assert "No profile loaded" in str(app.query_one("#model-note", Static).content)
-        assert "layer times measured" not in str(app.query_one(SelectedPane).query_one("#selected-summary",
-                                                                                       Static).content)
+        assert "profile" not in str(app.query_one(SelectedPane).query_one("#selected-summary", Static).content)

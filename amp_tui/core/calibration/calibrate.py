@@ -194,6 +194,8 @@ def fit(measurements: list[Measurement], predict: Predict, names: list[str], *,
     space = _Space(informed)
     measured = np.log(np.array([[m.iteration_time_s if m.timed else 1.0, m.peak_memory_bytes or 1.0]
                                 for m in measurements]))
+    # A run that states its time's uncertainty (a training log's spread) is weighed by it.
+    time_sd = np.array([m.time_log_sd or TIME_LOG_SD for m in measurements])
 
     # imported here: scipy.optimize takes half a second to import, and `plan` reads this module
     # (calibrated_uncertainty) without fitting anything
@@ -202,11 +204,11 @@ def fit(measurements: list[Measurement], predict: Predict, names: list[str], *,
     def solve(keep: np.ndarray, u0: np.ndarray) -> np.ndarray:
         runs = [m for m, k in zip(measurements, keep) if k]
         use_time, use_memory = timed[keep], weighed[keep]
-        target = measured[keep]
+        target, sd = measured[keep], time_sd[keep][use_time]
 
         def residuals(u: np.ndarray) -> np.ndarray:
             predicted = _log_predictions(predict, {**start, **space.values(u)}, runs)
-            return np.concatenate([(target[use_time, 0] - predicted[use_time, 0]) / TIME_LOG_SD,
+            return np.concatenate([(target[use_time, 0] - predicted[use_time, 0]) / sd,
                                    (target[use_memory, 1] - predicted[use_memory, 1]) / MEMORY_LOG_SD,
                                    space.prior_residuals(u)])
 

@@ -38,6 +38,9 @@ class Measurement:
     iteration_time_s: float | None = None
     peak_memory_bytes: float | None = None
     out_of_memory: bool = False
+    # The time's own uncertainty in log units where the run states it (a training log's spread,
+    # core/calibration/log_runs.py); None: the fit's TIME_LOG_SD.
+    time_log_sd: float | None = None
 
     @property
     def field(self) -> str:

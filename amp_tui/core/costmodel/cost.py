@@ -449,10 +449,9 @@ class Candidate:
         latency = self._latency_per_stage(t["starts"], t["ends"])
         for s, row in enumerate(columns):
             i, j, compute, comm, busy, dp_allreduce, optimizer_step, memory, capacity, groups = row
-            slowest = groups[0] if len(groups) == 1 else max(
-                groups, key=lambda g: float(self.cost.layer_times(g, self.tp, self.mbs)[0][i:j].sum()))
+            slowest, source = self.cost.stage_pace(groups, self.tp, self.mbs, i, j)
             stages.append(StagePrediction(
-                index=s, first_layer=i, last_layer=j - 1,
+                index=s, first_layer=i, last_layer=j - 1, time_source=source,
                 gpu=gpus[slowest].name, gpu_types=tuple(dict.fromkeys(gpus[g].name for g in groups)),
                 compute_s=compute, tp_comm_s=float(tp_part[s, i:j].sum()), comm_s=comm,
                 shard_comm_s=float(self.stage_shard_times[s, i:j].sum()),

@@ -1,7 +1,8 @@
 """What each layer costs on one GPU type: the per-layer half of the cost model (cost.py).
 
 Per node group's kind of node, tensor-parallel degree and micro-batch size: each layer's forward +
-backward seconds (measured where a profile has it, else the analytic terms of terms/compute.py),
+backward seconds (measured where a profile has it, else the analytic terms of terms/compute.py
+carried by the layer's measured / analytic ratio where one exists: time_sources.py),
 the bytes its tensor-parallel collectives move, ring attention's steps, and the activations it keeps.
 Layer times are shared by every cost model of one model, training, set of techniques and
 calibration (the parts of a cluster the idle-node search tries), the newest few kept.
@@ -20,8 +21,9 @@ from amp_tui.core.costmodel.terms import collectives as collective_terms
 from amp_tui.core.costmodel.terms import compute as compute_terms
 from amp_tui.core.costmodel.terms import context as context_terms
 from amp_tui.core.costmodel.terms import host as host_terms
+from amp_tui.core.costmodel.time_sources import TimeSources, clear_tables, measured_table, span_label
 from amp_tui.core.spec.frameworks import execution_key, execution_profile
-from amp_tui.core.spec.hardware import GPU
+from amp_tui.core.spec.hardware import GPU, gpu_catalog
 from amp_tui.core.spec.knobs import Knobs, default_knobs
 from amp_tui.core.spec.scenario import Scenario
 
@@ -34,11 +36,12 @@ _shared: dict[tuple, tuple[object, dict]] = {}
 _shared_lock = threading.Lock()
 
 
-def _shared_layer_times(model, training, knobs, calibration) -> dict:
-    """The layer-time cache of one model, training, set of techniques and calibration, shared by
-    every cost model built for them (the newest few are kept). Keyed by the model's identity, and
-    holding the model so that the identity cannot be reused while the entry lives."""
-    key = (id(model), training, knobs, calibration)
+def _shared_layer_times(model, training, knobs, calibration, references) -> dict:
+    """The layer-time cache of one model, training, set of techniques, calibration and what
+    unmeasured GPU types carry (whether they do, the measured types' figures: time_sources.py),
+    shared by every cost model built for them (the newest few are kept). Keyed by the model's identity, and holding the model so
+    that the identity cannot be reused while the entry lives."""
+    key = (id(model), training, knobs, calibration, references)
     with _shared_lock:        # the dashboard searches in a worker thread while the UI evaluates
         entry = _shared.pop(key, None)
         if entry is None or entry[0] is not model:
@@ -53,6 +56,7 @@ def clear_shared_caches() -> None:
     """Forget every shared layer-time cache (the benchmark times each search from cold)."""
     with _shared_lock:
         _shared.clear()
+    clear_tables()
 
 
 class LayerTimes:
@@ -70,8 +74,18 @@ class LayerTimes:
         # and so do the cost models of one model and training on other clusters (the parts of a
         # cluster the idle-node search tries): the cache is keyed by the kind of node.
         self._node_kind = [(g.gpu, g.gpus_per_node, g.intra_node_bandwidth, g.intra_link_class,
-                            g.inter_node_bandwidth, g.inter_link_class) for g in scenario.cluster.nodes]
-        self._layer_times = _shared_layer_times(self.model, self.training, self.knobs, scenario.calibration)
+                            g.inter_node_bandwidth, g.inter_link_class, g.measured) for g in scenario.cluster.nodes]
+        # Where each layer's time comes from, and what an unmeasured one carries (time_sources.py):
+        # shared like the layer times, whose carried entries depend on the measured GPU types' figures.
+        table = measured_table(self.model)
+        across = table.measured_any(scenario.cluster.gpu_types or [gpu.name for gpu in self.gpus])
+        references = (across, *(self._gpu_named(name) for name in table.gpus))
+        self._layer_times = _shared_layer_times(self.model, self.training, self.knobs, scenario.calibration,
+                                                references)
+        self.sources = self._layer_times.get("sources")
+        if self.sources is None:
+            self.sources = self._layer_times["sources"] = TimeSources(table, self._analytic_forward, self._gpu_named,
+                                                                      across)
         cols = self.model.columns
         tokens, width = compute_terms.layer_shapes(self.model, self.training.bytes_per_element)
         self._work_per_sample = tokens * width    # kernel size at tp 1, micro-batch 1 (shapes as inferred)
@@ -84,14 +98,26 @@ class LayerTimes:
         self.execution = execution_profile(self.training.framework, self.training.compile)
 
     # -- layer times ------------------------------------------------------------------------
+    def _gpu_named(self, name: str) -> GPU | None:
+        """A measured GPU type's figures, to carry its ratio from: the catalog's (the same whatever
+        part of the cluster is priced), else the cluster's GPU of that name."""
+        return gpu_catalog().get(name) or next((g for g in self.gpus if g.name == name), None)
+
     def _measured(self, gpu_name: str, tp: int) -> np.ndarray:
-        key = (gpu_name, tp)
-        if key not in self._profiles:
-            copies = self.model.copy_index
-            self._profiles[key] = np.array(
-                [t if (t := layer.profiled_time(gpu_name, tp, int(c))) is not None else np.nan
-                 for layer, c in zip(self.model.layers, copies)])
-        return self._profiles[key]
+        """Per layer, the inline measured forward per sample at micro-batch 1 (NaN where none)."""
+        return self.sources.table.entry(gpu_name, tp)[0]
+
+    def time_sources(self, gpu: GPU, tp: int) -> tuple[str, ...]:
+        """Per layer, where its time on this GPU type at this tp comes from (time_sources.py)."""
+        return self.sources.labels(gpu, tp)
+
+    def stage_pace(self, groups: tuple[int, ...], tp: int, mbs: int, first: int, end: int) -> tuple[int, str]:
+        """(the node group that sets the pace of a stage of layers first..end - 1 served by `groups`:
+        the slowest, where its layer times come from)."""
+        slowest = groups[0] if len(groups) == 1 else max(
+            groups, key=lambda g: float(self.layer_times(g, tp, mbs)[0][first:end].sum()))
+        return slowest, span_label(self.time_sources(self.gpus[slowest], tp), self.model.columns["flops"] > 0,
+                                   first, end)
 
     def _analytic_forward(self, gpu: GPU, tp: int, mbs: int | np.ndarray) -> np.ndarray:
         return compute_terms.analytic_forward(self.model, gpu, self.training.precision, self.params,
@@ -105,30 +131,7 @@ class LayerTimes:
 
     def _shard_measured(self, gpu_name: str, tp: int) -> np.ndarray:
         """Per layer, whether a profile file measured it on this GPU type at this tp (measured.py)."""
-        key = ("shard measured", gpu_name, tp)
-        if key not in self._profiles:
-            self._profiles[key] = np.array([layer.measured_passes(gpu_name, tp) is not None
-                                            for layer in self.model.layers], dtype=bool)
-        return self._profiles[key]
-
-    def _calibration(self, group: int) -> np.ndarray:
-        """Per layer, measured / analytic forward time at tp = 1, micro-batch 1 on this GPU (1 where
-        not measured; a profile file's smallest micro-batch at tp = 1 where AMP's form has none):
-        applied to the analytic time at other tp degrees, it keeps the measurement's efficiency."""
-        key = ("calibration", self._node_kind[group])
-        if key not in self._profiles:
-            gpu = self.gpus[group]
-            base = self._measured(gpu.name, 1).copy()
-            analytic = self._analytic_forward(gpu, 1, 1)
-            for index, layer in enumerate(self.model.layers):
-                table = layer.measured_passes(gpu.name, 1)
-                if table and np.isnan(base[index]):    # measured / analytic at its smallest micro-batch
-                    mbs, forward = table[0][:2]
-                    base[index] = forward * analytic[index] / max(float(self._analytic_forward(gpu, 1, mbs)[index]),
-                                                                  1e-30)
-            usable = ~np.isnan(base) & (analytic > 0)
-            self._profiles[key] = np.where(usable, np.where(usable, base, 1.0) / np.where(usable, analytic, 1.0), 1.0)
-        return self._profiles[key]
+        return self.sources.table.entry(gpu_name, tp)[1]
 
     def layer_times(self, group: int, tp: int, mbs: int) -> tuple[np.ndarray, np.ndarray]:
         """(compute seconds, tensor-parallel ring bytes) per layer per micro-batch, forward + backward,
@@ -160,9 +163,9 @@ class LayerTimes:
         measured = self._measured(gpu.name, tp)
         shard = self._shard_measured(gpu.name, tp)
         have = ~np.isnan(measured) & ~shard          # AMP's form: forward per sample, collectives inside
-        analytic = self._analytic_forward(gpu, tp, mbs)
-        if tp > 1:
-            analytic = analytic * self._calibration(group)
+        # Where this GPU type at this tp measured nothing: carried by the layer's ratio (time_sources.py).
+        ratio = self.sources.ratio(gpu, tp)
+        analytic = self._analytic_forward(gpu, tp, mbs) * ratio
         if have.any():
             # A measured time scales to b samples like the efficiency model: fixed kernel overheads
             # are paid once per micro-batch, so larger micro-batches run more efficiently.
@@ -188,7 +191,7 @@ class LayerTimes:
         if shard.any():      # a profile file's forward and backward at this shard shape (measured.py)
             _, shard_forward, shard_backward, checkpointed = profile_terms.measured_passes(
                 self.model.layers, gpu.name, tp, mbs, analytic,
-                lambda m: self._analytic_forward(gpu, tp, m) * (self._calibration(group) if tp > 1 else 1.0),
+                lambda m: self._analytic_forward(gpu, tp, m) * ratio,
                 self.params("backward_ratio"))
             forward = np.where(shard, shard_forward, forward)
             # Full recomputation runs a block's forward again; trainers checkpoint the transformer
@@ -220,10 +223,8 @@ class LayerTimes:
         node = self.scenario.cluster.nodes[group]
         ep, cp = self.knobs.ep, self.knobs.cp
         per_node = max(node.gpus_per_node // (tp * cp), 1)
-        seconds_per_byte = alltoall_seconds(
-            1.0, ep, min(ep, per_node), node.gpus_per_node,
-            node.intra_node_bandwidth * self.params("link_efficiency", node.intra_link_class),
-            node.inter_node_bandwidth * self.params("link_efficiency", node.inter_link_class))
+        intra, inter = node.link_figures(self.params)[:2]
+        seconds_per_byte = alltoall_seconds(1.0, ep, min(ep, per_node), node.gpus_per_node, intra, inter)
         return alltoall_bytes_per_gpu(self.model.columns["moe_alltoall_bytes"], 1, tp, cp) * seconds_per_byte
 
     def _split_measured(self, group: int, tp: int, measured: np.ndarray, analytic: np.ndarray,
@@ -237,11 +238,11 @@ class LayerTimes:
         Layers without a tp = 1 measurement keep `whole`, the measurement scaled by the efficiency
         model, as compute."""
         base = self._measured(self.gpus[group].name, 1)
-        compute1 = self._analytic_forward(self.gpus[group], tp, 1) * self._calibration(group)
+        compute1 = self._analytic_forward(self.gpus[group], tp, 1) * self.sources.ratio(self.gpus[group], tp)
         compute_share = np.where(compute1 > 0, np.minimum(measured, compute1) / np.where(compute1 > 0, compute1, 1.0), 0.0)
         comm1 = np.maximum(measured - compute1, 0.0)
         node = self.scenario.cluster.nodes[group]
-        bandwidth = node.intra_node_bandwidth * self.params("link_efficiency", node.intra_link_class)
+        bandwidth = node.link_figures(self.params)[0]
         per_sample = np.minimum(comm1, self.model.columns["tp_comm_bytes"] * (2.0 * (tp - 1) / tp) / bandwidth)
         without_base = np.isnan(base)
         compute = np.where(without_base, whole, compute_share * analytic)

@@ -74,24 +74,3 @@ def measured_passes(layers, gpu_name: str, tp: int, mbs: np.ndarray, analytic_fo
                                        lambda m, ratio=ratio: ratio * at(m)[index])
     return have, forward, backward, recompute
 
-
-def layer_time_sources(scenario) -> dict:
-    """Which layers are priced from measurements on each GPU type of the cluster and which by the
-    analytic model, and the profile file's provenance (what `plan`, `evaluate --json` and the
-    dashboard show)."""
-    model = scenario.model
-    gpus = list(dict.fromkeys(group.gpu.name for group in scenario.cluster.nodes))
-    measured = {gpu: model.measured_layer_names(gpu, from_file=True) for gpu in gpus}
-    inline = {gpu: model.measured_layer_names(gpu, from_file=False) for gpu in gpus}
-    working = [group.name + (f" x{group.repeat}" if group.repeat > 1 else "") for group in model.groups
-               if group.flops > 0]
-    profile = model.measured_profile
-    out: dict = {"measured": measured, "amp_inline": inline,
-                 "analytic": {gpu: [name for name in working if name not in measured[gpu] + inline[gpu]]
-                              for gpu in gpus}}
-    if profile is not None:
-        out["profile"] = {"source": profile.source, "gpu": profile.gpu, "device": profile.device,
-                          "device_name": profile.device_name, "measured_at": profile.measured_at,
-                          "software": dict(profile.software), "complete": profile.complete,
-                          "stale": profile.is_stale(), "summary": profile.summary()}
-    return out

@@ -8,7 +8,8 @@ inter-node bandwidths, shared by every concurrent flow that leaves (or enters) t
 interface. That sharing is why four tensor-parallel replicas all-reducing across the same nodes are
 not four times faster than one. Each bandwidth is the catalog figure times the achieved fraction of
 its link class (params `link_efficiency.CLASS`), and every message on a link pays its class's
-latency (`link_latency_s.CLASS`, the alpha term). One flow across nodes also reaches at most the
+latency (`link_latency_s.CLASS`, the alpha term); a link a network profile measured (`cluster.network`)
+takes the measured bandwidth and latency instead (NodeGroup.link_figures). One flow across nodes also reaches at most the
 share `link_flow_share.CLASS` of the line rate: over TCP one NCCL connection gets about half, while
 the four flows of four GPUs through one interface together get more (1.0 for RDMA links).
 
@@ -99,16 +100,16 @@ class Nodes:
         starts = np.concatenate([[0], np.cumsum(per_node)[:-1]])
         self.rank_local_gpu = np.arange(len(self.rank_node)) - np.repeat(starts, per_node)
         self.rank_group = self.node_group[self.rank_node]
-        self.intra = np.array([g.intra_node_bandwidth * params("link_efficiency", g.intra_link_class)
-                               for g in groups])[self.node_group]
-        self.inter = np.array([g.inter_node_bandwidth * params("link_efficiency", g.inter_link_class)
-                               for g in groups])[self.node_group]
+        # Per group: catalog figures times their link class's parameters, or what the cluster's
+        # network profile measured (NodeGroup.link_figures).
+        figures = np.array([g.link_figures(params) for g in groups]).reshape(len(groups), 5)
+        self.intra = figures[:, 0][self.node_group]
+        self.inter = figures[:, 1][self.node_group]
         # One connection through a network interface reaches at most this (link_flow_share);
         # several side by side together reach the interface's achieved bandwidth (`inter`).
-        self.inter_flow = np.array([g.inter_node_bandwidth * params("link_flow_share", g.inter_link_class)
-                                    for g in groups])[self.node_group]
-        self.intra_latency = np.array([params("link_latency_s", g.intra_link_class) for g in groups])[self.node_group]
-        self.inter_latency = np.array([params("link_latency_s", g.inter_link_class) for g in groups])[self.node_group]
+        self.inter_flow = figures[:, 2][self.node_group]
+        self.intra_latency = figures[:, 3][self.node_group]
+        self.inter_latency = figures[:, 4][self.node_group]
         self.usable = np.array([g.gpu.usable_memory_bytes for g in groups])       # per node group
         self.memory_bandwidth = np.array([g.gpu.memory_bandwidth for g in groups])
         for array in vars(self).values():     # shared by every layout of this order

@@ -32,6 +32,7 @@ class StagePrediction:
     shard_comm_s: float = 0.0      # the part of compute_s ZeRO-3's parameter traffic leaves exposed
     host_s: float = 0.0            # the part of compute_s the host's kernel issue adds beyond the GPU's time
     tp_latency_s: float = 0.0      # the part of tp_comm_s that is NCCL's per-call latency
+    time_source: str = ""          # where its layer times come from on `gpu` (costmodel/time_sources.py)
 
     @property
     def fits(self) -> bool:
@@ -40,7 +41,7 @@ class StagePrediction:
     def to_dict(self) -> dict:
         return {
             "stage": self.index, "first_layer": self.first_layer, "last_layer": self.last_layer,
-            "gpu": self.gpu, "gpu_types": list(self.gpu_types),
+            "gpu": self.gpu, "gpu_types": list(self.gpu_types), "time_source": self.time_source,
             "compute_s": self.compute_s, "tp_comm_s": self.tp_comm_s, "shard_comm_s": self.shard_comm_s,
             "host_s": self.host_s, "tp_latency_s": self.tp_latency_s,
             "comm_s": self.comm_s,

@@ -94,9 +94,8 @@ def predict_with_shares(candidate: Candidate, partition: tuple[int, ...], shares
     stages = []
     for s, st in enumerate(uniform.stages):
         groups = times.groups[s][crit]
-        slowest = groups[0] if len(groups) == 1 else max(
-            groups, key=lambda g: float(c.cost.layer_times(g, c.tp, c.mbs)[0][st.first_layer:st.last_layer + 1].sum()))
-        stages.append(replace(st, gpu=gpus[slowest].name, gpu_types=tuple(dict.fromkeys(gpus[g].name for g in groups)),
+        slowest, source = c.cost.stage_pace(groups, c.tp, c.mbs, st.first_layer, st.last_layer + 1)
+        stages.append(replace(st, gpu=gpus[slowest].name, time_source=source, gpu_types=tuple(dict.fromkeys(gpus[g].name for g in groups)),
                               compute_s=float(compute[s]), tp_comm_s=float(t["tp_part"][crit][s]),
                               shard_comm_s=float(t["shard_part"][crit][s]), host_s=float(t["host_part"][crit][s]),
                               tp_latency_s=float(t["latency_part"][crit][s]),

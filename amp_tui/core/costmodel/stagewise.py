@@ -253,13 +253,12 @@ class StageWise:
         for s, links in enumerate(self.links):
             i, j = int(t["starts"][s]), int(t["ends"][s])
             tp, mbs = self.tps[s], self.stage_mbs(s)
-            slowest = links.groups[0] if len(links.groups) == 1 else max(
-                links.groups, key=lambda g: float(self.cost.layer_times(g, tp, mbs)[0][i:j].sum()))
+            slowest, source = self.cost.stage_pace(links.groups, tp, mbs, i, j)
             tp_latency = float(self.rows[s][5][i:j].sum())      # NCCL's per-call latency (terms/collectives.py)
             latency = tp_latency + (self.cut_latency[s - 1] if s > 0 else 0.0) \
                 + (self.cut_latency[s] if s < self.pp - 1 else 0.0)
             stages.append(StagePrediction(
-                index=s, first_layer=i, last_layer=j - 1, gpu=gpus[slowest].name,
+                index=s, first_layer=i, last_layer=j - 1, gpu=gpus[slowest].name, time_source=source,
                 gpu_types=tuple(dict.fromkeys(gpus[g].name for g in links.groups)),
                 compute_s=float(t["compute"][s]), tp_comm_s=float(self.rows[s][1][i:j].sum()),
                 comm_s=float(t["comm"][s]), overhead_s=self.overhead, stage_time_s=float(t["busy"][s]),

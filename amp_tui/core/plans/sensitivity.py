@@ -43,8 +43,16 @@ class Knob:
 
 
 def _scale_group(scenario: Scenario, index: int, field: str, factor: float) -> Scenario:
+    """A group's intra- or inter-node bandwidth scaled: the catalog figure and, where the cluster's
+    network profile measured that link, the measured one (which the cost model prefers)."""
     nodes = list(scenario.cluster.nodes)
-    nodes[index] = replace(nodes[index], **{field: getattr(nodes[index], field) * factor})
+    changes = {field: getattr(nodes[index], field) * factor}
+    measured = nodes[index].measured
+    if measured is not None:
+        keys = ("intra_bandwidth",) if field == "intra_node_bandwidth" else ("inter_bandwidth", "inter_flow_bandwidth")
+        changes["measured"] = replace(measured, **{k: getattr(measured, k) * factor for k in keys
+                                                   if getattr(measured, k) is not None})
+    nodes[index] = replace(nodes[index], **changes)
     return replace(scenario, cluster=replace(scenario.cluster, nodes=tuple(nodes)))
 
 

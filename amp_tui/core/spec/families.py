@@ -14,15 +14,22 @@ experts and back (all-to-all dispatch and combine) under expert parallelism.
 
 from __future__ import annotations
 
+import math
+from dataclasses import replace
+
 from amp_tui.core.base.errors import SpecError
 from amp_tui.core.base.units import parse_int
-from amp_tui.core.spec.layers import LOSS_WORKSPACE_PER_LOGIT, Layer
+from amp_tui.core.spec.layers import LAYER_NUMBERS, LOSS_WORKSPACE_PER_LOGIT, Layer
 
 FAMILIES = ("gpt", "llama", "bert")
 
 _COMMON = ("hidden_size", "num_layers", "num_heads", "sequence_length", "vocab_size")
 _OPTIONAL = {"ffn_hidden_size", "num_kv_heads", "flash_attention", "rope_theta", "name", "description", "family",
              "num_experts", "top_k", "expert_ffn_hidden_size"}
+# What sets a family model's layer shapes: the keys an override of a layer list that follows a
+# family may change (model.py; a list that follows none refuses them).
+SHAPE_KEYS = (*_COMMON, "ffn_hidden_size", "num_kv_heads", "flash_attention", "num_experts", "top_k",
+              "expert_ffn_hidden_size")
 
 
 def build_family(family: str, spec: dict, e: int, field: str) -> tuple[dict, tuple[Layer, ...]]:
@@ -123,3 +130,66 @@ def _experts(spec: dict, ffn: int, field: str) -> tuple[int, int, int]:
 def _llama_ffn(h: int) -> int:
     """LLaMA's SwiGLU width: 2/3 of 4h, rounded up to a multiple of 256."""
     return ((int(8 * h / 3) + 255) // 256) * 256
+
+
+def follow_family(groups: tuple[Layer, ...], old: dict, new: dict, family: str, e: int, field: str,
+                  origin: str) -> tuple[tuple[Layer, ...], str, bool]:
+    """A layer list whose layers are `family`'s at shape `old` (`shape_family:`, AMP's gpt2-medium),
+    at shape `new` instead: where only num_layers changes, its one block repeated num_layers times
+    (the measured copies' times kept, new copies taking their mean); otherwise the family's layers
+    at `new`, a layer's measured times (`origin`'s) kept only where its shape is unchanged.
+    Returns the layer groups, what was done in one sentence, and whether they are the family's."""
+    changed = [key for key in new if new[key] != old.get(key)]
+    blocks = [i for i, group in enumerate(groups) if group.kind == "block"]
+    if changed == ["num_layers"] and len(blocks) == 1:
+        block, count = groups[blocks[0]], new["num_layers"]
+        note = f"num_layers {count} (was {block.repeat}): the block repeated {count} times"
+        if any(isinstance(times, tuple) for by_tp in block.profile.values() for times in by_tp.values()):
+            note += (f"; its {block.repeat} measured copies' times kept, copies {block.repeat + 1}-{count} take "
+                     "their mean" if count > block.repeat else f"; the times of its first {count} measured copies kept")
+        resized = replace(block, repeat=count, profile=_repeat_times(block.profile, count))
+        return (*groups[:blocks[0]], resized, *groups[blocks[0] + 1:]), note, False
+    _, built = build_family(family, {key: new[key] for key in SHAPE_KEYS if key in new}, e, field)
+    out, kept = [], []
+    for layer in built:
+        match = next((group for group in groups if group.profile and _same_shape(group, layer)), None)
+        if match is not None:
+            layer = replace(layer, profile=_repeat_times(match.profile, layer.repeat))
+            kept.append(_named(layer))
+        out.append(layer)
+    dropped = list(dict.fromkeys(_named(group) for group in groups
+                                 if group.profile and not any(_same_shape(group, layer) for layer in built)))
+    gpus = ", ".join(dict.fromkeys(gpu for group in groups for gpu in group.profile))
+    what = ", ".join(f"{key} {new[key]} (was {old.get(key, 'unstated')})" for key in changed)
+    note = f"rebuilt from the {family} family's shapes at {what}"
+    if dropped:
+        note += (f": measured times ({origin}: {gpus}) dropped where the shapes changed, on "
+                 f"{'every measured layer' if not kept else ', '.join(dropped)}")
+    if kept:
+        note += f"; kept on {', '.join(kept)} (shape unchanged)"
+    elif dropped:
+        note += "; every layer is priced by the analytic model"
+    return tuple(out), note, True
+
+
+def _named(layer: Layer) -> str:
+    return layer.name + (f" x{layer.repeat}" if layer.repeat > 1 else "")
+
+
+def _same_shape(a: Layer, b: Layer) -> bool:
+    """The same layer at the same size: what a measured time was measured on."""
+    return a.name == b.name and a.kind == b.kind and all(
+        math.isclose(getattr(a, key), getattr(b, key), rel_tol=1e-9) for key in LAYER_NUMBERS)
+
+
+def _repeat_times(profile: dict, repeat: int) -> dict:
+    """Measured times per copy for `repeat` copies: the first ones kept, new copies the mean."""
+    out: dict = {}
+    for gpu, by_tp in profile.items():
+        out[gpu] = {}
+        for tp, times in by_tp.items():
+            if isinstance(times, tuple):
+                mean = sum(times) / len(times)
+                times = (times + (mean,) * repeat)[:repeat]
+            out[gpu][tp] = times
+    return out

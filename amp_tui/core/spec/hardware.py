@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from amp_tui.core.base.errors import SpecError
@@ -188,3 +189,12 @@ def gpu_catalog() -> dict[str, GPU]:
 def instance_catalog() -> dict[str, dict]:
     """Instance name to its node fields (gpu, gpus_per_node, bandwidths, provider, description)."""
     return catalog("instances")
+
+
+def catalog_names_in(text: str) -> list[str]:
+    """The catalog GPUs every word of whose name is a word of `text` (a device name such as
+    'NVIDIA A100-SXM4-80GB', or a SLURM gres type such as 'nvidia_a100-sxm4-80gb'), the most
+    specific first: 'NVIDIA H100 PCIe' is H100-PCIe before H100."""
+    words = set(re.findall(r"[a-z0-9]+", text.lower()))
+    found = [(name, set(re.findall(r"[a-z0-9]+", name.lower()))) for name in gpu_catalog()]
+    return [name for name, need in sorted(found, key=lambda item: -len(item[1])) if need <= words]

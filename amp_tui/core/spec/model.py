@@ -18,7 +18,7 @@ import numpy as np
 from amp_tui.core.base.errors import SpecError
 from amp_tui.core.base.limits import MAX_LAYERS, MAX_TEXT_CHARS, check_figure, check_name
 from amp_tui.core.base.units import parse_bytes, parse_int, parse_number
-from amp_tui.core.spec.families import FAMILIES, build_family
+from amp_tui.core.spec.families import FAMILIES, SHAPE_KEYS, build_family, follow_family
 from amp_tui.core.spec.layers import ANY_GPU, LAYER_KINDS, LAYER_NUMBERS, LOSS_WORKSPACE_PER_LOGIT, REQUIRED_NUMBERS, Layer
 from amp_tui.core.spec.presets import load_preset
 from amp_tui.core.spec.profiles import Profile, apply_profile, load_profile
@@ -35,6 +35,13 @@ class Model:
     description: str = ""
     # The profile file (`model.profile`) whose measurements the layers carry (Layer.measured).
     measured_profile: Profile | None = field(default=None, hash=False, compare=False)
+    # Who measured the layers' inline `profile:` times, and when ("AMP 2020"): their label.
+    profile_origin: str = ""
+    # A layer list's family, whose shapes its layers follow (`shape_family: gpt`): an override of
+    # its shape (`model: {preset: gpt2-medium, hidden_size: 2048}`) rebuilds the layers from it.
+    shape_family: str | None = None
+    # What such an override did, in one sentence ('' where nothing was overridden).
+    rebuilt: str = field(default="", hash=False, compare=False)
 
     @cached_property
     def layers(self) -> tuple[Layer, ...]:
@@ -70,6 +77,10 @@ class Model:
         else:
             out["sequence_length"] = self.sequence_length
             out.update({k: v for k, v in self.shape.items() if k != "sequence_length"})
+            if self.profile_origin:
+                out["profile_origin"] = self.profile_origin
+            if self.shape_family:
+                out["shape_family"] = self.shape_family
             out["layers"] = [layer.to_dict() for layer in self.groups]
         if self.measured_profile is not None:   # inline: a saved plan keeps the times it was priced with
             out["profile"] = self.measured_profile.to_dict()
@@ -162,12 +173,21 @@ def parse_model(value: object, bytes_per_element: int, field_name: str = "model"
         if not isinstance(name, str):
             raise SpecError(f"{field_name}.preset", name, "expected a model preset name")
         base = dict(load_preset("models", name))
-        base.update({k: v for k, v in value.items() if k != "preset"})
+        overrides = {k: v for k, v in value.items() if k != "preset"}
+        if "layers" in base and "layers" not in overrides:     # a layer list: its layers fix its shape
+            shape = {key: overrides.pop(key) for key in SHAPE_KEYS if key in overrides}
+            profile = overrides.pop("profile", None)
+            base.update(overrides)
+            model = override_shape(parse_model(base, bytes_per_element, field_name), shape, bytes_per_element,
+                                   field_name)
+            return model if profile is None else _with_profile(model, profile, base_dir)
+        if "layers" in overrides:        # a list of one's own: not the preset's family or measurements
+            base = {k: v for k, v in base.items() if k not in ("shape_family", "profile_origin")}
+        base.update(overrides)
         return parse_model(base, bytes_per_element, field_name, base_dir)
     if "profile" in value:
-        profile = load_profile(value["profile"], base_dir)
         model = parse_model({k: v for k, v in value.items() if k != "profile"}, bytes_per_element, field_name)
-        return replace(model, groups=apply_profile(model.groups, profile, model.name), measured_profile=profile)
+        return _with_profile(model, value["profile"], base_dir)
     name = check_name(value.get("name") or value.get("family") or "model", f"{field_name}.name")
     description = check_name(value.get("description", ""), f"{field_name}.description", limit=MAX_TEXT_CHARS, text=True)
     if "family" in value:
@@ -187,7 +207,7 @@ def parse_model(value: object, bytes_per_element: int, field_name: str = "model"
     layers = value["layers"]
     if not isinstance(layers, list) or not layers:
         raise SpecError(f"{field_name}.layers", layers, "expected a non-empty list of layers")
-    allowed = {"name", "description", "sequence_length", "layers", *_SHAPE_KEYS}
+    allowed = {"name", "description", "sequence_length", "layers", "profile_origin", "shape_family", *_SHAPE_KEYS}
     for key in value:
         if key not in allowed:
             raise SpecError(f"{field_name}.{key}", value[key], f"unknown model field; allowed: {', '.join(sorted(allowed))}")
@@ -204,7 +224,52 @@ def parse_model(value: object, bytes_per_element: int, field_name: str = "model"
                         "no layer has FLOPs, measured times or parameters, so there is no work to plan")
     if not stated:
         groups, sequence_length = _infer_shape(groups, bytes_per_element, shape.get("hidden_size"))
-    return Model(name=name, groups=groups, sequence_length=sequence_length, shape=shape, description=description)
+    origin = check_name(value.get("profile_origin", ""), f"{field_name}.profile_origin", limit=MAX_TEXT_CHARS, text=True)
+    family = value.get("shape_family")
+    if family is not None and family not in FAMILIES:
+        raise SpecError(f"{field_name}.shape_family", family, f"expected one of {', '.join(FAMILIES)}")
+    return Model(name=name, groups=groups, sequence_length=sequence_length, shape=shape, description=description,
+                 profile_origin=origin, shape_family=family)
+
+
+def _with_profile(model: Model, value: object, base_dir: Path | None) -> Model:
+    """The model with a profile file's measurements on the layers it measured (spec/profiles.py)."""
+    profile = load_profile(value, base_dir)
+    return replace(model, groups=apply_profile(model.groups, profile, model.name), measured_profile=profile)
+
+
+def override_shape(model: Model, overrides: dict, bytes_per_element: int, field_name: str = "model",
+                   family: str | None = None) -> Model:
+    """A layer list with its shape overridden (`model: {preset: gpt2-medium, hidden_size: 2048}`,
+    or the dashboard's edit): rebuilt from the family its layers follow (`family`, else its
+    `shape_family`; families.follow_family says what it kept and dropped in `rebuilt`), or, for
+    a list that follows none (AMP's TransGAN generator), refused: its layers fix every size."""
+    family = family or model.shape_family
+    old = {**model.shape, "sequence_length": model.sequence_length}
+    new = dict(old)
+    for key, value in overrides.items():
+        where = f"{field_name}.{key}"
+        if key == "flash_attention":
+            if not isinstance(value, bool):
+                raise SpecError(where, value, "expected true or false")
+            new[key] = value
+        else:
+            new[key] = parse_int(value, where, **({"maximum": MAX_LAYERS} if key == "num_layers" else {}))
+    changed = [key for key in new if new[key] != old.get(key)]
+    if not changed:
+        return model
+    if family is None:
+        key = changed[0]
+        raise SpecError(f"{field_name}.{key}", overrides[key],
+                        f"{model.name} is a list of measured layers that follows no family, so nothing rebuilds it at "
+                        f"another {key}{f' (it has {old[key]})' if key in old else ''}: edit model.layers, or start "
+                        "from a family (model: {family: gpt, ...})")
+    groups, note, from_family = follow_family(model.groups, old, new, family, bytes_per_element, field_name,
+                                              model.profile_origin or "inline")
+    _check_size(groups, field_name)
+    return replace(model, groups=groups, sequence_length=new["sequence_length"], rebuilt=note, description="",
+                   shape={key: new[key] for key in _SHAPE_KEYS if key in new},
+                   shape_family=family if from_family else model.shape_family)
 
 
 def _infer_shape(groups: tuple[Layer, ...], bytes_per_element: int,

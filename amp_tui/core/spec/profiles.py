@@ -180,7 +180,7 @@ def _text(data: dict, key: str, where: str, *, required: bool = True, default: s
                       limit=MAX_TEXT_CHARS, text=True)
 
 
-def _pairs(value: object, where: str) -> tuple[tuple[str, str], ...]:
+def name_pairs(value: object, where: str) -> tuple[tuple[str, str], ...]:
     if value is None:
         return ()
     if not isinstance(value, dict):
@@ -297,8 +297,8 @@ def _parse(data: object, where: str, source: str) -> Profile:
                    gpu=check_name(_text(data, "gpu", where), f"{where}.gpu"), device=device,
                    sequence_length=parse_int(data.get("sequence_length", "missing"), f"{where}.sequence_length"),
                    device_name=_text(data, "device_name", where, required=False, default=device),
-                   software=_pairs(data.get("software"), f"{where}.software"), implementation=implementation,
-                   measured_at=measured_at, timing=_pairs(data.get("timing"), f"{where}.timing"),
+                   software=name_pairs(data.get("software"), f"{where}.software"), implementation=implementation,
+                   measured_at=measured_at, timing=name_pairs(data.get("timing"), f"{where}.timing"),
                    complete=complete, layers=parsed, optimizer_step_s_per_param=step, optimizer_name=name or "",
                    source=source)
 
@@ -324,7 +324,7 @@ def profile_note(profile: Profile | None) -> str:
     """Whether a profile is loaded and from when, in one line (the dashboard's model pane and
     calibrate screen)."""
     if profile is None:
-        return "No profile loaded: layer times are the analytic model's (`amp-tui profile` measures them)."
+        return "No profile loaded (`amp-tui profile` measures the layers on your own GPU and software)."
     return f"Layer times from {profile.summary()}."
 
 

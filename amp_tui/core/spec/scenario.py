@@ -15,6 +15,7 @@ from amp_tui.core.base.yamlio import load_yaml_file, path_exists
 from amp_tui.core.spec.frameworks import COMPILE_MODES, FRAMEWORKS, engine_of
 from amp_tui.core.spec.hardware import GPU, gpu_catalog, instance_catalog, parse_gpu
 from amp_tui.core.spec.model import Model, parse_model
+from amp_tui.core.spec.network import MeasuredLinks, NetworkProfile, load_network
 from amp_tui.core.spec.profiles import check_profile_fits
 from amp_tui.core.spec.params import LINK_CLASSES, Calibration, ModelParams, parse_calibration
 from amp_tui.core.spec.presets import load_preset, preset_names
@@ -55,6 +56,9 @@ class NodeGroup:
     instance: str | None = None
     intra_node_link: str = ""     # link class (params.LINK_CLASSES); "" infers it from the bandwidth
     inter_node_link: str = ""
+    # What the cluster's network profile measured for this kind of node (spec/network.py); its
+    # figures replace the catalog's wherever a collective or a send is priced (link_figures).
+    measured: MeasuredLinks | None = None
 
     @property
     def intra_link_class(self) -> str:
@@ -83,7 +87,22 @@ class NodeGroup:
 
     def hardware_key(self) -> tuple:
         """Groups with equal keys are interchangeable in a placement."""
-        return (self.gpu, self.gpus_per_node, self.intra_node_bandwidth, self.inter_node_bandwidth)
+        return (self.gpu, self.gpus_per_node, self.intra_node_bandwidth, self.inter_node_bandwidth, self.measured)
+
+    def link_figures(self, params) -> tuple[float, float, float, float, float]:
+        """(inside a node: a ring hop's bytes/s; between nodes: the interface's bytes/s, one flow's
+        bytes/s; the latency of a message inside a node, between nodes) as a collective gets them:
+        what the network profile measured, else the catalog's bandwidth times its link class's
+        achieved fraction (`link_efficiency`, `link_flow_share`) and the class's latency."""
+        m = self.measured or MeasuredLinks()
+        intra, inter = self.intra_link_class, self.inter_link_class
+        flow = m.inter_flow_bandwidth or self.inter_node_bandwidth * params("link_flow_share", inter)
+        return (m.intra_bandwidth or self.intra_node_bandwidth * params("link_efficiency", intra),
+                m.inter_bandwidth or max(self.inter_node_bandwidth * params("link_efficiency", inter),
+                                         m.inter_flow_bandwidth or 0.0),
+                flow,
+                m.intra_latency_s if m.intra_latency_s is not None else params("link_latency_s", intra),
+                m.inter_latency_s if m.inter_latency_s is not None else params("link_latency_s", inter))
 
     def to_dict(self) -> dict:
         out: dict = {}
@@ -110,6 +129,11 @@ class Cluster:
     name: str = "cluster"
     description: str = ""
     serving_fields: dict = field(default_factory=dict, hash=False)  # links, coordinator: see NodeGroup
+    network: NetworkProfile | None = field(default=None, hash=False, compare=False)   # `network:` (measured links)
+    # The GPU types of the cluster as written, kept by the parts of it that the idle-node search and
+    # the what-ifs price: whether an unmeasured type carries a measured one's layer times
+    # (costmodel/time_sources.py) is the whole cluster's question, not a part's.
+    gpu_types: tuple[str, ...] = field(default=(), compare=False)
 
     @property
     def num_gpus(self) -> int:
@@ -124,6 +148,8 @@ class Cluster:
         if self.description:
             out["description"] = self.description
         out["nodes"] = [group.to_dict() for group in self.nodes]
+        if self.network is not None:        # inline: a saved plan keeps the links it was priced with
+            out["network"] = self.network.to_dict()
         out.update(self.serving_fields)
         return out
 
@@ -314,7 +340,8 @@ def parse_node_group(value: object, field_name: str) -> NodeGroup:
     )
 
 
-def parse_cluster(value: object, field_name: str = "cluster") -> Cluster:
+def parse_cluster(value: object, field_name: str = "cluster", base_dir: Path | None = None) -> Cluster:
+    """A cluster mapping or preset; `base_dir` (the scenario file's folder) anchors a relative `network`."""
     if isinstance(value, str):
         value = {"preset": value}
     if not isinstance(value, dict):
@@ -324,8 +351,8 @@ def parse_cluster(value: object, field_name: str = "cluster") -> Cluster:
         if not isinstance(name, str):
             raise SpecError(f"{field_name}.preset", name, "expected a cluster preset name")
         return parse_cluster({**load_preset("clusters", name), **{k: v for k, v in value.items() if k != "preset"}},
-                             field_name)
-    _check_keys(value, {"name", "description", "nodes", *SERVING_CLUSTER_FIELDS}, field_name, "cluster")
+                             field_name, base_dir)
+    _check_keys(value, {"name", "description", "nodes", "network", *SERVING_CLUSTER_FIELDS}, field_name, "cluster")
     nodes = value.get("nodes")
     if not isinstance(nodes, list) or not nodes:
         raise SpecError(f"{field_name}.nodes", nodes, "expected a non-empty list of node groups")
@@ -333,9 +360,15 @@ def parse_cluster(value: object, field_name: str = "cluster") -> Cluster:
     gpus = sum(group.num_gpus for group in groups)
     if gpus > MAX_GPUS:
         raise SpecError(f"{field_name}.nodes", f"{gpus:,} GPUs", f"more than the limit of {MAX_GPUS:,} GPUs")
+    network = load_network(value["network"], base_dir) if value.get("network") is not None else None
+    if network is not None:
+        kinds = [network.match(g.gpu.name, g.gpus_per_node) for g in groups]
+        groups = tuple(replace(g, measured=links) if k is not None and (links := network.links(k)).any else g
+                       for g, k in zip(groups, kinds))
     return Cluster(nodes=groups, name=check_name(value.get("name", "cluster"), f"{field_name}.name"),
+                   gpu_types=tuple(dict.fromkeys(group.gpu.name for group in groups)),
                    description=_text(value, f"{field_name}.description"),
-                   serving_fields={k: value[k] for k in SERVING_CLUSTER_FIELDS if k in value})
+                   serving_fields={k: value[k] for k in SERVING_CLUSTER_FIELDS if k in value}, network=network)
 
 
 def _text(value: dict, field_name: str) -> str:
@@ -429,7 +462,7 @@ def parse_scenario(value: object, base_dir: Path | None = None) -> Scenario:
         if key not in value:
             raise SpecError(key, None, "required")
     training = parse_training(value["training"])
-    cluster = parse_cluster(value["cluster"])
+    cluster = parse_cluster(value["cluster"], base_dir=base_dir)
     _check_precision(training.precision, cluster)
     model = parse_model(value["model"], training.bytes_per_element, base_dir=base_dir)
     if model.measured_profile is not None:

@@ -27,7 +27,7 @@ FORMAT_HELP = {
     "deepspeed": "DeepSpeed config, partition, hostfile",
     "torchrun": "one torchrun line per node",
     "rankmap": "which GPU holds which rank and layers",
-    "torchtitan": "torchtitan TOML job config",
+    "torchtitan": "torchtitan 0.3 job config (Python)",
 }
 
 

@@ -33,6 +33,19 @@ COLUMNS: list[tuple[str, str, str]] = [
 ]
 
 
+def network_note(cluster) -> str:
+    """Which links the cluster's network profile measured: the cost model uses those figures."""
+    from amp_tui.core.spec.network import link_report
+
+    lines = [f"\nm measured ({cluster.network.summary()}); the cost model uses the measured figures:"]
+    for entry in link_report(cluster):
+        said = "; ".join(entry["measured"]) or "nothing measured"
+        if entry["catalog"]:
+            said += f" (catalog figures: {', '.join(entry['catalog'])})"
+        lines.append(f"  group {entry['group']}: {said}")
+    return "\n".join(lines)
+
+
 def _catalog_group(instance: str) -> NodeGroup | None:
     try:
         return parse_node_group({"instance": instance}, "instance")
@@ -102,10 +115,12 @@ class ClusterPane(ScenarioPane):
             for index, group in enumerate(cluster.nodes):
                 reference = _catalog_group(group.instance) if group.instance else None
 
-                def marked(text: str, same: bool = True, justify: str = "left") -> Text:
+                def marked(text: str, same: bool = True, justify: str = "left", measured: bool = False) -> Text:
                     if not same:
                         overridden.append(True)
-                    return cell(text + ("" if same else "*"), style="" if same else "bold", justify=justify)
+                    return cell(text + ("" if same else "*") + (" m" if measured else ""),
+                                style="" if same else "bold", justify=justify)
+                links = group.measured
                 self.table.add_row(
                     cell(group.instance or "custom", style="" if group.instance else "italic"),
                     marked(group.gpu.name, reference is None or reference.gpu == group.gpu),
@@ -113,9 +128,11 @@ class ClusterPane(ScenarioPane):
                            reference is None or reference.gpus_per_node == group.gpus_per_node, "right"),
                     cell(str(group.count), justify="right"),
                     marked(format_bandwidth(group.intra_node_bandwidth),
-                           reference is None or reference.intra_node_bandwidth == group.intra_node_bandwidth),
+                           reference is None or reference.intra_node_bandwidth == group.intra_node_bandwidth,
+                           measured=links is not None and links.intra_bandwidth is not None),
                     marked(format_bandwidth(group.inter_node_bandwidth),
-                           reference is None or reference.inter_node_bandwidth == group.inter_node_bandwidth),
+                           reference is None or reference.inter_node_bandwidth == group.inter_node_bandwidth,
+                           measured=links is not None and (links.inter_bandwidth or links.inter_flow_bandwidth) is not None),
                     cell(f"{group.gpu.memory_bytes / 2**30:g}G "),
                     key=str(index),
                 )
@@ -131,6 +148,8 @@ class ClusterPane(ScenarioPane):
                       " · mem per GPU")
         if overridden:
             totals.append(" · * differs from the instance catalog")
+        if cluster.network is not None:
+            totals.append(network_note(cluster))
         self.query_one("#cluster-totals", Static).update(totals)
 
     # -- actions -----------------------------------------------------------------------------

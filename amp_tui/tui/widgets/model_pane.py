@@ -9,6 +9,8 @@ from textual.binding import Binding
 from textual.widgets import DataTable, Static
 
 from amp_tui.core.base.units import format_bytes
+from amp_tui.core.costmodel.cost import CostModel
+from amp_tui.core.costmodel.time_sources import sources_statement
 from amp_tui.core.spec.layers import LAYER_KINDS, Layer
 from amp_tui.core.spec.profiles import profile_note
 from amp_tui.tui import edits
@@ -31,8 +33,8 @@ FAMILY_SHAPE = [
     ("flash", "flash_attention", ""),
     ("params", None, ""),
 ]
-_TO_FAMILY = (" This layer list was measured at its own size: a new value makes it the gpt family model with "
-              "these hyperparameters, without the measured times (ctrl+z undoes).")
+_TO_FAMILY = (" This layer list was measured at its own size: a new value rebuilds it from its family's shapes "
+              "(gpt), keeping measured times only on layers whose shape is unchanged (ctrl+z undoes).")
 EXPLICIT_SHAPE = [
     ("name", "name", "The model's name (free text)."),
     ("seq", "sequence_length", "Sequence length in tokens: a whole number >= 1." + _TO_FAMILY),
@@ -150,10 +152,10 @@ class ModelPane(ScenarioPane):
                         rows.append((index, copy))
         self._rows = rows
         self.keep_cursor(self.layers_table, fill)
-        note = (f"{model.description}\n" if model.description else "")
+        note = (f"{model.description}\n" if model.description else "") + (f"{model.rebuilt}\n" if model.rebuilt else "")
         note += ("Per sample. Editing a layer turns this family model into an explicit layer list."
-                 if model.family else "Per sample. Measured = GPUs with profiled layer times.")
-        note += "\n" + profile_note(model.measured_profile)
+                 if model.family else "Per sample. Measured = GPU types with measured layer times.")
+        note += "\n" + sources_statement(CostModel(self.scenario)) + " " + profile_note(model.measured_profile)
         self.query_one("#model-note", Static).update(Text(note))
 
     def _add_layer_row(self, layer: Layer, label: Text, copy: int | None) -> None:

@@ -44,8 +44,10 @@ def summary(prediction: Prediction, baseline: Prediction | None, scenario) -> Te
     from amp_tui.core.plans.confidence import confidence
 
     text.append(f"\npredicted {confidence(scenario).describe()}", style="dim")
-    if scenario.model.measured_profile is not None:
-        text.append(f"\n{_measured_layers(scenario, prediction)}", style="dim")
+    from amp_tui.core.costmodel.time_sources import has_measurements
+
+    if has_measurements(scenario.model):
+        text.append_text(_time_sources(scenario, prediction))
     from amp_tui.core.costmodel.prediction import memory_terms_text
 
     text.append(f"\nfullest stage's memory, {memory_terms_text(prediction.tightest_stage)}", style="dim")
@@ -62,16 +64,17 @@ def summary(prediction: Prediction, baseline: Prediction | None, scenario) -> Te
     return text
 
 
-def _measured_layers(scenario, prediction: Prediction) -> str:
-    """Which layers the profile file measured on the GPU types this strategy runs on."""
-    from amp_tui.core.costmodel.measured import layer_time_sources
+def _time_sources(scenario, prediction: Prediction) -> Text:
+    """Where each stage's layer times come from, and a warning where the stages' GPU types price
+    the same layers from different sources (measured or carried on one, analytic on another)."""
+    from amp_tui.core.costmodel.cost import CostModel
+    from amp_tui.core.costmodel.time_sources import source_warning, stage_sources_text
 
-    sources = layer_time_sources(scenario)
-    profile = scenario.model.measured_profile
-    gpus = dict.fromkeys(group.gpu.name for group in scenario.cluster.nodes)
-    parts = [f"{gpu}: {', '.join(sources['measured'][gpu]) or 'none'}" for gpu in gpus]
-    return (f"layer times measured ({profile.source}, {profile.device} {profile.device_name}, "
-            f"{profile.measured_at[:10]}{', stale' if profile.is_stale() else ''}): " + "; ".join(parts))
+    text = Text(f"\nlayer times: {stage_sources_text(prediction)}", style="dim")
+    warning = source_warning(CostModel(scenario), prediction)
+    if warning:
+        text.append(f"\n{warning}", style="bold yellow")
+    return text
 
 
 def _nodes(scenario, strategy: Strategy) -> str:

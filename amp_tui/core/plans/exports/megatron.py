@@ -34,6 +34,7 @@ import shlex
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from amp_tui.core.base.errors import SpecError
 from amp_tui.core.costmodel.cost import CostModel
 from amp_tui.core.costmodel.prediction import Prediction
 from amp_tui.core.plans.exports.common import Export, num_micro_batches, summary
@@ -168,28 +169,28 @@ def export(plan: Plan) -> Export:
     notes: list[str] = []
     sections: list[tuple[str, list[str]]] = []
 
+    if not has_megatron_shape(model):
+        # Megatron-LM's validate_args refuses a run without --num-layers, and its GPT model has no
+        # other layers than an embedding, transformer blocks and a head.
+        raise SpecError("model", model.name, "cannot export to megatron: Megatron-LM's pretrain_gpt.py trains GPT-style "
+                        "transformers and this model has no transformer blocks with a family or hidden_size and "
+                        "num_heads (use --format torchrun or rankmap for a training script of your own)")
+    heads = model.shape["num_heads"]
+    groups = model.shape.get("num_kv_heads", heads)
+    if groups % s.tp and s.tp % groups:
+        # TransformerConfig.__post_init__ (Megatron-Core 0.16): query groups shard whole over tensor ranks.
+        raise SpecError("strategy.tp", s.tp, f"cannot export to megatron: Megatron-Core needs the number of query "
+                        f"groups ({groups}) to be a multiple or a divisor of the tensor-parallel size")
     knobs = resolve(s, training)
     sections.append(_parallel_section(plan, knobs, notes))
 
-    megatron_model = has_megatron_shape(model)
     warnings: list[str] = []
-    if megatron_model and s.pp > 1:
+    if s.pp > 1:
         sections.append(_pipeline_section(plan, knobs, notes, warnings))
-    elif s.pp > 1:
-        notes.append(f"The pipeline split is not written: Megatron's GPT model cannot hold {model.name}'s layers, "
-                     f"so the plan's partition {list(s.partition)} has to be applied in the model's own code.")
-
     sections.append((f"Batch: {num_micro_batches(plan)} micro-batches of {s.micro_batch_size} per replica per iteration",
                      ["--micro-batch-size", str(s.micro_batch_size),
                       "--global-batch-size", str(training.global_batch_size)]))
-
-    if megatron_model:
-        sections.append(_model_section(plan, knobs, notes))
-    else:
-        notes.append(f"Megatron's GPT arguments do not describe {model.name} (no model family and no "
-                     "hidden_size/num_heads shape): the file has the parallel, batch, precision and memory "
-                     "arguments only.")
-
+    sections.append(_model_section(plan, knobs, notes))
     sections.append(_training_section(plan, knobs, notes))
 
     script = "pretrain_bert.py" if model.family == "bert" else "pretrain_gpt.py"
@@ -203,6 +204,7 @@ def export(plan: Plan) -> Export:
         f'#   source megatron_args.sh; TRAIN_SCRIPT={script} NODE_RANK=<k> MASTER_ADDR=<node 0> \\',
         '#     bash launch.sh "${MEGATRON_ARGS[@]}" <data, tokenizer, learning-rate and iteration arguments>',
         *(f"# WARNING: {one_line_comment(warning)}" for warning in warnings),
+        *_environment(plan, knobs),
         "MEGATRON_ARGS=(",
     ]
     for comment, args in sections:
@@ -217,6 +219,16 @@ def export(plan: Plan) -> Export:
         notes.append("Megatron's default rank order (tensor, then data, then pipeline) is the one the plan was "
                      "predicted with.")
     return Export(files={"megatron_args.sh": "\n".join(lines)}, notes=notes, warnings=warnings)
+
+
+def _environment(plan: Plan, knobs: Knobs) -> list[str]:
+    """Lines exporting what Megatron-LM's validate_args requires of the environment: with tensor or
+    context parallelism (and not Megatron-FSDP) it asserts CUDA_DEVICE_MAX_CONNECTIONS=1 on GPUs
+    before Blackwell, so that communication kernels queue in order with the GEMMs they overlap."""
+    if (plan.strategy.tp > 1 or knobs.cp > 1) and knobs.zero_stage != 3:
+        return ["# Megatron-LM asserts this with tensor or context parallelism (before Blackwell GPUs).",
+                "export CUDA_DEVICE_MAX_CONNECTIONS=1"]
+    return []
 
 
 def _parallel_section(plan: Plan, knobs: Knobs, notes: list[str]) -> tuple[str, list[str]]:
@@ -377,9 +389,6 @@ def _model_section(plan: Plan, knobs: Knobs, notes: list[str]) -> tuple[str, lis
     heads, kv = shape["num_heads"], shape.get("num_kv_heads", shape["num_heads"])
     if kv != heads:
         args += ["--group-query-attention", "--num-query-groups", str(kv)]
-        if kv % s.tp:
-            notes.append(f"Megatron needs the number of query groups ({kv}) to be a multiple of the tensor-parallel "
-                         f"size ({s.tp}); this plan's tp will be refused.")
     args += ["--seq-length", str(model.sequence_length), "--max-position-embeddings", str(model.sequence_length)]
     if model.family == "llama":
         args += ["--swiglu", "--normalization", "RMSNorm", "--position-embedding-type", "rope",

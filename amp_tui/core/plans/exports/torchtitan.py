@@ -1,52 +1,58 @@
-"""torchtitan job config (TOML) for a plan: FSDP or HSDP, TP, PP with its schedule and stage
-boundaries, CP, EP, activation checkpointing and float8.
+"""torchtitan job config for a plan: FSDP or HSDP, TP, PP with its schedule and stage boundaries,
+CP, EP, activation checkpointing and float8.
 
-Written for torchtitan 0.2 (0.2.2 checked), the last release that reads a TOML job config
-(`--job.config_file`; 0.3 moved to Python config functions). Checked against its
-config/job_config.py and distributed code:
+Written for torchtitan 0.3 (0.3.0 checked), which reads a Python config function, not TOML: its
+ConfigManager imports `--module` (a module on the path) and calls its `--config` function, which
+returns a Trainer.Config; torchtitan_job.py is such a module, starting from torchtitan's own config
+for the model (llama3_8b for Llama 3 8B) and setting the plan's fields. Checked against its
+config/configs.py, config/manager.py, trainer.py and distributed code:
 - ParallelDims asserts dp_replicate x dp_shard x cp x tp x pp = world size. dp_shard > 1 is FSDP,
   dp_replicate > 1 with dp_shard = 1 is DDP, both > 1 is HSDP.
 - training.global_batch_size = local_batch_size x dp_replicate x dp_shard x gradient accumulation
-  steps; with pipelining, local_batch_size is cut into micro-batches of
-  pipeline_parallel_microbatch_size.
-- module_fqns_per_model_part names each pipeline chunk's modules ("tok_embeddings", "layers.N",
-  "norm", "output" for llama3), so the plan's stage boundaries carry over exactly; looped schedules
-  (Interleaved1F1B) put chunk c on pipeline rank c mod pp.
-- Tensor parallelism always shards the sequence between blocks (Megatron's sequence parallelism).
-- float8 is the model converter "quantize.linear.float8", configured in [quantize.linear.float8].
+  steps (trainer.py); with pipelining, local_batch_size is cut into micro-batches of
+  pipeline_parallel_microbatch_size, which must divide it (Trainer.Config).
+- parallelism.module_fqns_per_model_part names each pipeline chunk's modules ("tok_embeddings",
+  "layers.N", "norm", "lm_head" for llama3), so the plan's stage boundaries, even or not, carry
+  over exactly; looped schedules (Interleaved1F1B) put chunk c on pipeline rank c mod pp.
+- Tensor parallelism shards the sequence between blocks (enable_sequence_parallel, on by default).
+- Async TP is compile.enable_async_tensor_parallel; activation checkpointing is a config object
+  (SelectiveAC.Config, FullAC.Config) or None.
+- float8 is a model converter (Float8LinearConverter.Config, recipes "rowwise" and
+  "rowwise_with_gw_hp" only) passed to the model registry.
 - The device mesh is ordered pp, dp_replicate, dp_shard, cp, tp (tp fastest), Megatron's order.
-- Mixed precision comes only through FSDP (distributed/utils.py, maybe_enable_amp): with neither
-  dp_shard > 1 nor cp > 1 it autocasts to bf16 only when there is no TP and no PP; under TP or PP
-  without FSDP it logs "Mixed precision training is disabled" and trains in fp32. A ZeRO-0 plan
-  with tp or pp > 1 is therefore written as FSDP over its data-parallel ranks and predicted again
-  that way (`needs_fsdp`), or refused when it has no data parallelism to shard over.
+- Mixed precision comes through FSDP (or autocast under plain DDP or one device): under TP or PP
+  without FSDP it trains in fp32 (TrainingConfig.mixed_precision_param). A ZeRO-0 plan with tp or
+  pp > 1 is therefore written as FSDP over its data-parallel ranks and predicted again that way
+  (`needs_fsdp`), or refused when it has no data parallelism to shard over.
 """
 
 from __future__ import annotations
 
-import math
-
 from amp_tui.core.base.errors import SpecError
-from amp_tui.core.plans.exports.common import Export, num_micro_batches, summary
+from amp_tui.core.plans.exports.common import Export, num_micro_batches, python_string_text, summary
 from amp_tui.core.plans.planfile import Plan
 from amp_tui.core.spec.knobs import Knobs, resolve
 
-FILE = "torchtitan_job.toml"
+FILE = "torchtitan_job.py"
+CONFIG_FUNCTION = "amp_tui_plan"
 STEPS = 10000   # torchtitan's default; the plan does not say how long to train
 
-# torchtitan's llama3 flavors by (hidden, layers, heads, kv heads).
+# torchtitan's llama3 flavors by (hidden, layers, heads, kv heads), and their config functions.
 _LLAMA3_FLAVORS = {(4096, 32, 32, 8): "8B", (8192, 80, 64, 8): "70B", (16384, 126, 128, 8): "405B"}
+_LLAMA3_CONFIGS = {"8B": "llama3_8b", "70B": "llama3_70b", "405B": "llama3_405b"}
 
 
 def job_config(plan: Plan) -> dict:
-    """The job config as nested sections (section name -> key -> value); dotted names are subtables."""
+    """The plan's settings as torchtitan 0.3 names them: section -> field -> value for the sections
+    of Trainer.Config it sets (training, parallelism, compile), plus "model" (torchtitan's model name
+    and flavor), "activation_checkpoint" ({"mode": none, selective or full}) and, for fp8, "float8"
+    (the Float8LinearConverter's fields)."""
     scenario, s = plan.scenario, plan.strategy
     training = scenario.training
     knobs = resolve(s, training)
     replicate, shard = data_parallel_degrees(knobs, s.dp, needs_fsdp(plan))
     local_batch = s.micro_batch_size * (num_micro_batches(plan) if s.pp > 1 else 1)
     config: dict = {
-        "job": {"description": summary(plan)},
         "model": {"name": "llama3" if scenario.model.family == "llama" else scenario.model.family or "custom",
                   "flavor": _flavor(plan)},
         "training": {"local_batch_size": local_batch, "global_batch_size": training.global_batch_size,
@@ -57,27 +63,23 @@ def job_config(plan: Plan) -> dict:
             "data_parallel_shard_degree": shard,
             "fsdp_reshard_after_forward": "always" if knobs.zero_stage == 3 else "never",
             "tensor_parallel_degree": s.tp,
-            "enable_async_tensor_parallel": False,
+            "enable_sequence_parallel": True,
             "pipeline_parallel_degree": s.pp,
             "pipeline_parallel_schedule": pipeline_schedule(training.schedule, knobs.virtual_stages),
             "pipeline_parallel_microbatch_size": s.micro_batch_size,
             "context_parallel_degree": knobs.cp,
             "expert_parallel_degree": knobs.ep,
         },
+        "compile": {"enable_async_tensor_parallel": False},
         "activation_checkpoint": {"mode": knobs.recompute},
     }
-    if knobs.recompute == "selective":
-        config["activation_checkpoint"]["selective_ac_option"] = "op"
+    if s.pp > 1:    # Trainer.Config refuses pipelining with CUDA graphs, its default
+        config["training"]["disable_cuda_graphs"] = True
     chunks = model_parts(plan, knobs)
     if s.pp > 1 and chunks is not None:
         config["parallelism"]["module_fqns_per_model_part"] = chunks
-    if training.precision == "fp8":
-        config["model"]["converters"] = ["quantize.linear.float8"]
-        fsdp = shard > 1
-        config["quantize.linear.float8"] = {"recipe_name": training.fp8_scaling, "filter_fqns": ["output"]}
-        if training.fp8_scaling == "tensorwise":     # (torchao's float8 all-gather is tensorwise only)
-            config["quantize.linear.float8"].update({"enable_fsdp_float8_all_gather": fsdp,
-                                                     "precompute_float8_dynamic_scale_for_fsdp": fsdp})
+    if training.precision == "fp8":     # torchtitan 0.3's float8 recipes are rowwise only
+        config["float8"] = {"recipe_name": "rowwise", "filter_fqns": ["lm_head"]}
     return config
 
 
@@ -119,7 +121,7 @@ def model_parts(plan: Plan, knobs: Knobs) -> list[list[str]] | None:
             names.append([f"layers.{block}"])
             block += 1
         elif layer.kind == "head":
-            names.append(["norm", "output"])
+            names.append(["norm", "lm_head"])
         else:
             return None
     if knobs.virtual_stages > 1:
@@ -142,50 +144,42 @@ def _flavor(plan: Plan) -> str:
     return model.name
 
 
-# -- TOML ---------------------------------------------------------------------------------------------
+# -- the Python file ---------------------------------------------------------------------------------
 
-def to_toml(config: dict, header: list[str]) -> str:
-    # TOML comments may hold no control characters but tab (a newline would end the comment).
-    lines = ["# " + "".join(" " if ord(c) < 0x20 and c != "\t" or ord(c) == 0x7F else c for c in line)
-             for line in header]
-    for section, values in config.items():
-        lines += ["", f"[{section}]"]
-        lines += [f"{key} = {_value(value)}" for key, value in values.items()]
-    return "\n".join(lines) + "\n"
+_AC = {"none": "None", "selective": "SelectiveAC.Config()", "full": "FullAC.Config()"}
 
 
-def _value(value: object) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, int):
-        return str(value)
-    if isinstance(value, float):
-        if not math.isfinite(value):
-            raise ValueError(f"TOML cannot hold {value}")
-        return repr(value)
-    if isinstance(value, str):
-        return _string(value)
-    if isinstance(value, list) and any(isinstance(item, list) for item in value):
-        return "[\n" + "".join(f"  {_value(item)},\n" for item in value) + "]"   # one chunk per line
-    if isinstance(value, list):
-        return "[" + ", ".join(_value(item) for item in value) + "]"
-    raise TypeError(f"no TOML form for {type(value).__name__}")
+def render(plan: Plan, config: dict, header: list[str]) -> str:
+    """torchtitan_job.py: a config function for torchtitan's ConfigManager. Every value is written
+    with repr (a Python literal of str, int, bool or lists of them), names only inside the docstring
+    through python_string_text."""
+    flavor = config["model"]["flavor"]
+    known = flavor in _LLAMA3_CONFIGS
+    base = f"torchtitan.models.llama3.config_registry:{_LLAMA3_CONFIGS[flavor]}" if known else ""
+    lines = ['"""' + python_string_text(header[0]), "", *(python_string_text(line) for line in header[1:]), '"""', "",
+             "import importlib", "import os", "",
+             "from torchtitan.distributed.activation_checkpoint import FullAC, SelectiveAC  # noqa: F401", "",
+             "# torchtitan's config function for the model, as module:function; set TORCHTITAN_BASE_CONFIG to use "
+             "another", f"BASE_CONFIG = os.environ.get(\"TORCHTITAN_BASE_CONFIG\", {base!r})", "", "",
+             f"def {CONFIG_FUNCTION}():",
+             "    if not BASE_CONFIG:",
+             f"        raise ValueError({_no_flavor(plan)!r})",
+             '    module, function = BASE_CONFIG.split(":")',
+             "    config = getattr(importlib.import_module(module), function)()"]
+    if "float8" in config:
+        lines += ["    from torchtitan.components.quantization import Float8LinearConverter",
+                  "    from torchtitan.models.llama3 import model_registry",
+                  f"    config.model_spec = model_registry({flavor!r}, converters=[Float8LinearConverter.Config("
+                  + ", ".join(f"{k}={v!r}" for k, v in config["float8"].items()) + ")])"]
+    for section in ("training", "parallelism", "compile"):
+        lines += [f"    config.{section}.{key} = {value!r}" for key, value in config[section].items()]
+    lines += [f"    config.activation_checkpoint = {_AC[config['activation_checkpoint']['mode']]}", "    return config", ""]
+    return "\n".join(lines)
 
 
-_ESCAPES = {"\b": "\\b", "\t": "\\t", "\n": "\\n", "\f": "\\f", "\r": "\\r"}
-
-
-def _string(text: str) -> str:
-    """A TOML basic string: backslash, quote and control characters escaped."""
-    out = []
-    for char in text:
-        if char in '"\\':
-            out.append("\\" + char)
-        elif ord(char) < 0x20 or ord(char) == 0x7F:
-            out.append(_ESCAPES.get(char, f"\\u{ord(char):04x}"))
-        else:
-            out.append(char)
-    return '"' + "".join(out) + '"'
+def _no_flavor(plan: Plan) -> str:
+    return (f"torchtitan ships no {plan.scenario.model.name}: set TORCHTITAN_BASE_CONFIG (or BASE_CONFIG in this file) "
+            "to module:function of the config function that registers it")
 
 
 # -- export -------------------------------------------------------------------------------------------
@@ -205,15 +199,17 @@ def export(plan: Plan) -> Export:
                         "--format megatron, or a plan with data parallelism)")
     config = job_config(plan)
     replicate, shard = data_parallel_degrees(knobs, s.dp, fsdp)
-    header = [summary(plan),
-              "torchtitan 0.2 job config: torchrun ... torchtitan/train.py --job.config_file torchtitan_job.toml",
-              "Start it with the torchrun export's launch.sh so that nodes take ranks in the plan's order."]
+    launch = (f"PYTHONPATH=<this folder> TRAIN_SCRIPT=<torchtitan/train.py> bash launch.sh --module torchtitan_job "
+              f"--config {CONFIG_FUNCTION}")
+    header = [f"torchtitan 0.3 job config: {summary(plan)}",
+              "torchtitan's ConfigManager reads it as --module torchtitan_job --config amp_tui_plan; start it with",
+              "the torchrun export's launch.sh so that nodes take ranks in the plan's order:", f"    {launch}"]
     notes = [
         f"{FILE}: dp_replicate {replicate} x dp_shard {shard} x cp {knobs.cp} x tp {s.tp} x pp {s.pp} = "
-        f"{replicate * shard * knobs.cp * s.tp * s.pp} GPUs, as torchtitan's ParallelDims requires. Launch "
-        f"torchtitan/train.py with --job.config_file {FILE} through the torchrun export's launch.sh.",
+        f"{replicate * shard * knobs.cp * s.tp * s.pp} GPUs, as torchtitan's ParallelDims requires. torchtitan 0.3 "
+        f"reads a Python config function, not TOML: {launch}.",
         f"training.steps is torchtitan's default ({STEPS}); set it, the dataset and the tokenizer "
-        "(model.hf_assets_path) for your run.",
+        "(hf_assets_path) for your run.",
     ]
     warnings = []
     if fsdp:
@@ -229,9 +225,9 @@ def export(plan: Plan) -> Export:
                      "parameters gathered after forward (fsdp_reshard_after_forward never, as Llama 3 trained) is "
                      "the nearest, and shards weights between steps, so it needs less memory than predicted.")
     if config["model"]["flavor"] == scenario.model.name:
-        notes.append(f"torchtitan has no flavor for {scenario.model.name}: register one with its hyperparameters "
-                     f"under model.name {config['model']['name']!r} (torchtitan ships llama3 8B/70B/405B, llama4, "
-                     "deepseek_v3 and qwen3).")
+        notes.append(f"torchtitan has no flavor for {scenario.model.name}: register its model and point "
+                     "TORCHTITAN_BASE_CONFIG at that model's config function (torchtitan 0.3 ships llama3 8B/70B/405B, "
+                     "qwen3, deepseek_v3, gpt_oss and others).")
     if s.pp > 1:
         if "module_fqns_per_model_part" not in config["parallelism"]:
             notes.append(f"The model's layers have no torchtitan module names, so the plan's split {list(s.partition)} "
@@ -247,21 +243,24 @@ def export(plan: Plan) -> Export:
             notes.append("torchtitan refuses fewer micro-batches per step than pipeline stages; raise the global batch "
                          "or lower the micro-batch size.")
     if s.tp > 1 and not knobs.sequence_parallel:
-        notes.append("torchtitan's tensor parallelism always shards the sequence between blocks (sequence "
-                     "parallelism), which the plan did not assume: activation memory will be lower than predicted.")
+        notes.append("torchtitan's tensor parallelism shards the sequence between blocks (enable_sequence_parallel, "
+                     "its default), which the plan did not assume: activation memory will be lower than predicted.")
     if training.precision == "fp16":
         notes.append("torchtitan trains in bf16 or fp32, not fp16: mixed_precision_param is bfloat16.")
     if training.precision == "fp8":
-        notes.append("fp8: the quantize.linear.float8 converter (torchao) swaps the linear layers for Float8Linear "
-                     f"with {training.fp8_scaling} scaling; the output projection stays in bf16.")
+        notes.append("fp8: torchtitan's Float8LinearConverter (torchao) swaps the linear layers for Float8Linear with "
+                     "rowwise scaling; the output projection (lm_head) stays in bf16.")
+        if training.fp8_scaling != "rowwise":
+            warnings.append(f"torchtitan 0.3 scales float8 per row only: the file asks for rowwise, not the plan's "
+                            f"{training.fp8_scaling} scaling (a little slower than predicted).")
     if knobs.recompute == "selective":
-        notes.append("Selective recomputation: torchtitan's op-level policy (selective_ac_option \"op\") keeps matrix "
-                     "multiply outputs and recomputes the cheap operations around them.")
+        notes.append("Selective recomputation: torchtitan's per-op policy (SelectiveAC) keeps the outputs of costly "
+                     "operations, recomputes the cheap ones around them and every second matrix multiply.")
     if training.schedule == "gpipe" and knobs.virtual_stages > 1:
         notes.append("torchtitan's interleaved schedule is 1F1B-based; the plan's GPipe order is not available with "
                      "virtual stages.")
     header += [f"WARNING: {warning}" for warning in warnings]
-    return Export(files={FILE: to_toml(config, header)}, notes=notes, warnings=warnings)
+    return Export(files={FILE: render(plan, config, header)}, notes=notes, warnings=warnings)
 
 
 def _fsdp_instead_of_ddp(plan: Plan) -> tuple[str, str | None]:

@@ -87,11 +87,14 @@ def part_bounds(scenario: Scenario, rows: np.ndarray, cost: CostModel | None = N
     part_room = gpu_counts @ room   # (may be negative)
 
     # The fastest link a tensor-parallel ring on a group's GPUs can have: inside one of its nodes
-    # (any link at all when tensor parallelism may cross nodes).
+    # (any link at all when tensor parallelism may cross nodes). A link's achieved fraction is at
+    # most 1 of its catalog figure; a measured one (cluster.network) may pass it.
+    fastest = [(max(g.intra_node_bandwidth, f[0]), max(g.inter_node_bandwidth, f[1], f[2]))
+               for g in groups for f in [g.link_figures(cost.params)]]
     if scenario.search.allow_cross_node_tp:
-        spb = np.full(len(groups), 1.0 / max(max(g.intra_node_bandwidth, g.inter_node_bandwidth) for g in groups))
+        spb = np.full(len(groups), 1.0 / max(max(pair) for pair in fastest))
     else:
-        spb = np.array([1.0 / g.intra_node_bandwidth for g in groups])
+        spb = np.array([1.0 / intra for intra, _ in fastest])
     exposed_tp = cost.tp_exposed
     best = np.full(len(rows), np.inf)
     limit = np.broadcast_to(np.asarray(limit, dtype=np.float64), (len(rows),))
