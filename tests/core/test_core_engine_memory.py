@@ -41,6 +41,13 @@ def test_megatron_state_per_parameter(precision, d, expected):
                           ("fp32", 4): 8 + 8 / 4}[(precision, d)]
 
 
+def test_megatron_1x_keeps_its_fp32_master_gradients_between_steps():
+    """Megatron-LM 1.x's FP16_Optimizer zeroes its fp32 master gradients rather than freeing them:
+    held through the iteration (20 bytes), where today's Megatron makes them for each step."""
+    training = scenario(framework="megatron-2020", precision="fp16").training
+    assert per_param(state_bytes_per_param(training, 1)) == (2, 2, 4, 12, 0, 0)
+
+
 def test_deepspeed_bf16_keeps_fp32_gradients_zero_1_does_not_shard():
     """BF16_Optimizer: bf16 weights and gradients, a whole fp32 gradient buffer, fp32 master and
     moments partitioned (even at stage 0): 8 + 12/d; after backward it flattens the fp32

@@ -14,11 +14,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
-from amp_tui.core.spec.frameworks import uses_pytorch_fsdp
+from amp_tui.core.spec.frameworks import PROFILES, uses_pytorch_fsdp
 from amp_tui.core.spec.scenario import Training
 
 # Bytes the optimizer step reads and writes per parameter (it is memory-bound).
@@ -138,6 +138,8 @@ def state_bytes_per_param(training: Training, dp: int, zero_stage: int | None = 
         optimizer = training.state_bytes_per_param - 2 * e
         return StateBytes(weights=e + e / dp, gradients=max(e, 4) + e / dp, optimizer=optimizer / dp, reduced=e)
     s = engine_state(training.engine, training.precision, training.optimizer, stage, dp, training.grad_reduce_in_fp32)
+    if s.step and PROFILES[training.framework].keeps_master_grads:     # held between steps, not made by each
+        s = replace(s, main_gradients=s.main_gradients + s.step, step=0.0, main_from=s.step_from)
 
     def shard(value: float, first: int) -> float:
         return value / dp if stage >= first else value
@@ -267,7 +269,6 @@ def least_reserve(training: Training, gpu) -> float:
     """The least a GPU of this type holds whatever the strategy: the stated runtime reserve, else
     the CUDA context (NCCL's buffers depend on the strategy): a floor for the search's bounds."""
     from amp_tui.core.costmodel.terms import runtime
-    from amp_tui.core.spec.frameworks import PROFILES
 
     if training.runtime_reserve_bytes is not None:
         return training.runtime_reserve_bytes

@@ -79,6 +79,9 @@ class FrameworkProfile:
     # The pipeline engine's own cost per micro-batch on each stage beyond the sends' NCCL time and
     # the fitted micro_batch_overhead_s every engine pays (params pipeline_engine_s.PROFILE).
     pipeline_engine_s: float = 0.0
+    # fp16 training keeps its fp32 master gradients between steps (zeroed, not freed): Megatron-LM
+    # 1.x's FP16_Optimizer (megatron/fp16/fp16.py zero_grad, set_grads_to_None False by default).
+    keeps_master_grads: bool = False
 
     @property
     def engine_key(self) -> str:
@@ -179,7 +182,7 @@ PROFILES["deepspeed"] = replace(PROFILES["deepspeed"], pipeline_engine_s=_DEEPSP
 _STACK_2022 = dict(collective_host_s=0.15e-3)
 PROFILES.update({p.key: p for p in (
     _stack("megatron", "megatron-2020", "Megatron-LM 1.x (2020): PyTorch 1.5-1.7, apex, NCCL 2.7", 2020,
-           **_STACK_2020),
+           keeps_master_grads=True, **_STACK_2020),
     _stack("megatron", "megatron-2022", "Megatron-LM 2.x-3.x (2021-2022): PyTorch 1.8-1.12, NCCL 2.8-2.12", 2022,
            **_STACK_2022),
     _stack("deepspeed", "deepspeed-2020", "DeepSpeed's pipeline engine on Megatron's GPT-2 (2020): DeepSpeed "
