@@ -41,6 +41,18 @@ def test_megatron_state_per_parameter(precision, d, expected):
                           ("fp32", 4): 8 + 8 / 4}[(precision, d)]
 
 
+@pytest.mark.parametrize("framework, precision, grad_fp32, reduced", [
+    ("megatron", "bf16", None, 4.0), ("megatron", "bf16", False, 2.0), ("megatron", "fp16", None, 2.0),
+    ("deepspeed", "bf16", None, 4.0), ("pytorch", "bf16", None, 4.0), ("megatron", "fp32", None, 4.0)])
+def test_the_gradient_all_reduce_moves_the_buffers_it_reduces(framework, precision, grad_fp32, reduced):
+    """Megatron-LM all-reduces bf16 training's fp32 main gradients (4 bytes a parameter), unless
+    told to reduce in bf16; DeepSpeed's BF16_Optimizer its fp32 buffer; DDP the fp32 gradients
+    autocast leaves."""
+    extra = {} if grad_fp32 is None else {"grad_reduce_in_fp32": grad_fp32}
+    training = scenario(framework, precision, **extra).training
+    assert state_bytes_per_param(training, 4, 0).reduced == reduced
+
+
 def test_megatron_1x_keeps_its_fp32_master_gradients_between_steps():
     """Megatron-LM 1.x's FP16_Optimizer zeroes its fp32 master gradients rather than freeing them:
     held through the iteration (20 bytes), where today's Megatron makes them for each step."""

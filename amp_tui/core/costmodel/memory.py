@@ -144,9 +144,12 @@ def state_bytes_per_param(training: Training, dp: int, zero_stage: int | None = 
     def shard(value: float, first: int) -> float:
         return value / dp if stage >= first else value
 
+    # The gradient all-reduce moves the buffers it reduces: fp32 main gradients (Megatron's bf16,
+    # DeepSpeed's BF16_Optimizer), DDP's fp32 gradients under autocast, else the training precision's.
+    reduced = 4.0 if s.main_gradients or s.gradients == 4.0 else float(e)
     return StateBytes(weights=shard(s.weights, 3), gradients=shard(s.gradients, 2),
                       main_gradients=shard(s.main_gradients, s.main_from), optimizer=shard(s.optimizer, s.optimizer_from),
-                      buckets=s.buckets, step=shard(s.step, s.step_from), reduced=e)
+                      buckets=s.buckets, step=shard(s.step, s.step_from), reduced=reduced)
 
 
 # DeepSpeed ZeRO-3's defaults: parameters gathered at once (stage3_max_live_parameters) and the
