@@ -53,15 +53,19 @@ def run(args) -> int:
         scenario = replace(scenario, search=replace(scenario.search, use_all_gpus=True))
     top = max(args.top or scenario.search.top, args.rank if args.save else 1)
     first_strategy_s = None     # an explicit limit holds, found or not
-    if args.time_limit is None:     # the default answers within about 2 s of the command's start ...
+    from amp_tui.core.search.work import work_for
+
+    work = work_for(time_limit_s)   # the search's budget: the same answer on any machine (work.py)
+    if args.time_limit is None:     # the default's safety net: 3 s from the command's start ...
         from amp_tui.cli import STARTED_S
-        from amp_tui.core.search.deadline import DEFAULT_FIRST_STRATEGY_S, DEFAULT_WALL_S, MIN_DEFAULT_S
+        from amp_tui.core.search import work as budgets
+        from amp_tui.core.search.deadline import DEFAULT_FIRST_STRATEGY_S
 
         elapsed_s = time.perf_counter() - STARTED_S
-        time_limit_s = max(MIN_DEFAULT_S, min(time_limit_s, DEFAULT_WALL_S - elapsed_s))
+        time_limit_s = max(budgets.DEFAULT_SAFETY_MIN_S, budgets.DEFAULT_SAFETY_S - elapsed_s)
         first_strategy_s = max(time_limit_s, DEFAULT_FIRST_STRATEGY_S - elapsed_s)    # ... unless it finds nothing
     plans = find_plans(scenario, objective, top=top, time_limit_s=time_limit_s,
-                       first_strategy_limit_s=first_strategy_s)
+                       first_strategy_limit_s=first_strategy_s, work=work)
     result, idle_search, uneven = plans.result, plans.idle_search, plans.uneven
     saved = None
     if args.save and result.strategies:
@@ -109,13 +113,17 @@ def run(args) -> int:
         if uneven.found or uneven.timed_out:     # (said only when the post-pass changed or cut the ranking)
             print(f"note: {uneven.note}")
     if plans.overrun_s > 0:
+        from amp_tui.core.search.work import DEFAULT_SAFETY_S
+
         print(f"note: no strategy was found within the default time limit ({time_limit_s:.2g} s of search, what "
-              f"start-up left of {DEFAULT_WALL_S:g} s); the search went on {plans.overrun_s:.2g} s past it "
+              f"start-up left of {DEFAULT_SAFETY_S:g} s); the search went on {plans.overrun_s:.2g} s past it "
               f"{'until it found one' if result.strategies else 'and found none'}", file=sys.stderr if args.json else sys.stdout)
     if plans.out_of_time and (idle_search.gap is None or idle_search.gap > 0.01):
-        print(f"note: the search stopped at its time limit of {time_limit_s:.2g} s; --time-limit S searches "
-              f"longer (e.g. --time-limit {max(10 * round(time_limit_s), 15)})",
-              file=sys.stderr if args.json else sys.stdout)
+        limit_s = time_limit_s if args.time_limit is None else args.time_limit
+        what = ("its work budget (what fits in the time limit on a quiet machine: the same answer on any machine)"
+                if idle_search.cut_by == "work" else f"its time limit of {time_limit_s:.2g} s")
+        print(f"note: the search stopped at {what}; --time-limit S searches longer "
+              f"(e.g. --time-limit {max(10 * round(limit_s), 15)})", file=sys.stderr if args.json else sys.stdout)
     if what_ifs is not None and not args.json:
         from amp_tui.core.plans.sensitivity import render
 

@@ -28,6 +28,7 @@ from amp_tui.core.plans.planfile import open_scenario
 from amp_tui.core.search.objective import Objective
 from amp_tui.core.search.search import Infeasible, SearchResult
 from amp_tui.core.search.planner import find_plans
+from amp_tui.core.search.work import DEFAULT_WORK
 from amp_tui.core.spec.scenario import Scenario, parse_scenario
 from amp_tui.core.spec.strategy import Strategy
 from amp_tui.tui import edits
@@ -319,25 +320,33 @@ class AmpApp(FileActions, ResultActions, ViewActions, App):
         last_report = [0.0]
 
         def progress(fraction: float) -> None:
+            last_fraction[0] = fraction
             now = time.monotonic()
             if now - last_report[0] >= 0.1:
                 last_report[0] = now
                 self.post_message(SearchProgress(generation, fraction))
 
+        def improved(so_far: SearchResult) -> None:     # the best so far, while the search runs
+            if so_far.strategies:
+                self.post_message(SearchProgress(generation, last_fraction[0], so_far.strategies[0]))
+
+        last_fraction = [0.0]
         started = time.perf_counter()
         try:
             # What `plan` runs (idle nodes, then batch shares and per-stage degrees), ranked by the
-            # chosen objective: one ranking in the CLI and the dashboard. No overall time limit (plan's
-            # default answers a command within 2 s): here the progress bar shows, and an edit cancels.
-            result = find_plans(scenario, self.objective, should_cancel=cancelled, progress=progress,
-                                time_limit_s=None).result
+            # chosen objective, with plan's default work budget: one ranking in the CLI and the
+            # dashboard. No time limit (plan's is a safety net): the progress bar and the best so
+            # far show, and an edit cancels.
+            plans = find_plans(scenario, self.objective, should_cancel=cancelled, progress=progress,
+                               time_limit_s=None, work=DEFAULT_WORK, improved=improved)
         except Cancelled:
             return
-        self.post_message(SearchDone(generation, result, time.perf_counter() - started))
+        self.post_message(SearchDone(generation, plans.result, time.perf_counter() - started,
+                                     plans.idle_search.exact, plans.idle_search.gap))
 
     def on_search_progress(self, message: SearchProgress) -> None:
         if message.generation == self._generation and self.status.state == "searching":
-            self.status.searching(message.fraction)
+            self.status.searching(message.fraction, message.best)
 
     def on_search_done(self, message: SearchDone) -> None:
         if message.generation != self._generation:
@@ -354,7 +363,7 @@ class AmpApp(FileActions, ResultActions, ViewActions, App):
             self.selected_index = len(self.result.strategies)   # the baseline row stays selected
         self._repin()
         self._show_result()
-        self.status.done(message.result, message.elapsed_s)
+        self.status.done(message.result, message.elapsed_s, message.exact, message.gap)
 
     def _index_after_search(self, previous: Prediction | Infeasible | None) -> int:
         """Keep the same strategy selected across a rerun when it is still listed (or a plan's)."""

@@ -6,6 +6,7 @@ from collections.abc import Callable
 
 from textual.message import Message
 
+from amp_tui.core.costmodel.prediction import Prediction
 from amp_tui.core.search.search import SearchResult
 from amp_tui.core.spec.scenario import Scenario
 
@@ -24,22 +25,28 @@ class ScenarioEdited(Message):
 
 
 class SearchProgress(Message):
-    """The running search of `generation` has settled `fraction` of its candidates."""
+    """The running search of `generation` has settled `fraction` of its candidates; `best`, when
+    given, is the best strategy found so far (the search's anytime answer)."""
 
-    def __init__(self, generation: int, fraction: float) -> None:
+    def __init__(self, generation: int, fraction: float, best: Prediction | None = None) -> None:
         super().__init__()
         self.generation = generation
         self.fraction = fraction
+        self.best = best
 
 
 class SearchDone(Message):
-    """The search of `generation` finished; the app drops it if a newer edit came since."""
+    """The search of `generation` finished; the app drops it if a newer edit came since. `exact`:
+    the ranking is proven (else `gap` bounds how far the best can be above the optimum)."""
 
-    def __init__(self, generation: int, result: SearchResult, elapsed_s: float) -> None:
+    def __init__(self, generation: int, result: SearchResult, elapsed_s: float, exact: bool = True,
+                 gap: float | None = None) -> None:
         super().__init__()
         self.generation = generation
         self.result = result
         self.elapsed_s = elapsed_s
+        self.exact = exact
+        self.gap = gap
 
 
 class StrategySelected(Message):

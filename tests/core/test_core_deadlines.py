@@ -173,6 +173,8 @@ def test_past_the_limit_the_search_stops_at_its_first_strategy():
     and settles no candidate beyond the whole cluster's first strategy."""
     scenario = load_scenario(SLOW)
     now = time.perf_counter()
-    first = search(scenario, deadline=now, hard_deadline=now + 60.0).stats.evaluated
+    # (plan's own search of the whole cluster, stopped at its first strategy)
+    first = search_parts(scenario, deadline=now, hard_deadline=now + 60.0)[0].stats.evaluated
     plans = find_plans(scenario, time_limit_s=0.01, first_strategy_limit_s=60.0)
     assert plans.idle_search.searched == 1 and plans.result.stats.evaluated == first
+    assert plans.result.strategies and plans.idle_search.cut_by == "time"

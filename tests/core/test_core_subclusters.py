@@ -27,7 +27,8 @@ from amp_tui.core.search.bounds.part_bounds import (
 from amp_tui.core.search.evaluate import evaluate
 from amp_tui.core.search.objective import Objective
 from amp_tui.core.search.search import enumerate_candidates, search
-from amp_tui.core.search.subclusters import _vectors, search_parts
+from amp_tui.core.search.part_rows import part_rows
+from amp_tui.core.search.subclusters import search_parts
 from amp_tui.core.spec.presets import load_preset, preset_names
 from amp_tui.core.spec.scenario import load_scenario, parse_scenario
 from amp_tui.core.spec.strategy import Strategy
@@ -209,7 +210,7 @@ def test_a_limited_bound_is_the_full_one_below_the_limit_and_reaches_it_above(na
     bound (at most the full one), equals the full one where that is below the limit, and reaches
     the limit elsewhere."""
     scn = load_scenario(name)
-    rows, _ = _vectors(scn)
+    rows, _ = part_rows(scn)
     cost = CostModel(scn)
     full = part_bounds(scn, rows, cost)
     finite = np.sort(full[np.isfinite(full)])

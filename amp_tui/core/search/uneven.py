@@ -23,7 +23,6 @@ to the optimum over these dimensions is claimed.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
@@ -31,9 +30,11 @@ from amp_tui.core.base.errors import Cancelled, SpecError
 from amp_tui.core.costmodel.cost import CostModel
 from amp_tui.core.costmodel.prediction import Prediction
 from amp_tui.core.costmodel.pricing import priced, used_nodes
+from amp_tui.core.search import work as units
 from amp_tui.core.search.deadline import Clock, OutOfTime
 from amp_tui.core.search.objective import Objective
 from amp_tui.core.search.search import SearchResult
+from amp_tui.core.search.work import OutOfWork, Work
 from amp_tui.core.spec.knobs import resolve
 from amp_tui.core.spec.scenario import Scenario
 
@@ -41,7 +42,7 @@ INF = float("inf")
 
 POST_PASS_TOP = 5        # strategies of the exact search's top tried with shares and per-stage degrees
 POST_PASS_LAYOUTS = 48   # per-stage degree layouts per strategy
-POST_PASS_TIME_S = 1.0   # without a deadline: after the best strategy's turn, the pass stops here (and says so)
+POST_PASS_WORK = 500_000.0   # without a budget: after the best strategy's turn, the pass stops here (and says so)
 # Stock Megatron-LM, DeepSpeed and torchtitan express neither uneven shares nor per-stage degrees:
 # such a plan is listed only where it beats the best uniform plan by at least this share.
 MIN_GAIN = 0.01
@@ -54,11 +55,12 @@ class UnevenSearch:
     shares_tried: int    # of them, with replicas on different GPU types
     layouts_tried: int   # per-stage (tp, dp) layouts x micro-batch sizes evaluated
     found: int           # strategies added to the ranking
-    timed_out: bool = False   # the time limit reached before every top strategy was tried
+    timed_out: bool = False   # a limit reached before every top strategy was tried
+    by_work: bool = False     # ... the work budget (the same on every machine), not the time limit
 
     @property
     def note(self) -> str:
-        limit = ", stopped at the time limit" if self.timed_out else ""
+        limit = (", stopped at its work budget" if self.by_work else ", stopped at the time limit") if self.timed_out else ""
         return (f"batch shares and per-stage tp/dp searched heuristically (docs/search.md, Uneven shares): tried on the "
                 f"top {self.strategies} strategies ({self.shares_tried} with replicas on different GPU types, "
                 f"{self.layouts_tried} per-stage layouts{limit}), {self.found} added; no bound on the gap is claimed")
@@ -66,38 +68,56 @@ class UnevenSearch:
     def to_dict(self) -> dict:
         return {"strategies": self.strategies, "shares_tried": self.shares_tried,
                 "layouts_tried": self.layouts_tried, "found": self.found, "exact": False,
-                "timed_out": self.timed_out, "note": self.note}
+                "timed_out": self.timed_out, "by_work": self.by_work, "note": self.note}
 
 
 def improve(scenario: Scenario, result: SearchResult, objective: Objective | None = None,
-            top: int = POST_PASS_TOP, *, deadline: float | None = None,
+            top: int = POST_PASS_TOP, *, deadline: float | None = None, work: float | None = None,
             should_cancel: Callable[[], bool] | None = None) -> tuple[SearchResult, UnevenSearch]:
     """`result` with the strategies the post-pass found added and the list re-ranked. Past
-    `deadline` (a time.perf_counter() time, polled inside every loop with `should_cancel`) it
-    keeps what it found and says it stopped; without one, the best strategy's turn completes and
-    the rest stop after POST_PASS_TIME_S."""
+    `work` (work units, work.py: the same step on every machine) or `deadline` (a
+    time.perf_counter() time, the safety net), both polled inside every loop with
+    `should_cancel`, it keeps what it found and says it stopped; without either, the best
+    strategy's turn completes and the rest stop after POST_PASS_WORK."""
     objective = objective or Objective()
     found: list[Prediction] = []
     counts = [0, 0]         # shares tried, per-stage layouts tried (kept by the steps a deadline cuts)
-    started = time.perf_counter()
     clock = Clock(should_cancel=should_cancel, deadline=deadline)
-    later = clock if deadline is not None else Clock(should_cancel=should_cancel, deadline=started + POST_PASS_TIME_S)
-    tried, timed_out = [], False
+    budget = Work(work)
+    later = Work(work if work is not None or deadline is not None else POST_PASS_WORK)
+
+    def charge(amount: float) -> None:
+        budget.charge(amount)
+        later.charge(amount)
+
+    def poll_all() -> bool:
+        if clock.poll():
+            return True
+        budget.check()
+        return False
+
+    def poll_later() -> bool:
+        if poll_all():
+            return True
+        later.check()
+        return False
+
+    tried, timed_out, by_work = [], False, False
     try:
         # Shares beyond the top first: where shares win, they win on other degrees than the
         # uniform best's (pure data parallelism, e.g.), and a partition solve each is cheap.
         if result.strategies:
-            found += [p for p in _shares_beyond(scenario, result.strategies[0], clock.poll, counts)
+            found += [p for p in _shares_beyond(scenario, result.strategies[0], poll_all, counts, charge)
                       if objective.admits(p.cost_per_hour_usd)]
         for prediction in result.strategies[:top]:
-            poll = (later if tried else clock).poll
+            poll = poll_later if tried else poll_all
             if poll():
                 raise Cancelled
             tried.append(prediction)
-            found += [p for p in _improve_one(scenario, prediction, poll, counts)
+            found += [p for p in _improve_one(scenario, prediction, poll, counts, charge)
                       if objective.admits(p.cost_per_hour_usd)]
-    except OutOfTime:
-        timed_out = True
+    except OutOfTime as stop:
+        timed_out, by_work = True, isinstance(stop, OutOfWork)
     shares_tried, layouts = counts
     seen = {_key(p) for p in result.strategies}
     unique = []
@@ -111,7 +131,7 @@ def improve(scenario: Scenario, result: SearchResult, objective: Objective | Non
     found = unique
     ranked = objective.rank([*result.strategies, *found])[:max(len(result.strategies), 1)]
     added = sum(1 for p in ranked if any(p is f for f in found))
-    search = UnevenSearch(len(tried), shares_tried, layouts, added, timed_out)
+    search = UnevenSearch(len(tried), shares_tried, layouts, added, timed_out, by_work)
     return replace(result, strategies=tuple(ranked)), search
 
 
@@ -121,7 +141,7 @@ def _key(p: Prediction) -> tuple:
 
 
 def _improve_one(scenario: Scenario, prediction: Prediction, poll: Callable[[], bool],
-                 tried: list[int]) -> list[Prediction]:
+                 tried: list[int], charge: Callable[[float], None] = lambda amount: None) -> list[Prediction]:
     """What shares and per-stage degrees add to one strategy; `tried` counts the shares and the
     per-stage layouts tried (in place: a deadline keeps the count)."""
     from amp_tui.core.costmodel.parts import part_scenario, to_part, to_whole
@@ -142,7 +162,7 @@ def _improve_one(scenario: Scenario, prediction: Prediction, poll: Callable[[], 
         tried[0] += 1
         if shared[0] is not None:
             out.append(shared[0])
-    best, _ = _per_stage(part, cost, local, prediction.iteration_time_s, poll, tried)
+    best, _ = _per_stage(part, cost, local, prediction.iteration_time_s, poll, tried, charge)
     if best is not None:
         out.append(best)
     return [priced(scenario, to_whole(scenario, counts, kept, p)) for p in out]
@@ -171,8 +191,8 @@ def _with_shares(cost: CostModel, strategy, time_s: float):
 
 
 def _per_stage(scenario: Scenario, cost: CostModel, strategy, time_s: float,
-               poll: Callable[[], bool] = lambda: False, counts: list[int] | None = None
-               ) -> tuple[Prediction | None, int]:
+               poll: Callable[[], bool] = lambda: False, counts: list[int] | None = None,
+               charge: Callable[[float], None] = lambda amount: None) -> tuple[Prediction | None, int]:
     """The best per-stage layout of `strategy` that beats `time_s`, and how many were tried (also
     added to counts[1]); `poll` is the cancellation check, polled inside each partition search."""
     from amp_tui.core.costmodel.stagewise import StageWise, micro_batch_sizes, typed_stage_degrees
@@ -203,6 +223,8 @@ def _per_stage(scenario: Scenario, cost: CostModel, strategy, time_s: float,
             counts[1] += 1
             model = StageWise(cost, candidate, order)
             found = best_per_stage_partition(model, min(time_s, best[0] if best else INF) * (1 - 1e-9), poll)
+            charge(units.CANDIDATE + units.SOLVE + found.solves * units.DP
+                   + units.CELL * found.solves * model.num_layers * strategy.pp)
             partition = found.partition
             if partition is None:
                 continue
@@ -213,7 +235,7 @@ def _per_stage(scenario: Scenario, cost: CostModel, strategy, time_s: float,
 
 
 def _shares_beyond(scenario: Scenario, best: Prediction, poll: Callable[[], bool],
-                   counts: list[int]) -> list[Prediction]:
+                   counts: list[int], charge: Callable[[float], None] = lambda amount: None) -> list[Prediction]:
     """Strategies with batch shares among candidates whose replicas run on different GPU types
     (counts[0] counts those tried, in place; `poll` as for _improve_one)."""
     from amp_tui.core.costmodel.parts import part_scenario, to_part, to_whole
@@ -237,6 +259,7 @@ def _shares_beyond(scenario: Scenario, best: Prediction, poll: Callable[[], bool
     for key in enumerate_candidates(part, NodeOrders(orders, False), knobs):
         if poll():          # (a layout each: 40 ms in all on 1,000 layers)
             raise Cancelled
+        charge(units.CANDIDATE)
         if key[2] > 1 and replicas_differ(cost.layout(key[0], key[1], key[2], key[4])):
             keys.append(key)
     keys.sort(key=lambda key: (key[1], -key[3], key))
@@ -246,7 +269,10 @@ def _shares_beyond(scenario: Scenario, best: Prediction, poll: Callable[[], bool
             raise Cancelled
         counts[0] += 1
         candidate = cost.candidate(tp, pp, dp, mbs, order)
-        partition = solve(SegmentTables(candidate), INF, poll).partition
+        tables = SegmentTables(candidate)
+        solved = solve(tables, INF, poll)
+        charge(units.SOLVE + solved.solves * (units.DP + units.CELL * tables.__dict__.get("cells", 0)))
+        partition = solved.partition
         if partition is None:
             continue
         shares = best_shares(candidate, partition)

@@ -24,13 +24,19 @@ class StatusBar(Widget):
         self.error = ""
         self.show_timings = True
         self.ranking = ""              # the objective when not the default ('cost per token within $8.00/hour')
+        self.best_so_far = None        # while searching: the best strategy found yet
+        self.exact, self.gap = True, None   # done: proven optimal, or the most the best can be above it
 
-    def searching(self, fraction: float = 0.0) -> None:
+    def searching(self, fraction: float = 0.0, best=None) -> None:
+        if self.state != "searching":
+            self.best_so_far = None
         self.state, self.fraction = "searching", fraction
+        self.best_so_far = best or self.best_so_far
         self.refresh()
 
-    def done(self, result: SearchResult, elapsed_s: float) -> None:
+    def done(self, result: SearchResult, elapsed_s: float, exact: bool = True, gap: float | None = None) -> None:
         self.state, self.result, self.elapsed_s = "done", result, elapsed_s
+        self.exact, self.gap, self.best_so_far = exact, gap, None
         self.refresh()
 
     def failed(self, message: str) -> None:
@@ -61,6 +67,11 @@ class StatusBar(Widget):
             text.append("searching ", style="bold yellow")
             text.append("▰" * filled + "▱" * (10 - filled), style="yellow")
             text.append(f" {self.fraction * 100:3.0f}%")
+            if self.best_so_far is not None:
+                best = self.best_so_far
+                text.append(" · best so far ")
+                text.append(f"{best.strategy.label} mbs {best.strategy.micro_batch_size}", style="bold")
+                text.append(f" {format_seconds(best.iteration_time_s)}")
             if self.result is not None:
                 text.append(" · results shown are stale", style="yellow")
         elif self.state == "done" and self.result is not None:
@@ -73,6 +84,10 @@ class StatusBar(Widget):
                 text.append(" · best ")
                 text.append(f"{best.strategy.label} mbs {best.strategy.micro_batch_size}", style="bold")
                 text.append(f" {format_seconds(best.iteration_time_s)}")
+                if self.exact:
+                    text.append(" · proven optimal", style="green")
+                elif self.gap is not None:
+                    text.append(f" · at most {self.gap:.1%} above the optimum", style="yellow")
             elif state_shortfall(self.result.scenario):
                 text.append(" · the model is too big for the cluster: see the Strategies pane", style="bold red")
             elif stats.candidates == 0:

@@ -45,7 +45,7 @@ from amp_tui.core.costmodel.memory import (
     state_bytes_per_param,
 )
 from amp_tui.core.costmodel.placement import Nodes
-from amp_tui.core.search.search import divisors
+from amp_tui.core.search.space import divisors
 from amp_tui.core.spec.knobs import knob_choices
 from amp_tui.core.spec.scenario import Scenario
 
@@ -62,13 +62,20 @@ def _tp_options(scenario: Scenario, totals: np.ndarray) -> list[int]:
 
 def part_bounds(scenario: Scenario, rows: np.ndarray, cost: CostModel | None = None, *,
                 quick: bool = False, limit: np.ndarray | float = math.inf,
-                should_cancel: Callable[[], bool] | None = None) -> np.ndarray:
+                should_cancel: Callable[[], bool] | None = None,
+                families: list[dict] | None = None) -> np.ndarray:
     """Per row of node counts, a lower bound on the iteration time of every strategy on those nodes
     (inf where no strategy can fit or none exists). See the module docstring. `quick`: a weaker
     bound, cheap enough for every part: B M with the stages' GPUs counted fractionally (M >= A x
     tp x dp / R, so B M >= global batch / micro-batch x tp x A / R, whatever dp), or the fill.
     Where the bound reaches `limit` (per row, or one for all) it may be a weaker one that still
-    reaches it. `should_cancel` is polled between passes; Cancelled is raised when it turns true."""
+    reaches it. `should_cancel` is polled between passes; Cancelled is raised when it turns true.
+
+    With `families` (an empty dict per row), each row's dict receives the bound of every (tp, pp,
+    dp, micro-batch size) of the row below its limit (the bottleneck and fill bound alone, the
+    cheap part: a family not listed is at the limit or above it, or cannot fit): the bounds a
+    part's search starts from (search.PartSearch.prepare_families), whose candidates' own bounds
+    are finer. Where the part cannot fit at all, none."""
     cancel = should_cancel or (lambda: False)
     groups = scenario.cluster.nodes
     training = scenario.training
@@ -78,8 +85,7 @@ def part_bounds(scenario: Scenario, rows: np.ndarray, cost: CostModel | None = N
     gpus = rows * gpn                                   # (parts, groups)
     gpu_counts = gpus.astype(np.float64)   # for products with floats: BLAS's, 6x numpy's integer loop
     totals, total_index = np.unique(gpus.sum(axis=1), return_inverse=True)
-    subsets, subset_index = np.unique((rows > 0) @ (1 << np.arange(len(groups))), return_inverse=True)
-    in_subset = (subsets[:, None] >> np.arange(len(groups))) & 1 == 1          # (subsets, groups)
+    in_subset, subset_index = _subsets(rows > 0)                               # (subsets, groups)
     per_node = [math.gcd(*gpn[row].tolist()) for row in in_subset]
     # Memory: the part's GPUs must hold every parameter's state once (ZeRO-3 across all of them).
     room = np.array([g.gpu.usable_memory_bytes - least_reserve(training, g.gpu) for g in groups])
@@ -164,7 +170,7 @@ def part_bounds(scenario: Scenario, rows: np.ndarray, cost: CostModel | None = N
             best = np.where(reaches, np.minimum(best, coarse), best)
             if quick:
                 continue
-            open_rows = ~reaches & (coarse < best)
+            open_rows = ~reaches & ((coarse < best) | (families is not None))
             if not open_rows.any():
                 continue
             cumulative = np.cumsum(gpus[:, fastest_first], axis=1)          # GPUs of the k fastest types
@@ -194,11 +200,13 @@ def part_bounds(scenario: Scenario, rows: np.ndarray, cost: CostModel | None = N
                 # the finer bounds below are higher still, the cheaper first: each only on the
                 # rows (`live`) whose bound so far could still fall below the row's bound over the
                 # other (tp, dp, micro-batch size) and its limit (`cap`)
-                cap = np.minimum(best[rows_ok], limit[rows_ok])
-                live = np.flatnonzero(bound < cap)
+                cap = np.minimum(best[rows_ok], limit[rows_ok]) if families is None else limit[rows_ok]
+                # (a family's bound for a part's search: this one; its candidates' own bounds are finer)
+                live = np.flatnonzero(bound < cap) if families is None else np.zeros(0, dtype=np.int64)
                 pp = totals[total_index[rows_ok]] // (tp * dp)
                 if not len(live):       # (so do most rows, on most (tp, dp, micro-batch size))
                     best[rows_ok] = np.minimum(best[rows_ok], bound)
+                    _record(families, rows_ok, bound, cap, tp, dp, mbs, pp)
                     continue
                 m[live] = np.maximum(m[live], _bottleneck_floor(descending, subset_index[rows_ok[live]], pp[live]))
                 if len(core_values):
@@ -211,6 +219,7 @@ def part_bounds(scenario: Scenario, rows: np.ndarray, cost: CostModel | None = N
                     live = live[bound[live] < cap[live]]
                     if not len(live):
                         best[rows_ok] = np.minimum(best[rows_ok], bound)
+                        _record(families, rows_ok, bound, cap, tp, dp, mbs, pp)
                         continue
                     pipeline = partial(_pipeline_floor, a[rows_ok], new, V[fastest_first], sends, pp,
                                        per_micro_batch, overhead)       # (rows, steps, lowest)
@@ -240,7 +249,33 @@ def part_bounds(scenario: Scenario, rows: np.ndarray, cost: CostModel | None = N
                             per_param * ring + optimizer, gpus[rows_ok[live]], tp * dp, pp[live],
                             core_params / tp, full[live]))
                 best[rows_ok] = np.minimum(best[rows_ok], bound)
+                _record(families, rows_ok, bound, cap, tp, dp, mbs, pp)
+    if families is not None:
+        for row in np.flatnonzero(~fits).tolist():
+            families[row].clear()
     return np.where(fits, best, np.inf)
+
+
+def _subsets(used: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The distinct rows of `used` (parts x groups, booleans) and each row's index among them: by
+    bit masks (one integer per row, fast) up to 62 groups, by packed bytes beyond."""
+    groups = used.shape[1]
+    if groups <= 62:
+        masks, index = np.unique(used @ (1 << np.arange(groups)), return_inverse=True)
+        return (masks[:, None] >> np.arange(groups)) & 1 == 1, index
+    packed = np.ascontiguousarray(np.packbits(used, axis=1))
+    keys = packed.view(np.dtype((np.void, packed.shape[1]))).ravel()
+    _, first, index = np.unique(keys, return_index=True, return_inverse=True)
+    return used[first], index.ravel()
+
+
+def _record(families: list[dict] | None, rows: np.ndarray, bound: np.ndarray, cap: np.ndarray, tp: int, dp: int,
+            mbs: int, pp: np.ndarray) -> None:
+    """Each row's bound of (tp, pp, dp, mbs) into its dict, where below its limit (`cap`)."""
+    if families is None:
+        return
+    for row, value, depth in zip(rows[bound < cap].tolist(), bound[bound < cap].tolist(), pp[bound < cap].tolist()):
+        families[row][(tp, depth, dp, mbs)] = value
 
 
 def _pipeline_floor(work: np.ndarray, new: np.ndarray, pace: np.ndarray, sends: np.ndarray, pp: np.ndarray,
@@ -419,7 +454,11 @@ def _filled_pipeline(work: np.ndarray, new: np.ndarray, pace: np.ndarray, lowest
     drain add (the cheapest send at every boundary, the overhead at every stage).
 
     S is convex, decreasing, and linear between the M at which the k fastest classes alone take
-    all the work, so the minimum lies at `lowest` or at one of those above it."""
+    all the work, so the minimum lies at `lowest` or at one of those above it. Classes of equal
+    pace fill alike: they are counted as one (many node groups of one GPU type cost one class)."""
+    distinct = np.flatnonzero(np.concatenate([[True], np.diff(pace) > 0]))
+    if len(distinct) < len(pace):
+        new, pace = np.add.reduceat(new, distinct, axis=1), pace[distinct]
     capacity = np.cumsum(new / pace[None, :], axis=1)                     # work per unit of M
     with np.errstate(divide="ignore"):
         kinks = work[:, None] / capacity                                   # (rows, classes); inf: no stage yet
