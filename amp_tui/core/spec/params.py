@@ -241,12 +241,21 @@ class ModelParams:
         return "calibrated" if name in self._fitted else "default"
 
 
+# Set across GPUs by `validate --fit` and left out of a cluster's own calibration: training's share
+# of a GEMM microbenchmark's rate multiplies the same rate as the cluster's compute_efficiency.<gpu>,
+# so fitting both to one cluster's runs splits one factor between them.
+ACROSS_GPUS = ("gemm_training_share",)
+
+
 def parameter_names(gpu_names: list[str], link_classes: list[str], framework: str = "megatron",
                     profile: str | None = None) -> list[str]:
     """Every parameter a scenario with these GPU types, link classes, framework and execution
-    profile (frameworks.execution_key; the framework's own by default) uses."""
+    profile (frameworks.execution_key; the framework's own by default) uses and its own runs
+    may calibrate (not ACROSS_GPUS)."""
     names = []
     for family in FAMILIES.values():
+        if family.name in ACROSS_GPUS:
+            continue
         keys = {"gpu": gpu_names, "link": link_classes, "framework": [engine_of(framework)],
                 "profile": [profile or framework]}.get(family.keyed_by, [""])
         names += [f"{family.name}.{key}" if key else family.name for key in dict.fromkeys(keys)]
