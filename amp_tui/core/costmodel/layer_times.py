@@ -85,7 +85,7 @@ class LayerTimes:
         self.sources = self._layer_times.get("sources")
         if self.sources is None:
             self.sources = self._layer_times["sources"] = TimeSources(table, self._analytic_forward, self._gpu_named,
-                                                                      across)
+                                                                      across, self._host_forward)
         cols = self.model.columns
         tokens, width = compute_terms.layer_shapes(self.model, self.training.bytes_per_element)
         self._work_per_sample = tokens * width    # kernel size at tp 1, micro-batch 1 (shapes as inferred)
@@ -163,9 +163,13 @@ class LayerTimes:
         measured = self._measured(gpu.name, tp)
         shard = self._shard_measured(gpu.name, tp)
         have = ~np.isnan(measured) & ~shard          # AMP's form: forward per sample, collectives inside
-        # Where this GPU type at this tp measured nothing: carried by the layer's ratio (time_sources.py).
+        # Where this GPU type at this tp measured nothing: carried by the layer's ratio (time_sources.py),
+        # of the GPU's part of the measurements (the host's time is added on its own, host_times); a
+        # measurement here is scaled by its whole ratio, host included (it holds its host time).
         ratio = self.sources.ratio(gpu, tp)
-        analytic = self._analytic_forward(gpu, tp, mbs) * ratio
+        analytic_forward = self._analytic_forward(gpu, tp, mbs)
+        analytic = analytic_forward * ratio
+        whole = analytic_forward * self.sources.ratio(gpu, tp, gpu_only=False) if (have | shard).any() else analytic
         if have.any():
             # A measured time scales to b samples like the efficiency model: fixed kernel overheads
             # are paid once per micro-batch, so larger micro-batches run more efficiently.
@@ -174,7 +178,7 @@ class LayerTimes:
             known = np.where(have, measured, 0.0)
             forward = np.where(have, known * (mbs + kappa) / (1.0 + kappa), analytic)
             if tp > 1:
-                split, measured_comm = self._split_measured(group, tp, known, analytic, mbs, forward)
+                split, measured_comm = self._split_measured(group, tp, known, whole, mbs, forward)
                 forward = np.where(have, split, forward)
                 measured_comm = np.where(have, measured_comm, 0.0)
         else:
@@ -190,8 +194,8 @@ class LayerTimes:
         compute = np.where(have, measured_passes, passes) * forward + held_comm
         if shard.any():      # a profile file's forward and backward at this shard shape (measured.py)
             _, shard_forward, shard_backward, checkpointed = profile_terms.measured_passes(
-                self.model.layers, gpu.name, tp, mbs, analytic,
-                lambda m: self._analytic_forward(gpu, tp, m) * ratio,
+                self.model.layers, gpu.name, tp, mbs, whole,
+                lambda m: self._analytic_forward(gpu, tp, m) * self.sources.ratio(gpu, tp, gpu_only=False),
                 self.params("backward_ratio"))
             forward = np.where(shard, shard_forward, forward)
             # Full recomputation runs a block's forward again; trainers checkpoint the transformer
@@ -238,7 +242,8 @@ class LayerTimes:
         Layers without a tp = 1 measurement keep `whole`, the measurement scaled by the efficiency
         model, as compute."""
         base = self._measured(self.gpus[group].name, 1)
-        compute1 = self._analytic_forward(self.gpus[group], tp, 1) * self.sources.ratio(self.gpus[group], tp)
+        compute1 = self._analytic_forward(self.gpus[group], tp, 1) * self.sources.ratio(self.gpus[group], tp,
+                                                                                         gpu_only=False)
         compute_share = np.where(compute1 > 0, np.minimum(measured, compute1) / np.where(compute1 > 0, compute1, 1.0), 0.0)
         comm1 = np.maximum(measured - compute1, 0.0)
         node = self.scenario.cluster.nodes[group]
@@ -285,6 +290,13 @@ class LayerTimes:
                 self.model, self.gpus[group], self.training.precision, self.params, tp, self.knobs.cp, mbs,
                 self.training.attention_kernel)
         return self._profiles[key]
+
+    def _host_forward(self) -> tuple[np.ndarray, float]:
+        """Per layer, the host's seconds to issue one forward pass at tp 1, and how much of it the
+        GPU hides (the execution profile's host_overlap): what a measured forward time holds of it."""
+        one_forward = host_terms.host_issue_time(self.model, self.params, self.profile_key, 1.0, 0.0) \
+            - host_terms.host_issue_time(self.model, self.params, self.profile_key, 0.0, 0.0)
+        return one_forward, self.execution.host_overlap
 
     def host_times(self, gpu_name: str, tp: int, zero3_collectives: float = 0.0) -> np.ndarray:
         """Per layer per micro-batch on a GPU type at this tp: the host's time to issue the layer's

@@ -103,12 +103,14 @@ class TimeSources:
     GPU type's figures (None: it cannot be carried from); `across`: whether the cluster holds a
     measured GPU type to carry from to its other types (else a ratio is carried across tp only)."""
 
-    def __init__(self, table: MeasuredTable, analytic: Callable, gpu_named: Callable, across: bool):
+    def __init__(self, table: MeasuredTable, analytic: Callable, gpu_named: Callable, across: bool,
+                 host: Callable | None = None):
         self.table = table
         self.across = across      # whether the cluster holds a measured GPU type to carry across from
         self.model = table.model
         self._analytic = analytic
         self._gpu_named = gpu_named
+        self._host = host         # () -> (per layer: the host's seconds to issue one forward, host_overlap)
         self._cache: dict = {}
 
     def _cached(self, key: tuple, build: Callable):
@@ -116,16 +118,25 @@ class TimeSources:
             self._cache[key] = build()
         return self._cache[key]
 
-    def own_ratio(self, gpu) -> tuple[np.ndarray, np.ndarray]:
+    def own_ratio(self, gpu, gpu_only: bool = True) -> tuple[np.ndarray, np.ndarray]:
         """Per layer, measured / analytic forward time at tp 1 on this GPU type (NaN where it was not
-        measured at tp 1 or the analytic time is 0), and the measurement's origin code."""
+        measured at tp 1 or the analytic time is 0), and the measurement's origin code.
+
+        A measured time holds the host's time to issue the layer's kernels as the stack that was
+        measured exposed it (terms/host.py: GPU + max(host - overlap x GPU, 0)); the GPU's part is
+        what a ratio carries (`gpu_only`), since the layer it is carried to pays the host's time
+        again on its own (AMP's 2020 times, host and GPU added, carried whole to an A10G made it
+        slower than the T4). Without `gpu_only`, the whole measurement over the analytic GPU time
+        (how a tp > 1 measurement is split into compute and the rest: LayerTimes._split_measured)."""
         def build():
             seconds, mbs, origin = self.table.tp1_points(gpu.name)
+            if gpu_only and self._host is not None:
+                seconds = gpu_part(seconds, *self._host())
             sizes = np.unique(mbs)
             analytic = self._analytic(gpu, 1, sizes[:, None])[np.searchsorted(sizes, mbs), np.arange(len(mbs))]
             usable = ~np.isnan(seconds) & (analytic > 0)
             return np.where(usable, seconds / np.where(usable, analytic, 1.0), np.nan), np.where(usable, origin, 0)
-        return self._cached(("own", gpu), build)
+        return self._cached(("own", gpu, gpu_only), build)
 
     def carried(self) -> tuple[np.ndarray, list[tuple[str, ...]], np.ndarray]:
         """Per layer, the geometric mean of the measured GPU types' ratios from the newest origin
@@ -151,17 +162,18 @@ class TimeSources:
             return mean, refs, newest
         return self._cached(("carried",), build)
 
-    def ratio(self, gpu, tp: int) -> np.ndarray:
+    def ratio(self, gpu, tp: int, gpu_only: bool = True) -> np.ndarray:
         """Per layer, the factor on the analytic time where this (GPU type, tp) measured nothing:
         the GPU type's own tp 1 ratio at tp > 1, else the other GPU types' (1 at tp 1 where the
-        layer was measured here, its measurement standing; 1 where nothing can be carried)."""
+        layer was measured here, its measurement standing; 1 where nothing can be carried).
+        `gpu_only`: see own_ratio."""
         def build():
-            own = self.own_ratio(gpu)[0]
+            own = self.own_ratio(gpu, gpu_only)[0]
             carried = self.carried()[0]
             measured_here = ~np.isnan(own)
             out = np.where(measured_here, own if tp > 1 else 1.0, carried)
             return np.where(np.isnan(out), 1.0, out)
-        return self._cached(("ratio", gpu, tp), build)
+        return self._cached(("ratio", gpu, tp, gpu_only), build)
 
     def labels(self, gpu, tp: int) -> tuple[str, ...]:
         """Per layer, where its time on this GPU type at this tp comes from (the module's rule)."""
@@ -187,6 +199,19 @@ class TimeSources:
                 out.append(texts[key])
             return tuple(out)
         return self._cached(("labels", gpu, tp), build)
+
+
+def gpu_part(seconds: np.ndarray, host: np.ndarray, overlap: float) -> np.ndarray:
+    """The GPU's part of measured forward times that hold the host's issue time as a stack with this
+    host_overlap exposes it (measured = GPU + max(host - overlap x GPU, 0)): all of it where the GPU
+    hides the host, else (measured - host) / (1 - overlap); at least a tenth of the measurement (a
+    layer measured no slower than its host time says little about its GPU time)."""
+    exposed = host > overlap * seconds
+    if overlap < 1.0:
+        gpu = np.where(exposed, (seconds - host) / (1.0 - overlap), seconds)
+    else:
+        gpu = seconds
+    return np.maximum(gpu, 0.1 * seconds)
 
 
 def span_label(labels: tuple[str, ...], working: np.ndarray, first: int, end: int) -> str:
