@@ -1,6 +1,13 @@
-"""Suite-wide: the dashboard's snapshot tests run only on the textual version they were recorded
-with (the one .ci/requirements.lock pins); SVGs change between textual releases, so on any other
-version (a user's, or CI's lowest-versions pass) they skip and say so."""
+"""Suite-wide:
+- the search's time limits (plan's default, the idle search's and the post-pass's own, the
+  what-ifs') are read against a clock the test controls, which moves SEARCH_TICK_S at each read.
+  The search's work budget (core/search/work.py) is what ends it; the limit stays a safety net
+  that passes after a set number of reads, the same on every machine and at every load: a ranking
+  never depends on how busy the machine was. A test that is about time limits installs its own
+  clock (tests/core/fake_clock.py); wall-clock targets are `amp-tui bench`'s.
+- the dashboard's snapshot tests run only on the textual version they were recorded with (the one
+  .ci/requirements.lock pins); SVGs change between textual releases, so on any other version (a
+  user's, or CI's lowest-versions pass) they skip and say so."""
 
 from __future__ import annotations
 
@@ -10,7 +17,18 @@ from pathlib import Path
 
 import pytest
 
+import amp_tui.cli
+from tests.core.fake_clock import install
+
 LOCK = Path(__file__).resolve().parent.parent / ".ci" / "requirements.lock"
+SEARCH_TICK_S = 1e-4
+
+
+@pytest.fixture(autouse=True)
+def search_clock(monkeypatch):
+    clock = install(monkeypatch, per_read=SEARCH_TICK_S)
+    monkeypatch.setattr(amp_tui.cli, "STARTED_S", clock.t)    # a command run in the test starts now
+    return clock
 
 
 def _locked_textual() -> str | None:

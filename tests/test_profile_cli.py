@@ -63,8 +63,11 @@ def test_profile_then_plan_then_calibrate_on_the_cpu(tmp_path, capsys):
     assert main(argv) == 0
     captured = capsys.readouterr()
     assert "[ 12/12]" in captured.err and "left" in captured.err      # a bar per shape, the time left
+    assert "(fp32 standing in for bf16, " in captured.err               # what it times, and for what
     profile = load_yaml_file(tmp_path / "tiny.profile.yaml")
     assert profile["device"] == "cpu" and profile["gpu"] == "any" and profile["complete"] is True
+    assert profile["precision"] == "fp32" == profile["timing"]["dtype"].replace("float32", "fp32")   # not bf16
+    assert re.search(r"CPU \((1 thread|\d+ threads)\)$", profile["device_name"])          # not '1 threads'
     assert [layer["name"] for layer in profile["layers"]] == ["embedding", "block", "lm_head"]
     block = profile["layers"][1]
     assert {(r["tp"], r["micro_batch"]) for r in block["measurements"]} == {(1, 1), (1, 2), (2, 1), (2, 2)}
@@ -117,3 +120,22 @@ def test_hf_times_transformers_block(tmp_path, capsys):
     assert profile["implementation"] == "hf"
     block = next(layer for layer in profile["layers"] if layer["name"] == "block")
     assert {r["tp"] for r in block["measurements"]} == {1, 2}       # Llama's block shards by heads
+
+
+def test_the_time_left_is_each_layers_own_rate_and_none_before_every_layer_is_timed():
+    """Issue 34: the estimate took the whole run's rate so far, set by the layers timed first: on
+    the CPU an embedding (a dense gradient of the whole vocabulary, little FLOPs) said '~14 h left'
+    for a 6-minute run, '~1396 s left' for a 69 s one."""
+    from types import SimpleNamespace
+
+    from amp_tui.profiling.measure import time_left
+
+    def shape(index, rate_work):
+        return SimpleNamespace(index=index, work=lambda tp, m, w=rate_work: w * m / tp)
+
+    embedding, block = shape(0, 1.0), shape(1, 100.0)
+    spent = {0: (3.0, 1.0)}                          # 3 s for 1 unit of the embedding's work
+    assert time_left(spent, [(embedding, 1, 2), (block, 1, 1)]) is None      # the block not yet timed
+    spent[1] = (2.0, 100.0)                          # 2 s for 100 units of a block's
+    assert time_left(spent, [(embedding, 1, 2), (block, 1, 2)]) == pytest.approx(3.0 * 2 + 2.0 * 2)
+    assert time_left(spent, []) == 0.0

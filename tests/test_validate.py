@@ -13,7 +13,8 @@ from amp_tui.cli import main
 from amp_tui.core.search.evaluate import evaluate
 from amp_tui.core.spec.scenario import load_scenario, parse_scenario
 from amp_tui.core.validation import metrics
-from amp_tui.core.validation.bands import BANDS_FILE, band_class, compute_bands, load_bands, uncertainty, write_bands
+from amp_tui.core.validation.bands import (BANDS_FILE, band_basis, band_class, compute_bands, load_bands, uncertainty,
+                                          write_bands)
 from amp_tui.core.validation.replay import report, run_validation
 from amp_tui.core.validation.runs import (
     AMP_OTHER,
@@ -418,19 +419,51 @@ def test_write_bands_round_trips(tmp_path, strict):
     assert load_bands(path) == bands
 
 
-def test_uncertainty_by_class_with_fallbacks():
-    bands = {"macro": 0.2, "classes": {"turing/homogeneous": {"band": 0.4, "runs": 40},
-                                       "volta/homogeneous": {"band": 0.1, "runs": 9}}}
+def test_a_band_says_what_it_is_built_from_and_none_is_borrowed():
+    """Issue 34: a mixed cluster showed "±8% (uncalibrated: validate's error on published
+    ampere/heterogeneous runs)" though no heterogeneous run was ever replayed (the band was the
+    widest of its GPUs' homogeneous ones). A band comes from its own class's replayed runs, says
+    which and how many, and where there are none, or too few, there is no band and it says so."""
+    bands = {"replayed": 60, "classes": {
+        "turing/homogeneous": {"band": 0.4, "runs": 40, "gpus": {"T4": 40}},
+        "volta/homogeneous": {"band": 0.1, "runs": 17, "gpus": {"V100": 17}},
+        "hopper/homogeneous": {"band": None, "runs": 3, "gpus": {"H100": 3}}}}
     homogeneous = load_scenario("paper-homogeneous")
     het = load_scenario("paper-het-cluster")
     assert band_class(homogeneous) == "turing/homogeneous" and band_class(het) == "turing+volta/heterogeneous"
     assert uncertainty(homogeneous, bands) == 0.4
-    assert uncertainty(het, bands) == 0.4                       # the widest of its generations
-    assert uncertainty(het, {**bands, "macro": 0.5}) == 0.5     # or the macro band if wider
+    assert band_basis(homogeneous, bands) == "uncalibrated: validate's error on 40 published turing/homogeneous runs (T4)"
+    assert uncertainty(het, bands) is None
+    assert band_basis(het, bands) == "none of validate's 60 published runs is on mixed GPUs; calibrate fits one to yours"
     h100 = parse_scenario({"cluster": {"nodes": [{"instance": "p5.48xlarge"}]}, "model": "llama3-8b",
                            "training": {"global_batch_size": 64, "precision": "bf16"}})
-    assert uncertainty(h100, bands) == 0.2                      # no class: the macro band
-    assert 0 < uncertainty(homogeneous) < 1                     # from the committed file
+    assert uncertainty(h100, bands) is None
+    assert band_basis(h100, bands) == "validate replays only 3 published hopper/homogeneous runs; a band needs 5"
+    a10g = parse_scenario({"cluster": {"nodes": [{"instance": "g5.12xlarge", "count": 2}]}, "model": "gpt2-medium",
+                           "training": {"global_batch_size": 32}})
+    assert uncertainty(a10g, bands) is None
+    assert band_basis(a10g, bands) == "validate has replayed no published ampere/homogeneous run"
+    ampere = {"replayed": 9, "classes": {"ampere/homogeneous": {"band": 0.2, "runs": 9, "gpus": {"A100-80GB": 9}}}}
+    assert uncertainty(a10g, ampere) == 0.2         # the generation's band, and it says whose runs
+    assert band_basis(a10g, ampere) == ("uncalibrated: validate's error on 9 published ampere/homogeneous runs "
+                                        "(A100-80GB; none on A10G)")
+    assert 0 < uncertainty(homogeneous) < 1 and uncertainty(het) is None        # from the committed file
+    assert "none of validate's 446 published runs" in band_basis(het)
+
+
+def test_the_committed_bands_count_every_class_and_every_run(strict):
+    bands = load_bands(BANDS_FILE)
+    assert bands["replayed"] == len(strict.replayed) == 446
+    assert sum(c["runs"] for c in bands["classes"].values()) == sum(1 for r in strict.replayed
+                                                                    if r.case.measured.iteration_time_s)
+    assert not any(key.endswith("/heterogeneous") for key in bands["classes"])
+
+
+def test_the_readme_says_how_many_runs_were_replayed_and_of_which_kind(strict):
+    readme = (Path(__file__).parents[1] / "README.md").read_text(encoding="utf-8")
+    assert "checked against 470" not in readme
+    assert f"{len(strict.replayed)} published runs" in readme and "none on mixed GPUs" in readme
+    assert f"±{uncertainty(load_scenario('paper-homogeneous')):.0%} on AMP's T4 cluster" in readme
 
 
 def test_validation_imports_no_ui_package():

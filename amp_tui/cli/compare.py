@@ -14,7 +14,7 @@ def add_parser(sub) -> None:
 
 
 def run(args) -> int:
-    from amp_tui.core.base.yamlio import load_yaml_file
+    from amp_tui.core.base.yamlio import load_yaml_document
     from amp_tui.core.costmodel.cost import CostModel
     from amp_tui.core.plans.compare import compare
     from amp_tui.core.plans.planfile import open_scenario
@@ -22,7 +22,7 @@ def run(args) -> int:
 
     scenario, plan = open_scenario(args.scenario)
     strategies = ([plan.strategy] if plan is not None else []) + parse_strategy_list(
-        load_yaml_file(args.strategies), args.strategies)
+        load_yaml_document(args.strategies, "a list of strategies"), args.strategies)
     if len(strategies) < 2:
         raise SpecError("STRATEGIES", args.strategies, "list at least two strategies to compare (or pass a plan)")
     cost = CostModel(scenario)

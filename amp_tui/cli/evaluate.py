@@ -15,7 +15,7 @@ def add_parser(sub) -> None:
 
 
 def run(args) -> int:
-    from amp_tui.core.base.yamlio import load_yaml_file
+    from amp_tui.core.base.yamlio import load_yaml_document
     from amp_tui.core.plans.planfile import open_scenario, prediction_changes
     from amp_tui.core.search.evaluate import evaluate, parse_strategy_list
 
@@ -34,7 +34,7 @@ def run(args) -> int:
         return 0
     if not args.strategies:
         raise SpecError("STRATEGIES", None, "give a YAML file listing strategies (or pass a plan file)")
-    strategies = parse_strategy_list(load_yaml_file(args.strategies), args.strategies)
+    strategies = parse_strategy_list(load_yaml_document(args.strategies, "a list of strategies"), args.strategies)
     from amp_tui.core.costmodel.cost import CostModel
 
     cost = CostModel(scenario)

@@ -171,6 +171,12 @@ def _cost_headers(scenario) -> list[str]:
     return ["$/hour", f"$/M {cost_unit(scenario)}"]
 
 
+def price_notes(scenario) -> list[str]:
+    """'note: no price for cluster.nodes[1] (...)' for each group whose listed price does not apply."""
+    notes = (group.price_note(i) for i, group in enumerate(scenario.cluster.nodes))
+    return [f"note: {note}" for note in notes if note]
+
+
 def render_predictions(scenario, predictions) -> str:
     from amp_tui.core.base.units import format_seconds
 
@@ -181,7 +187,7 @@ def render_predictions(scenario, predictions) -> str:
 
     out = [summary(scenario), f"predicted times {confidence(scenario).describe()}",
            *warnings_text(scenario, predictions, [f"strategy {i + 1}" for i in range(len(predictions))]), "",
-           table(headers, rows, {0, 2, 3, 4, 5, 8, 9})]
+           table(headers, rows, {0, 2, 3, 4, 5, 8, 9}), *price_notes(scenario)]
     for i, p in enumerate(predictions):
         out.append("")
         out.append(f"strategy {i + 1}: {p.strategy.label}, micro-batch {p.strategy.micro_batch_size}: "
@@ -239,8 +245,8 @@ def render_search(result, top: int, objective=None, idle_search=None) -> str:
 
         sure = confidence(scenario)
         close = within_band([p.iteration_time_s for p in result.strategies[:top]], sure.band)
-        out.append(f"predicted times {sure.describe()}"
-                   + (f"; the top {close} are within each other's band" if close > 1 else "; the top pick stands clear"))
+        out.append(f"predicted times {sure.describe()}" + ("" if sure.band is None else f"; the top {close} are within "
+                                                            "each other's band" if close > 1 else "; the top pick stands clear"))
     out.append("")
     if not result.strategies:
         from amp_tui.core.plans.no_strategy import nothing_found, state_shortfall
@@ -269,6 +275,7 @@ def render_search(result, top: int, objective=None, idle_search=None) -> str:
 
         if any(memory_at_risk(p) for p in shown):
             out.append(MEMORY_RISK_NOTE)
+        out += price_notes(scenario)
     if result.baseline is not None:
         b = result.baseline
         out += ["", f"uniform baseline (even split, rank order): {b.strategy.label} micro-batch "

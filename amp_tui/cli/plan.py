@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import sys
-import time
 from pathlib import Path
 
 from amp_tui.cli.output import json_text, render_search
@@ -59,9 +58,9 @@ def run(args) -> int:
     if args.time_limit is None:     # the default's safety net: 3 s from the command's start ...
         from amp_tui.cli import STARTED_S
         from amp_tui.core.search import work as budgets
-        from amp_tui.core.search.deadline import DEFAULT_FIRST_STRATEGY_S
+        from amp_tui.core.search.deadline import DEFAULT_FIRST_STRATEGY_S, now
 
-        elapsed_s = time.perf_counter() - STARTED_S
+        elapsed_s = now() - STARTED_S       # (the search's clock: time.perf_counter, as STARTED_S)
         time_limit_s = max(budgets.DEFAULT_SAFETY_MIN_S, budgets.DEFAULT_SAFETY_S - elapsed_s)
         first_strategy_s = max(time_limit_s, DEFAULT_FIRST_STRATEGY_S - elapsed_s)    # ... unless it finds nothing
     plans = find_plans(scenario, objective, top=top, time_limit_s=time_limit_s,
@@ -100,8 +99,9 @@ def run(args) -> int:
         cost = CostModel(scenario)
         for entry, p in zip(ranked["strategies"], result.strategies):
             entry["time_source_warning"] = source_warning(cost, p)
+        sure = confidence(scenario)
         print(json_text({**ranked, "layer_times": layer_time_sources(cost),
-                     "uncertainty": confidence(scenario).band, "objective": objective.kind,
+                     "uncertainty": sure.band, "uncertainty_basis": sure.source, "objective": objective.kind,
                      "budget_usd_per_hour": objective.budget_usd_per_hour,
                      "idle_search": idle_search.to_dict(), "uneven_search": uneven.to_dict(),
                      "time_limit_s": time_limit_s, "overrun_s": plans.overrun_s,

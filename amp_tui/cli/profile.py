@@ -128,7 +128,9 @@ def run(args) -> int:
         raise SpecError("-o", output, "is a folder; give a file name")
     ep = target.scenario.training.expert_parallel if target.scenario is not None and \
         isinstance(getattr(target.scenario.training, "expert_parallel", None), int) else 1
-    print(f"profiling {model.name} on {device.name} ({'fp32' if device.dtype is None else target.precision}, "
+    timed = "fp32" if device.dtype is None else target.precision
+    stand_in = f" standing in for {target.precision}" if timed != target.precision else ""
+    print(f"profiling {model.name} on {device.name} ({timed}{stand_in}, "
           f"{sequence} tokens; tp {','.join(map(str, args.tp))}; micro-batch {','.join(map(str, args.micro_batch))}; "
           f"{device.clock}, median of {device.repeats} after {device.warmups} warm-ups); ctrl+c stops and keeps "
           "what was measured", file=sys.stderr)

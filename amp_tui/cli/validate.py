@@ -82,7 +82,7 @@ def _fit_defaults(write: bool) -> int:
     sources = list(result.in_sample)
     rows = [[s, f"{result.in_sample[s] * 100:.1f}%", f"{result.held_out[s] * 100:.1f}%"] for s in sources]
     public = [s for s in sources if s != "h200-blocks"]
-    rows.append([f"macro ({len(public)} published sources)", f"{macro(result.in_sample[s] for s in public) * 100:.1f}%",
+    rows.append([f"macro ({len(public)} published source{'s' if len(public) != 1 else ''})", f"{macro(result.in_sample[s] for s in public) * 100:.1f}%",
                  f"{macro(result.held_out[s] for s in public) * 100:.1f}%"])
     print(table(["source", "in-sample MAPE", "leave-one-source-out MAPE"], rows, {1, 2}))
     if write:

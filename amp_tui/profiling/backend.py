@@ -125,7 +125,8 @@ def open_device(kind: str | None, precision: str, warmups: int, repeats: int) ->
     # worker threads made a tiny model's iteration 2.78 s against 25 ms on one thread.
     if "OMP_NUM_THREADS" not in os.environ:
         torch.set_num_threads(1)
-    name = f"{platform.machine() or 'unknown'} CPU ({torch.get_num_threads()} threads)"
+    threads = torch.get_num_threads()
+    name = f"{platform.machine() or 'unknown'} CPU ({threads} thread{'s' if threads > 1 else ''})"
     return Device(torch, "cpu", name, None, warmups, repeats)
 
 

@@ -196,6 +196,21 @@ def measure_optimizer(device: Device, shapes: list[LayerShape], ep: int) -> floa
     return t2 / n2 if n2 else None
 
 
+def time_left(spent: dict[int, tuple[float, float]], remaining) -> float | None:
+    """Seconds the `remaining` (shape, tp, micro-batch) measurements should take, each at its own
+    layer's rate so far (seconds per unit of LayerShape.work); None while a layer still to come has
+    not been timed at all: one layer's rate says little of another's (on the CPU an embedding's
+    backward, a dense gradient of the whole vocabulary, ran at 100 times a block's rate: the
+    estimate it gave was 14 h for a 6-minute run)."""
+    left = 0.0
+    for shape, tp, micro_batch in remaining:
+        seconds, work = spent.get(shape.index, (0.0, 0.0))
+        if work <= 0:
+            return None
+        left += seconds / work * shape.work(tp, micro_batch)
+    return left
+
+
 def profile_model(model: Model, device: Device, *, gpu: str, precision: str, sequence: int,
                   tps: list[int], micro_batches: list[int], ep: int = 1, hf: bool = False,
                   optimizer: bool = True, on_progress=None, tool_version: str = "") -> Run:
@@ -216,10 +231,9 @@ def profile_model(model: Model, device: Device, *, gpu: str, precision: str, seq
             elif not hf_ok(shape, tp):
                 skipped.append((shape.name, f"tp {tp}: Hugging Face's {shape.family} block has no tp shard"))
     plan = [(shape, tp, m) for shape, tp, m in plan if shape.tp_supported(tp) and hf_ok(shape, tp)]
-    total_work = sum(shape.work(tp, m) for shape, tp, m in plan) or 1.0
     rows: dict[int, list[ProfileRow]] = {}
     began = time.perf_counter()
-    done_work = 0.0
+    spent: dict[int, tuple[float, float]] = {}      # per layer: seconds and work measured so far
     interrupted = False
     step = None
     built: tuple | None = None
@@ -227,6 +241,7 @@ def profile_model(model: Model, device: Device, *, gpu: str, precision: str, seq
     try:
         backward_call_s = measure_backward_call(device)
         for done, (shape, tp, micro_batch) in enumerate(plan, start=1):
+            started = time.perf_counter()
             key = (shape.index, tp)
             if built is None or built[0] != key:
                 built = None
@@ -245,11 +260,11 @@ def profile_model(model: Model, device: Device, *, gpu: str, precision: str, seq
                 note = "out of memory: left out"
                 skipped.append((shape.name, f"tp {tp}, micro-batch {micro_batch}: out of memory"))
                 device.free()
-            done_work += shape.work(tp, micro_batch)
-            elapsed = time.perf_counter() - began
-            left = elapsed * (total_work - done_work) / done_work if done_work else None
+            seconds, work = spent.get(shape.index, (0.0, 0.0))
+            spent[shape.index] = (seconds + time.perf_counter() - started, work + shape.work(tp, micro_batch))
             if on_progress is not None:
-                on_progress(Progress(done, len(plan), shape, tp, micro_batch, row, note, elapsed, left))
+                on_progress(Progress(done, len(plan), shape, tp, micro_batch, row, note,
+                                     time.perf_counter() - began, time_left(spent, plan[done:])))
         built = None
         if optimizer and shapes:
             step = measure_optimizer(device, shapes, ep)
@@ -262,7 +277,9 @@ def profile_model(model: Model, device: Device, *, gpu: str, precision: str, seq
     if not measured:
         return Run(None, skipped, interrupted)
     profile = Profile(
-        model=model.name, precision=precision, gpu=gpu, device=device.kind, sequence_length=sequence,
+        # (the precision timed: the CPU's fp32 stands in for the scenario's, and says so)
+        model=model.name, precision="fp32" if device.kind == "cpu" else precision,
+        gpu=gpu, device=device.kind, sequence_length=sequence,
         device_name=device.name, software=tuple(software_versions(device, tool_version).items()),
         implementation="hf" if hf else "plain",
         measured_at=datetime.now(timezone.utc).replace(microsecond=0).isoformat(),

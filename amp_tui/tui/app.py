@@ -33,6 +33,7 @@ from amp_tui.core.spec.scenario import Scenario, parse_scenario
 from amp_tui.core.spec.strategy import Strategy
 from amp_tui.tui import edits
 from amp_tui.tui.actions.files import FileActions
+from amp_tui.tui.actions.keys import TypeAhead
 from amp_tui.tui.actions.results import ResultActions
 from amp_tui.tui.actions.views import ViewActions
 from amp_tui.tui.messages import EditRefused, PeerGone, ScenarioEdited, SearchDone, SearchProgress, StrategySelected
@@ -98,7 +99,7 @@ class Dashboard(Container):
             yield TrainingPane(id="training")
 
 
-class AmpApp(FileActions, ResultActions, ViewActions, App):
+class AmpApp(TypeAhead, FileActions, ResultActions, ViewActions, App):
     """`AmpApp(scenario)`; `show_timings=False` keeps times out of the status line (snapshots)."""
 
     CSS_PATH = "app.tcss"

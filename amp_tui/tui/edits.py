@@ -112,8 +112,12 @@ def set_model_field(scenario: Scenario, key: str, value: object) -> Scenario:
     layers follow (gpt unless it names one), keeping measured times only on layers whose shape is
     unchanged. The new model says what was kept and dropped (Model.rebuilt)."""
     model = scenario.model
+    if key == "num_layers" and "num_layers" in model.shape:        # the other layers count towards the limit
+        _copies(value, "model.num_layers", model.num_layers - int(model.shape["num_layers"]))
     if not model.family and key != "name":
         blocks = [group for group in model.groups if group.kind == "block"]
+        if key == "num_layers" and len(blocks) == 1:     # (its other layers count towards the limit)
+            _copies(value, "model.num_layers", model.num_layers - blocks[0].repeat)
         missing = [k for k in FAMILY_SHAPE_KEYS if k not in model.shape and k != key]
         if missing and not (key == "num_layers" and len(blocks) == 1):
             raise SpecError(f"model.{key}", value, f"this explicit layer list does not give its "
@@ -158,8 +162,9 @@ def set_layer_field(scenario: Scenario, group: int, key: str, value: object, cop
     """One field of layer group `group`, or of one copy of it alone (the group is split around that
     copy: 'block x 24', copy 4 becomes 4 + 1 + 19). A new repeat count also resizes per-copy
     measured times (dropping the extra copies' times, or giving new copies the mean of the measured ones)."""
-    if key == "repeat":
-        repeat = parse_int(value, f"model.layers[{group}].repeat", maximum=MAX_LAYERS)  # before lists that long
+    if key == "repeat":       # (checked before lists that long are built)
+        edited = 1 if copy is not None else scenario.model.groups[group].repeat    # (one copy, split off)
+        repeat = _copies(value, f"model.layers[{group}].repeat", scenario.model.num_layers - edited)
 
         def change(layers: list) -> None:
             at = split_copy(layers, group, copy)
@@ -169,6 +174,16 @@ def set_layer_field(scenario: Scenario, group: int, key: str, value: object, cop
         def change(layers: list) -> None:
             layers[split_copy(layers, group, copy)][key] = value
     return _edit_layers(scenario, change)
+
+
+def _copies(value: object, field: str, others: int) -> int:
+    """A count of copies of a layer (blocks), at most what MAX_LAYERS leaves beside `others` layers."""
+    most = max(MAX_LAYERS - others, 1)
+    count = parse_int(value, field)
+    if count > most:
+        raise SpecError(field, value, f"must be at most {most:,}: the limit is {MAX_LAYERS:,} layers in all, "
+                                      f"and the model has {others} other layers")
+    return count
 
 
 def split_copy(layers: list, group: int, copy: int | None) -> int:

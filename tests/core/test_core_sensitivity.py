@@ -12,6 +12,7 @@ from amp_tui.core.plans.sensitivity import (
     _scale_gpu,
     _scale_group,
     knobs,
+    pick_label,
     render,
     sensitivity,
 )
@@ -125,3 +126,49 @@ def test_what_ifs_stop_at_their_time_limit():
     result = sensitivity(scenario, time_limit_s=0.0)
     assert result.cases and all(case.error.startswith("not run") for case in result.cases)
     assert "not run: out of time" in result.verdict()
+
+
+@pytest.fixture(scope="module")
+def readme_cluster():
+    """The README's my-cluster.yaml: its second pick, 2x2x8 mbs 2, may not fit and puts 16 A10Gs
+    on the embedding alone (stage 0, layer 0); so do its first and third picks not fit for sure."""
+    from amp_tui.core.search.planner import find_plans
+    from amp_tui.core.spec.scenario import parse_scenario
+
+    scenario = parse_scenario({"name": "my-cluster", "cluster": {"nodes": [
+        {"instance": "p4d.24xlarge", "count": 2}, {"instance": "g5.12xlarge", "count": 4}]},
+        "model": {"preset": "llama2-13b"},
+        "training": {"global_batch_size": 128, "precision": "bf16", "recompute": "full", "zero_stage": 1}})
+    return scenario, find_plans(scenario).result
+
+
+def test_a_pick_that_may_not_fit_or_wastes_a_group_is_not_the_most_robust(readme_cluster):
+    """Issue 34: `--sensitivity` named 2x2x8 mbs 2 "most robust" on my-cluster.yaml (at worst 4.6%
+    slower), a pick flagged "! may not fit" that spends 16 A10Gs on the embedding alone."""
+    from amp_tui.core.plans.sensitivity import unsound
+
+    _, base = readme_cluster
+    wasteful = next(p for p in base.strategies if p.strategy.label == "2x2x8" and p.strategy.partition[0] == 1)
+    sound = next(p for p in base.strategies if unsound(p) is None)
+    assert "may not fit" in unsound(wasteful) and "stage 0's 16 x A10G hold layer 0 alone" in unsound(wasteful)
+    # Made-up what-ifs in which the wasteful pick has the best worst case (3% against 8%).
+    cases = (Case("x", 0.5, wasteful, (wasteful.iteration_time_s, sound.iteration_time_s * 1.08)),
+             Case("x", 2.0, sound, (sound.iteration_time_s * 1.03, sound.iteration_time_s)))
+    result = Sensitivity(base, (wasteful, sound), cases)
+    assert result.worst_slowdowns()[0] < result.worst_slowdowns()[1]
+    assert result.robust_index == 1
+    verdict = result.verdict()
+    assert f"most robust: {pick_label(sound.strategy)}" in verdict
+    assert "not 2x2x8 mbs 2: it may not fit" in verdict and "16 x A10G" in verdict
+
+
+def test_where_the_top_picks_are_all_unsound_the_best_sound_one_is_watched(readme_cluster, monkeypatch):
+    from amp_tui.core.plans import sensitivity as module
+    from amp_tui.core.plans.sensitivity import Knob, unsound
+
+    scenario, base = readme_cluster
+    monkeypatch.setattr(module, "knobs", lambda s: [Knob("global batch size", (2.0,), _scale_batch)])
+    result = sensitivity(scenario, base)
+    assert all(unsound(p) is not None for p in result.watched[:3]) and len(result.watched) == 4
+    assert result.robust_index == 3 and unsound(result.watched[3]) is None
+    assert f"most robust: {pick_label(result.watched[3].strategy)}" in result.verdict()

@@ -35,9 +35,9 @@ def test_malformed_yaml_names_line_and_column():
     with pytest.raises(SpecError) as info:
         load_yaml_text("a: 1\nb: [1, 2\nc: 3\n", "plan.yaml")
     err = info.value
-    assert err.field == "plan.yaml"
+    assert err.field == "plan.yaml (line 3, column 2)"          # where, in the field; not as the value
+    assert err.value == "c: 3"                                   # the line it stopped at
     assert "\n" not in str(err)
-    assert "line " in str(err) and "column " in str(err)
     assert "malformed YAML" in str(err)
 
 

@@ -117,7 +117,9 @@ async def test_stale_results_are_dropped(make_app):
     """A result delivered for an older generation is never applied."""
     from amp_tui.tui.messages import SearchDone
 
-    app = make_app(debounce_s=1.0)
+    # The edit's search waits out a debounce no loaded machine reaches before the check (a 1 s one
+    # could pass, and its result arrive, before the pause ended); a search started at once follows.
+    app = make_app(debounce_s=3600.0)
     async with app.run_test(size=(120, 40)) as pilot:
         await settle(app, pilot)
         current = app.result
@@ -127,9 +129,10 @@ async def test_stale_results_are_dropped(make_app):
         stale_result = app.result
         app.post_message(SearchDone(app._generation - 1, stale_result, 0.0))
         await pilot.pause()
-        assert app.applied_generations == [1]
+        assert app.applied_generations == [1] and app._generation == 2
+        app.start_search(0.0)           # (generation 3: the edit's search, now, not after the debounce)
         await settle(app, pilot)
-        assert app.applied_generations == [1, 2]
+        assert app.applied_generations == [1, 3]
 
 
 async def test_undo_reverts_edits_in_order(make_app):
@@ -240,4 +243,4 @@ async def test_selection_follows_the_best_or_keeps_a_picked_strategy(make_app):
         kept = app.selected_prediction().strategy
         assert (kept.tp, kept.pp, kept.dp, kept.micro_batch_size) == (
             picked.tp, picked.pp, picked.dp, picked.micro_batch_size)
-        assert table.cursor_row == app.selected_index
+        assert app.query_one(StrategyTable).rows[table.cursor_row].index == app.selected_index

@@ -118,15 +118,38 @@ def load_yaml_text(text: str, source: str = "<text>") -> object:
     except (ValueError, OverflowError) as exc:   # e.g. a 5,000-digit integer, or a 13th month
         raise SpecError(source, "?", f"malformed YAML: {str(exc).splitlines()[0][:100]}") from None
     except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else "?"
-        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        raise SpecError(source, where, f"malformed YAML: {problem}") from None
+        raise syntax_error(exc, text, source) from None
+
+
+def syntax_error(exc: yaml.YAMLError, text: str, source: str) -> SpecError:
+    """'FILE (line 5, column 1): 'the line': malformed YAML: what (while parsing what from line 3)':
+    the position names where, the line's text is the value (none past the last line)."""
+    mark = getattr(exc, "problem_mark", None)
+    problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+    context, since = getattr(exc, "context", None), getattr(exc, "context_mark", None)
+    if context and since is not None and (mark is None or since.line != mark.line):
+        problem += f" ({context} from line {since.line + 1})"
+    if mark is None:
+        return SpecError(source, None, f"malformed YAML: {problem}")
+    lines = text.splitlines()
+    line = lines[mark.line].strip() if mark.line < len(lines) else ""
+    return SpecError(f"{source} (line {mark.line + 1}, column {mark.column + 1})", line or None,
+                     f"malformed YAML: {problem}")
 
 
 def load_yaml_file(path: str | Path) -> object:
     path = Path(path)
     return load_yaml_text(read_text_file(path), str(path))
+
+
+def load_yaml_document(path: str | Path, expected: str) -> object:
+    """load_yaml_file, refusing in one line a file with no YAML value in it (empty, or blank lines
+    and comments only) rather than letting it read as None ('NoneType': expected ...)."""
+    data = load_yaml_file(path)
+    if data is None:
+        raise SpecError("file", Path(path), f"is empty (no YAML value in it, only blank lines or comments): "
+                                            f"expected {expected}")
+    return data
 
 
 def read_text_file(path: Path, field: str = "file", limit: int = MAX_FILE_BYTES) -> str:

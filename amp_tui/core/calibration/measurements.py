@@ -20,7 +20,7 @@ import yaml
 
 from amp_tui.core.base.errors import SpecError
 from amp_tui.core.base.units import parse_bytes, parse_number
-from amp_tui.core.base.yamlio import load_yaml_file
+from amp_tui.core.base.yamlio import load_yaml_document
 from amp_tui.core.spec.scenario import Scenario
 from amp_tui.core.spec.strategy import KNOB_FIELDS, Strategy, parse_strategy
 from amp_tui.core.spec.validity import validate_strategy
@@ -106,7 +106,7 @@ def parse_measurements(data: object, scenario: Scenario, *, blank_ok: bool = Fal
 
 def load_measurements(path: str | Path, scenario: Scenario) -> list[Measurement]:
     """A measurements file's entries; errors name the file too when it is not a YAML list."""
-    return parse_measurements(load_yaml_file(path), scenario)
+    return parse_measurements(load_yaml_document(path, "a list of measured runs"), scenario)
 
 
 def measurements_yaml(measurements: list[Measurement], header: str = "") -> str:

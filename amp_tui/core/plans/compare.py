@@ -143,15 +143,42 @@ class Comparison:
     terms: tuple[Row, ...]     # time terms (they sum to each iteration time), then the total
     stages: tuple[Row, ...]    # compute per iteration and memory per GPU, stage by stage
     sentence: str
+    notes: tuple[str, ...] = ()     # a strategy that does not fit, or may not: said before the sentence
 
     def lines(self) -> list[str]:
         """The comparison as plain text columns (the CLI prints these)."""
         width = max(len(row.name) for row in (*self.terms, *self.stages))
         cols = [f"{'':<{width}}  {self.a_name:>14}  {self.b_name:>14}  {'difference':>11}"]
         for row in (*self.terms, *self.stages):
-            cols.append(f"{row.name:<{width}}  {row.format(row.a):>14}  {row.format(row.b):>14}  "
-                        f"{row.format(row.difference, signed=True):>11}")
-        return [self.sentence, "", *cols]
+            a, b = row.format(row.a), row.format(row.b)
+            if row.name.endswith(" memory"):
+                stage = int(row.name.split()[1])
+                a, b = a + memory_mark(self.a, stage), b + memory_mark(self.b, stage)
+            cols.append(f"{row.name:<{width}}  {a:>14}  {b:>14}  {row.format(row.difference, signed=True):>11}")
+        return [*(f"note: {note}" for note in self.notes), self.sentence, "", *cols]
+
+
+def memory_mark(prediction: Prediction, stage: int) -> str:
+    """' OVER' where the stage does not fit, ' !' where it fits within the memory model's error."""
+    from amp_tui.core.plans.confidence import MEMORY_BAND
+
+    if stage >= len(prediction.stages):
+        return ""
+    st = prediction.stages[stage]
+    return " OVER" if not st.fits else " !" if st.memory.total_bytes * (1 + MEMORY_BAND) > st.capacity_bytes else ""
+
+
+def fit_note(name: str, prediction: Prediction) -> str | None:
+    """'1x1x32 does not fit in memory: ...', '2x1x8 may not fit: ...', or None."""
+    from amp_tui.core.plans.confidence import MEMORY_BAND, memory_at_risk
+
+    if not prediction.fits_memory:
+        return f"{name} does not fit in memory: {prediction.reason}"
+    if memory_at_risk(prediction):
+        st = prediction.tightest_stage
+        return (f"{name} may not fit: stage {st.index} needs {format_bytes(st.memory.total_bytes)} of "
+                f"{format_bytes(st.capacity_bytes)}, within the memory model's error ({MEMORY_BAND:.0%})")
+    return None
 
 
 def names(a: Prediction, b: Prediction) -> tuple[str, str]:
@@ -197,7 +224,8 @@ def compare(a: Prediction, b: Prediction, scenario: Scenario | None = None,
                 if link:
                     links[row.name] = link
     sentence = explain(a_name, b_name, a.iteration_time_s, b.iteration_time_s, terms[:-1], links)
-    return Comparison(a_name, b_name, a, b, tuple(terms), tuple(stages), sentence)
+    notes = tuple(note for note in (fit_note(a_name, a), fit_note(b_name, b)) if note)
+    return Comparison(a_name, b_name, a, b, tuple(terms), tuple(stages), sentence, notes)
 
 
 def explain(a_name: str, b_name: str, a_s: float, b_s: float, terms: list[Row],

@@ -1,6 +1,7 @@
 """How sure a prediction is: a +- band on iteration time, from the calibration's residuals where
 the scenario is calibrated, else from `amp-tui validate`'s error on comparable published runs
-(same GPU generation, homogeneous or mixed cluster)."""
+(same GPU generation, homogeneous or mixed cluster); none where no such run was replayed (any
+mixed cluster), and then it says so rather than borrow another class's band."""
 
 from __future__ import annotations
 
@@ -11,27 +12,27 @@ from amp_tui.core.spec.scenario import Scenario
 
 @dataclass(frozen=True)
 class Confidence:
-    band: float          # one-sigma relative band: 0.15 means within about 15%
-    source: str          # where the band comes from, for the user
+    band: float | None   # one-sigma relative band: 0.15 means within about 15% (None: no band)
+    source: str          # where the band comes from, or why there is none, for the user
 
     def describe(self) -> str:
-        return f"±{self.band:.0%} ({self.source})"
+        return f"±{self.band:.0%} ({self.source})" if self.band is not None else f"without an error band ({self.source})"
 
 
 def confidence(scenario: Scenario) -> Confidence:
     from amp_tui.core.calibration.calibrate import calibrated_uncertainty
-    from amp_tui.core.validation.bands import band_class, uncertainty
+    from amp_tui.core.validation.bands import band_basis, uncertainty
 
     calibrated = calibrated_uncertainty(scenario)
     if calibrated is not None:
         return Confidence(calibrated, "calibrated: leave-one-out error of its measurements")
-    return Confidence(uncertainty(scenario), f"uncalibrated: validate's error on published {band_class(scenario)} runs")
+    return Confidence(uncertainty(scenario), band_basis(scenario))
 
 
-def within_band(times: list[float], band: float) -> int:
+def within_band(times: list[float], band: float | None) -> int:
     """How many of the ranked times (best first) lie within the band of the best: strategies the
-    model cannot tell apart from the first."""
-    if not times:
+    model cannot tell apart from the first (0 without a band: nobody knows)."""
+    if not times or band is None:
         return 0
     return sum(1 for t in times if t <= times[0] * (1.0 + band) ** 2)
 

@@ -4,6 +4,8 @@ In the order a user should hear them:
   - the model's weights, gradients and optimizer state do not fit in all of the cluster's GPU memory
     together, even sharded over every GPU (ZeRO-3): no split, batch or technique can help (the search
     drops such a cluster, and every part of it, before it builds a candidate);
+  - a fixed context-parallel degree that divides no GPU count the search can use, or whose double
+    does not divide the sequence length: that, and the degrees that would do;
   - no (tp, pp, dp) splits the GPUs with dp dividing the global batch, pp at most the layers and tp
     dividing the GPUs per node: the nearest global batch and GPU count that have one;
   - every candidate runs out of memory: the closest one and by how much;
@@ -11,6 +13,8 @@ In the order a user should hear them:
 """
 
 from __future__ import annotations
+
+import math
 
 from amp_tui.core.base.units import format_bytes
 from amp_tui.core.search.objective import Objective
@@ -38,24 +42,69 @@ def state_shortfall(scenario: Scenario) -> str | None:
             f"{format_bytes(training.runtime_reserve_bytes)} runtime reserve). Use more or larger GPUs, or a smaller model.")
 
 
-def _has_candidates(scenario: Scenario, gpus: int, batch: int) -> bool:
+def _has_candidates(scenario: Scenario, gpus: int, batch: int, cp: int = 1) -> bool:
     layers = scenario.model.num_layers
-    return any(gpus % tp == 0 and pp <= layers and batch % (gpus // tp // pp) == 0
-               for tp in tp_degrees(scenario) for pp in divisors(gpus // tp) if (gpus // tp) % pp == 0)
+    return gpus % cp == 0 and any((gpus // cp) % tp == 0 and pp <= layers and batch % (gpus // cp // tp // pp) == 0
+                                  for tp in tp_degrees(scenario) for pp in divisors(gpus // cp // tp)
+                                  if (gpus // cp) % tp == 0)
+
+
+def _gpu_count_divisible(scenario: Scenario, cp: int) -> bool:
+    """Whether cp divides the GPU count of some part of the cluster the search can use (the whole
+    cluster's alone with search.use_all_gpus): by the counts' residues mod cp, not the counts."""
+    groups = scenario.cluster.nodes
+    if scenario.search.use_all_gpus:
+        return scenario.cluster.num_gpus % cp == 0
+    reachable = {0: False}          # residue -> reached with at least one node
+    for group in groups:
+        steps = {(k * group.gpus_per_node) % cp for k in range(1, min(group.count, cp) + 1)}
+        reachable = {**reachable, **{(r + step) % cp: True for r in reachable for step in steps}}
+    return reachable.get(0, False)
+
+
+def _context_parallel_cause(scenario: Scenario) -> str | None:
+    """Why a fixed context-parallel degree leaves no candidate, and which degrees would not; None
+    when cp is 1, searched, or not the cause."""
+    cp = scenario.training.context_parallel
+    if not isinstance(cp, int) or cp <= 1:
+        return None
+    sequence = scenario.model.sequence_length
+    node = math.gcd(*(group.gpus_per_node for group in scenario.cluster.nodes))
+    causes = []
+    if not _gpu_count_divisible(scenario, cp):
+        sizes = " or ".join(str(n) for n in sorted({g.gpus_per_node for g in scenario.cluster.nodes}))
+        causes.append(f"context_parallel {cp} divides no GPU count the search can use here (nodes of {sizes} GPUs, "
+                      f"{scenario.cluster.num_gpus} in all)")
+    if sequence % (2 * cp):
+        causes.append(f"2 x context_parallel ({2 * cp}) does not divide the sequence length ({sequence})")
+    if cp > node and not scenario.search.allow_cross_node_tp:
+        causes.append(f"context_parallel {cp} is more GPUs than a node holds ({node}): its rings stay in a node")
+    if not causes:
+        return None
+    works = [c for c in range(2, node + 1) if _gpu_count_divisible(scenario, c) and sequence % (2 * c) == 0]
+    advice = (f"; try context_parallel {', '.join(map(str, works[:-1]))} or {works[-1]}" if len(works) > 1
+              else f"; try context_parallel {works[0]}" if works else "; try context_parallel 1")
+    return "No candidates at all: " + ", and ".join(causes) + advice + "."
 
 
 def no_candidates(scenario: Scenario) -> str:
-    """Why no (tp, pp, dp) exists at all, and the nearest global batch and GPU count that have one."""
+    """Why no (tp, pp, dp) exists at all, and the nearest global batch and GPU count that have one
+    (or, where a fixed context-parallel degree is the cause, that, and the degrees that would do)."""
+    cp_cause = _context_parallel_cause(scenario)
+    if cp_cause:
+        return cp_cause
+    cp = scenario.training.context_parallel if isinstance(scenario.training.context_parallel, int) else 1
     gpus, batch = scenario.cluster.num_gpus, scenario.training.global_batch_size
     layers = scenario.model.num_layers
-    batches = [b for b in range(batch + 1, 4 * batch + 1) if _has_candidates(scenario, gpus, b)][:1]
-    counts = [n for n in range(gpus - 1, 0, -1) if _has_candidates(scenario, n, batch)][:1]
+    batches = [b for b in range(batch + 1, 4 * batch + 1) if _has_candidates(scenario, gpus, b, cp)][:1]
+    counts = [n for n in range(gpus - 1, 0, -1) if _has_candidates(scenario, n, batch, cp)][:1]
     advice = []
     if batches:
         advice.append(f"a global batch of {batches[0]}")
     if counts:
         advice.append(f"{counts[0]} GPUs")
-    return (f"No candidates at all: {gpus} GPUs cannot be split as tp x pp x dp with dp dividing the global batch "
+    split = "tp x pp x dp" if cp == 1 else f"tp x cp ({cp}) x pp x dp"
+    return (f"No candidates at all: {gpus} GPUs cannot be split as {split} with dp dividing the global batch "
             f"({batch}), pp at most the {layers} layers and tp dividing the GPUs per node. "
             + (f"Try {' or '.join(advice)}." if advice else "Change the GPU count or the global batch."))
 

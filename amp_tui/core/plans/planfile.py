@@ -28,7 +28,7 @@ import numpy as np
 from amp_tui import __version__
 from amp_tui.core.base.errors import SpecError, one_line
 from amp_tui.core.base.units import format_bytes
-from amp_tui.core.base.yamlio import atomic_write, dump_yaml, load_yaml_file
+from amp_tui.core.base.yamlio import atomic_write, dump_yaml, load_yaml_document
 from amp_tui.core.costmodel.prediction import Prediction
 from amp_tui.core.spec.scenario import Scenario, load_scenario, parse_scenario, scenario_from_file
 from amp_tui.core.spec.strategy import Strategy, parse_strategy
@@ -93,7 +93,7 @@ def load_plan(path: str | Path) -> Plan:
     """Read and check a plan file. Anything damaged or foreign raises SpecError naming the file and
     what is wrong with it."""
     path = Path(path)
-    return _plan_at(path, load_yaml_file(path))
+    return _plan_at(path, load_yaml_document(path, f"an amp-tui plan ({PLAN_FORMAT})"))
 
 
 def open_scenario(name_or_path: str) -> tuple[Scenario, Plan | None]:
@@ -106,7 +106,7 @@ def open_scenario(name_or_path: str) -> tuple[Scenario, Plan | None]:
         is_file = False
     if not is_file:
         return load_scenario(name_or_path), None   # a preset, or the missing file's error
-    data = load_yaml_file(path)
+    data = load_yaml_document(path, "a scenario (cluster, model and training) or a plan")
     if is_plan(data):
         plan = _plan_at(path, data)
         return plan.scenario, plan

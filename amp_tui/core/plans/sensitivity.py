@@ -7,7 +7,11 @@ nodes, then batch shares and per-stage degrees, ranked by the same objective) ru
 what-if's top pick is comparable with the base ranking; the top pick may change. The base search's
 top few strategies are also re-predicted in each (their best partition for the new figures, on the
 nodes they use), which gives the chart of time against the factor and the most robust choice: the
-one whose worst slowdown against the best strategy of any what-if is smallest.
+one whose worst slowdown against the best strategy of any what-if is smallest, among those that are
+a sound pick at all. A pick predicted within the memory model's error of a GPU's capacity (it may
+not fit), or with a stage whose GPUs do almost nothing (under WASTED_SHARE of the busiest stage's
+compute: 16 A10Gs holding the embedding alone), is not the most robust, however it charts; where
+the top few hold no sound pick, the best sound one in the ranking is watched as well.
 
 The what-ifs together stop at a deadline (TIME_LIMIT_S by default): those not reached, and the one
 running when it passed, are listed as not run, never guessed.
@@ -15,13 +19,13 @@ running when it passed, are listed as not run, never guessed.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from amp_tui.core.base.errors import Cancelled, SpecError
 from amp_tui.core.costmodel.cost import CostModel
 from amp_tui.core.costmodel.prediction import Prediction
+from amp_tui.core.search.deadline import now
 from amp_tui.core.search.evaluate import evaluate
 from amp_tui.core.search.objective import Objective
 from amp_tui.core.search.planner import find_plans
@@ -32,6 +36,7 @@ from amp_tui.core.spec.strategy import Strategy
 SPEED_FACTORS = (0.5, 0.8, 0.9, 1.1, 1.2, 1.5)
 BATCH_FACTORS = (0.5, 2.0)
 WATCHED = 3  # the base search's top strategies followed through every what-if
+WASTED_SHARE = 0.1  # a stage with less compute than this share of the busiest stage's wastes its GPUs
 TIME_LIMIT_S = 60.0   # all the what-ifs together; those not reached by then are listed as not run
 
 
@@ -162,10 +167,19 @@ class Sensitivity:
 
     @property
     def robust_index(self) -> int | None:
-        """The watched strategy with the best worst case (smallest worst slowdown), if any runs in all."""
+        """The sound watched strategy (unsound() is None) with the best worst case (smallest worst
+        slowdown), if any runs in all."""
         slowdowns = self.worst_slowdowns()
-        usable = [i for i, s in enumerate(slowdowns) if s is not None]
+        usable = [i for i, s in enumerate(slowdowns) if s is not None and unsound(self.watched[i]) is None]
         return min(usable, key=lambda i: (slowdowns[i], i)) if usable else None
+
+    def passed_over(self) -> list[str]:
+        """'2x2x8 mbs 2: it may not fit; ...' for each watched pick with a smaller worst slowdown
+        than the most robust one that is left out as unsound."""
+        slowdowns, index = self.worst_slowdowns(), self.robust_index
+        bar = slowdowns[index] if index is not None else float("inf")
+        return [f"{pick_label(p.strategy)}: {unsound(p)}" for p, s in zip(self.watched, slowdowns)
+                if s is not None and s < bar and unsound(p) is not None]
 
     def verdict(self) -> str:
         changes = sum(self.changed(case) for case in self.cases if not case.error)
@@ -176,11 +190,12 @@ class Sensitivity:
         if late:
             head += f" ({late} not run: out of time)"
         index = self.robust_index
+        left_out = "; not " + "; nor ".join(self.passed_over()) if self.passed_over() else ""
         if index is None:
-            return head + "; none of the top strategies runs in every what-if"
+            return head + "; none of the top strategies is a sound pick that runs in every what-if" + left_out
         worst = self.worst_slowdowns()[index]
         return (head + f"; most robust: {pick_label(self.watched[index].strategy)} "
-                f"(at worst {(worst - 1) * 100:.1f}% slower than the best of any what-if)")
+                f"(at worst {(worst - 1) * 100:.1f}% slower than the best of any what-if)" + left_out)
 
     def to_dict(self) -> dict:
         """For `plan --sensitivity --json`: the watched strategies, every what-if and the verdict."""
@@ -215,7 +230,7 @@ def sensitivity(scenario: Scenario, base: SearchResult | None = None, objective:
     `objective`); `base` is that search's result on `scenario` when the caller has it. Raises
     Cancelled when `should_cancel` says so; what-ifs past `time_limit_s` are listed as not run."""
     cancel = should_cancel or (lambda: False)
-    deadline = time.monotonic() + time_limit_s
+    deadline = now() + time_limit_s
     late = f"not run: past the {time_limit_s:g} s limit for the what-ifs"
     base = base or find_plans(scenario, objective, should_cancel=cancel).result
     # Distinct picks: the same degrees on another node order would chart as a near-copy.
@@ -223,13 +238,15 @@ def sensitivity(scenario: Scenario, base: SearchResult | None = None, objective:
     for prediction in base.strategies:
         firsts.setdefault(pick_key(prediction.strategy), prediction)
     top = tuple(firsts.values())[:watched]
+    if top and all(unsound(p) is not None for p in top):     # follow the best sound pick too
+        top += tuple(p for p in firsts.values() if unsound(p) is None)[:1]
     plan = [(knob, factor) for knob in knobs(scenario) for factor in knob.factors]
     cases = []
     for done, (knob, factor) in enumerate(plan):
         if cancel():
             raise Cancelled()
         not_run = tuple(None for _ in top)
-        if time.monotonic() > deadline:
+        if now() > deadline:
             cases.append(Case(knob.name, factor, None, not_run, error=late))
             continue
         try:
@@ -240,7 +257,7 @@ def sensitivity(scenario: Scenario, base: SearchResult | None = None, objective:
             continue
         try:
             result = find_plans(scaled, objective, top=1,
-                                should_cancel=lambda: cancel() or time.monotonic() > deadline).result
+                                should_cancel=lambda: cancel() or now() > deadline).result
         except Cancelled:
             if cancel():
                 raise
@@ -253,6 +270,25 @@ def sensitivity(scenario: Scenario, base: SearchResult | None = None, objective:
         if progress is not None:
             progress((done + 1) / len(plan))
     return Sensitivity(base, tuple(top), tuple(cases))
+
+
+def unsound(prediction: Prediction) -> str | None:
+    """Why a pick is no robust choice whatever the what-ifs say (None: it is sound): it may not fit
+    (within the memory model's error of a GPU's capacity), or one of its stages wastes its GPUs."""
+    from amp_tui.core.plans.confidence import MEMORY_BAND, memory_at_risk
+
+    reasons = [f"it may not fit (within {MEMORY_BAND:.0%} of a GPU's memory)"] if memory_at_risk(prediction) else []
+    busiest = max(stage.compute_s for stage in prediction.stages)
+    strategy = prediction.strategy
+    for stage in prediction.stages:
+        if stage.compute_s < WASTED_SHARE * busiest:
+            gpus = strategy.tps[stage.index] * strategy.dps[stage.index] * (strategy.cp or 1)
+            layers = (f"layer {stage.first_layer}" if stage.first_layer == stage.last_layer
+                      else f"layers {stage.first_layer}-{stage.last_layer}")
+            reasons.append(f"stage {stage.index}'s {gpus} x {'+'.join(stage.gpu_types)} hold {layers} alone, "
+                           f"{stage.compute_s / busiest:.0%} of the busiest stage's compute")
+            break
+    return " and ".join(reasons) or None
 
 
 def _time_in(scaled: Scenario, strategy: Strategy, cost: CostModel, batch_factor: float) -> float | None:

@@ -25,18 +25,28 @@ MIN_DEFAULT_S = 0.5          # takes 0.3 s to read), but never less than this
 DEFAULT_FIRST_STRATEGY_S = 8.0
 
 
+# The clock every deadline of the search is read against (time.perf_counter()'s seconds). A test
+# sets its own (tests/core/fake_clock.py) so that a limit passes after a set number of polls, not
+# after a wall time the machine's load decides.
+clock_source: Callable[[], float] = time.perf_counter
+
+
+def now() -> float:
+    return clock_source()
+
+
 class OutOfTime(Cancelled):
     """The time limit passed (not the user's cancel): the search that set it keeps what it found."""
 
 
 class Clock:
-    """A deadline (time.perf_counter() seconds; inf: none) and the user's cancellation check; with
+    """A deadline (now()'s seconds; inf: none) and the user's cancellation check; with
     a later `hard_deadline`, the deadline holds only once something has been found (`found`): until
     then the hard one does."""
 
     def __init__(self, time_limit_s: float | None = None, should_cancel: Callable[[], bool] | None = None,
                  deadline: float | None = None, hard_deadline: float | None = None):
-        self.started = time.perf_counter()
+        self.started = now()
         if deadline is None:
             deadline = self.started + time_limit_s if time_limit_s is not None else math.inf
         self.deadline = deadline
@@ -46,14 +56,14 @@ class Clock:
 
     def expired(self) -> bool:
         """Whether the deadline has passed (the soft one, whether or not anything was found)."""
-        return time.perf_counter() > self.deadline
+        return now() > self.deadline
 
     def over(self) -> bool:
         """Whether the limit that holds now has passed (the hard one while nothing is found)."""
-        return time.perf_counter() > (self.deadline if self.found else self.hard)
+        return now() > (self.deadline if self.found else self.hard)
 
     def left_s(self) -> float:
-        return self.deadline - time.perf_counter()
+        return self.deadline - now()
 
     def poll(self) -> bool:
         """The cancellation check for the loops below: True when the user cancels; raises
@@ -71,6 +81,6 @@ class Clock:
     def within(self, share: float) -> Clock:
         """A clock for a step that may take `share` of the time left (the user's cancel and the
         hard deadline the same)."""
-        left = self.deadline - time.perf_counter()
+        left = self.deadline - now()
         return Clock(should_cancel=self.user_cancel, deadline=self.deadline if math.isinf(left)
-                     else time.perf_counter() + max(left, 0.0) * share, hard_deadline=self.hard)
+                     else now() + max(left, 0.0) * share, hard_deadline=self.hard)

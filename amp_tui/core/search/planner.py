@@ -5,11 +5,10 @@ degrees (uneven.py), all ranked by one objective.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from amp_tui.core.search.deadline import DEFAULT_FIRST_STRATEGY_S, DEFAULT_TIME_LIMIT_S, Clock
+from amp_tui.core.search.deadline import DEFAULT_FIRST_STRATEGY_S, DEFAULT_TIME_LIMIT_S, Clock, now
 from amp_tui.core.search.objective import Objective
 from amp_tui.core.search.search import SearchResult
 from amp_tui.core.search.subclusters import IdleSearch, search_parts
@@ -58,7 +57,7 @@ def find_plans(scenario: Scenario, objective: Objective | None = None, *, top: i
     gets all but POST_PASS_SHARE of it (its seeds whatever it is), the post-pass what is left, at
     least POST_PASS_SHARE. The time limit stays as the safety net behind it (the answer says
     which cut the search)."""
-    started = time.perf_counter()
+    started = now()
     if work == AUTO:
         work = work_for(time_limit_s) if time_limit_s is not None else None
     hard = None if time_limit_s is None or first_strategy_limit_s is None else started + first_strategy_limit_s
@@ -71,5 +70,5 @@ def find_plans(scenario: Scenario, objective: Objective | None = None, *, top: i
     post_work = None if work is None else max(work - idle_search.work, POST_PASS_SHARE * work)
     result, uneven = improve(scenario, result, objective, should_cancel=should_cancel,
                              deadline=clock.deadline if time_limit_s is not None else None, work=post_work)
-    overrun_s = max(time.perf_counter() - clock.deadline, 0.0) if idle_search.overran_s > 0 else 0.0
+    overrun_s = max(now() - clock.deadline, 0.0) if idle_search.overran_s > 0 else 0.0
     return Plans(result, idle_search, uneven, time_limit_s, overrun_s)

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import heapq
 import math
-import time
 from collections.abc import Callable
 
 import numpy as np
@@ -26,7 +25,7 @@ from amp_tui.core.costmodel.pricing import priced
 from amp_tui.core.search import work as units
 from amp_tui.core.search.bounds.floors import REFINE_BATCH, REFINE_MIN_LAYERS, memory_shortfall, time_floors
 from amp_tui.core.search.bounds.order_floors import expand_family, family_entries, order_free_floors
-from amp_tui.core.search.deadline import Clock, OutOfTime
+from amp_tui.core.search.deadline import Clock, OutOfTime, now
 from amp_tui.core.search.orders import NodeOrders, node_orders
 from amp_tui.core.search.partition.dp import INF
 from amp_tui.core.search.partition.memory import even_split_memory, partitions_fit
@@ -393,7 +392,7 @@ class PartSearch:
                             evaluated=self.evaluated, infeasible=len(infeasible), solves=self.solves,
                             node_orders=len(self.orders.orders) + len(self.orders.rest),
                             all_node_orders=self.orders.complete or bool(self.orders.rest),
-                            search_time_s=time.perf_counter() - started, orders_floor=float(orders_floor),
+                            search_time_s=now() - started, orders_floor=float(orders_floor),
                             open_floor=float(open_floor))
         infeasible.sort(key=lambda entry: (entry.strategy.tp, entry.strategy.pp, entry.strategy.micro_batch_size,
                                            entry.strategy.placement or ()))
@@ -412,11 +411,11 @@ def search(scenario: Scenario, *, top: int | None = None,
     better ones elsewhere, e.g. on another part of the cluster). Without `details`, the infeasible
     list and the baseline are left empty (faster).
 
-    `deadline` (a time.perf_counter() time) is polled with `should_cancel`: past it while candidates
+    `deadline` (a deadline.now() time) is polled with `should_cancel`: past it while candidates
     are settled, the search returns what it found, with the lowest bound of those left unsettled
     (SearchStats.open_floor, the proven gap); past it before, it raises OutOfTime (nothing found).
     With a later `hard_deadline`, `deadline` stops it only once it has found a strategy."""
-    started = time.perf_counter()
+    started = now()
     clock = Clock(should_cancel=should_cancel, deadline=deadline, hard_deadline=hard_deadline)
     part = PartSearch(scenario, top=top or scenario.search.top, poll=clock.poll, details=details, report=progress)
     open_floor = INF

@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import heapq
 import math
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -48,7 +47,7 @@ from amp_tui.core.costmodel.parts import part_scenario, to_whole
 from amp_tui.core.costmodel.pricing import priced
 from amp_tui.core.search import work as units
 from amp_tui.core.search.bounds.part_bounds import part_bounds
-from amp_tui.core.search.deadline import Clock, OutOfTime
+from amp_tui.core.search.deadline import Clock, OutOfTime, now
 from amp_tui.core.search.objective import Objective
 from amp_tui.core.search.orders import NodeOrders
 from amp_tui.core.search.part_rows import natural_parts, part_rows
@@ -198,12 +197,12 @@ def search_parts(scenario: Scenario, objective: Objective | None = None, *, top:
 
     `work` (work units, work.py; None: no budget) bounds everything after the seeds: past it the
     best found is returned with the proven gap (IdleSearch.gap) over what was left unsearched, at
-    the same step on any machine. `deadline` (a time.perf_counter() time) bounds all of it, the
+    the same step on any machine. `deadline` (a deadline.now() time) bounds all of it, the
     seeds too, as a safety net (IdleSearch.cut_by says which cut it). With a later
     `hard_deadline`, the deadline holds only once a strategy has been found: until then the
     search goes on to the hard one (IdleSearch.overran_s says how long past the deadline it went).
     `improved` receives the ranking so far whenever the best found improves."""
-    started = time.perf_counter()
+    started = now()
     objective = objective or Objective()
     objective.check(scenario)
     top = top or scenario.search.top
@@ -245,7 +244,7 @@ def search_parts(scenario: Scenario, objective: Objective | None = None, *, top:
         quick = part_bounds(scenario, rows, cost, quick=True, should_cancel=poll)
     except OutOfTime:
         return _nothing_in_time(scenario, started, len(rows), 0.0 if clock.hard == clock.deadline
-                                else time.perf_counter() - clock.deadline)
+                                else now() - clock.deadline)
     budget.charge(units.PART_QUICK * len(rows))
     prices = _prices(scenario, rows)
     keep = np.isfinite(quick) & objective.within_budget(prices)
@@ -291,7 +290,7 @@ def search_parts(scenario: Scenario, objective: Objective | None = None, *, top:
             improved(_snapshot(scenario, parts, started))
         if parts.ranked and not clock.found:
             clock.found = True
-            first_found_s.append(time.perf_counter())
+            first_found_s.append(now())
 
     # -- the seeds ----------------------------------------------------------------------------------
     open_floor = INF         # weighted: a lower bound on what a cut left unsettled
@@ -443,7 +442,7 @@ def _lowest_open(parts: _Parts, weights: np.ndarray, weighted: np.ndarray) -> fl
 
 def _snapshot(scenario: Scenario, parts: _Parts, started: float) -> SearchResult:
     stats = SearchStats(candidates=0, pruned=0, evaluated=0, infeasible=0, solves=0, node_orders=0,
-                        all_node_orders=True, search_time_s=time.perf_counter() - started, open_floor=0.0)
+                        all_node_orders=True, search_time_s=now() - started, open_floor=0.0)
     return SearchResult(scenario, tuple(parts.predictions()), (), None, stats)
 
 
@@ -505,14 +504,14 @@ def _finish(scenario: Scenario, objective: Objective, parts: _Parts, weights: np
                         infeasible=len(infeasible), solves=solves,
                         node_orders=len(whole_orders.orders) + len(whole_orders.rest) if whole_orders else 0,
                         all_node_orders=all_orders,
-                        search_time_s=time.perf_counter() - started,
+                        search_time_s=now() - started,
                         orders_floor=float(orders_floor) if orders_floor < INF else INF,
                         open_floor=float(open_floor))
     result = SearchResult(scenario, strategies, infeasible, baseline, stats)
     # past the deadline with nothing found by it: how far the hard deadline let it go on
     found_s = first_found_s[0] if first_found_s else None
-    late = deadline is not None and clock.hard > deadline and (found_s or time.perf_counter()) > deadline
-    overran_s = (found_s or time.perf_counter()) - deadline if late else 0.0
+    late = deadline is not None and clock.hard > deadline and (found_s or now()) > deadline
+    overran_s = (found_s or now()) - deadline if late else 0.0
     return result, IdleSearch(parts=len(parts.rows), searched=opened, exact=exact, gap=gap, note=note,
                               out_of_time=open_floor < INF, overran_s=overran_s, cut_by=cut if open_floor < INF else None,
                               work=budget.spent, seeds=seeded)
@@ -523,7 +522,7 @@ def _nothing_in_time(scenario: Scenario, started: float, parts: int,
     """The deadline (or the hard one, `overran_s` after it) passed before any search began: no
     strategy, and a note that says so."""
     stats = SearchStats(candidates=0, pruned=0, evaluated=0, infeasible=0, solves=0, node_orders=0,
-                        all_node_orders=True, search_time_s=time.perf_counter() - started, open_floor=0.0)
+                        all_node_orders=True, search_time_s=now() - started, open_floor=0.0)
     return (SearchResult(scenario, (), (), None, stats),
             IdleSearch(parts=parts, searched=0, exact=False, note="the search stopped at the time limit before any "
                        "part of the cluster was searched: nothing found", out_of_time=True, overran_s=overran_s,

@@ -31,7 +31,7 @@ from amp_tui.core.costmodel.cost import CostModel
 from amp_tui.core.costmodel.prediction import Prediction
 from amp_tui.core.costmodel.pricing import priced, used_nodes
 from amp_tui.core.search import work as units
-from amp_tui.core.search.deadline import Clock, OutOfTime
+from amp_tui.core.search.deadline import Clock, OutOfTime, now
 from amp_tui.core.search.objective import Objective
 from amp_tui.core.search.search import SearchResult
 from amp_tui.core.search.work import OutOfWork, Work
@@ -76,7 +76,7 @@ def improve(scenario: Scenario, result: SearchResult, objective: Objective | Non
             should_cancel: Callable[[], bool] | None = None) -> tuple[SearchResult, UnevenSearch]:
     """`result` with the strategies the post-pass found added and the list re-ranked. Past
     `work` (work units, work.py: the same step on every machine) or `deadline` (a
-    time.perf_counter() time, the safety net), both polled inside every loop with
+    deadline.now() time, the safety net), both polled inside every loop with
     `should_cancel`, it keeps what it found and says it stopped; without either, the best
     strategy's turn completes and the rest stop after POST_PASS_WORK."""
     objective = objective or Objective()

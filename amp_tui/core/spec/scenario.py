@@ -11,7 +11,7 @@ from pathlib import Path
 from amp_tui.core.base.errors import SpecError
 from amp_tui.core.base.limits import MAX_GPUS, MAX_TEXT_CHARS, check_name
 from amp_tui.core.base.units import exact_bandwidth, exact_bytes, parse_bandwidth, parse_bytes, parse_int, parse_number
-from amp_tui.core.base.yamlio import load_yaml_file, path_exists
+from amp_tui.core.base.yamlio import load_yaml_document, path_exists
 from amp_tui.core.spec.frameworks import COMPILE_MODES, FRAMEWORKS
 from amp_tui.core.spec.hardware import GPU, gpu_catalog, instance_catalog, parse_gpu
 from amp_tui.core.spec.model import Model, parse_model
@@ -100,6 +100,27 @@ class NodeGroup:
                 m.intra_latency_s if m.intra_latency_s is not None else params("link_latency_s", intra),
                 m.inter_latency_s if m.inter_latency_s is not None else params("link_latency_s", inter))
 
+    def off_catalog(self) -> str | None:
+        """Where the GPU or the GPU count differs from the listed instance's, so that its listed
+        price does not apply: 'for T4s, not A10G'; None as listed, or without an instance."""
+        entry = instance_catalog().get(self.instance) if self.instance else None
+        if entry is None:
+            return None
+        listed = parse_gpu(entry["gpu"], "instance.gpu")
+        if listed != self.gpu:
+            return f"for {listed.name}s, not {self.gpu.name}"
+        if int(entry["gpus_per_node"]) != self.gpus_per_node:
+            return f"for {entry['gpus_per_node']} GPUs a node, not {self.gpus_per_node}"
+        return None
+
+    def price_note(self, index: int) -> str | None:
+        """'no price for cluster.nodes[1] (g4dn.12xlarge): its price is for T4s, not A10G; ...'."""
+        differs = self.off_catalog()
+        if self.price_per_hour is not None or differs is None:
+            return None
+        return (f"no price for cluster.nodes[{index}] ({self.instance}): its price is {differs}; "
+                f"set price_per_hour to price it")
+
     def to_dict(self) -> dict:
         out: dict = {}
         if self.instance:
@@ -113,8 +134,9 @@ class NodeGroup:
         for key in ("intra_node_link", "inter_node_link"):
             if getattr(self, key):
                 out[key] = getattr(self, key)
-        if self.price_per_hour is not None:
-            out["price_per_hour"] = self.price_per_hour
+        listed = instance_catalog().get(self.instance, {}).get("price_per_hour") if self.instance else None
+        if self.price_per_hour is not None and (self.price_per_hour != listed or self.off_catalog()):
+            out["price_per_hour"] = self.price_per_hour     # (the user's: a listed one is the catalog's)
         out.update(self.serving_fields)
         return out
 
@@ -306,7 +328,7 @@ def parse_node_group(value: object, field_name: str) -> NodeGroup:
         if key not in fields:
             raise SpecError(f"{field_name}.{key}", None, "required when no instance is given")
     gpus_per_node = parse_int(fields["gpus_per_node"], f"{field_name}.gpus_per_node", maximum=MAX_GPUS)
-    return NodeGroup(
+    group = NodeGroup(
         count=parse_int(fields.get("count", 1), f"{field_name}.count", maximum=MAX_GPUS),
         gpu=parse_gpu(fields["gpu"], f"{field_name}.gpu"),
         gpus_per_node=gpus_per_node,
@@ -319,6 +341,9 @@ def parse_node_group(value: object, field_name: str) -> NodeGroup:
                         if fields.get("price_per_hour") is not None else None),
         serving_fields={k: value[k] for k in SERVING_NODE_FIELDS if k in value},
     )
+    if value.get("price_per_hour") is None and group.off_catalog():     # the listed price is another node's
+        group = replace(group, price_per_hour=None)
+    return group
 
 
 def parse_cluster(value: object, field_name: str = "cluster", base_dir: Path | None = None) -> Cluster:
@@ -470,7 +495,7 @@ def load_scenario(name_or_path: str) -> Scenario:
     """A scenario preset name, or a path to a scenario file (a plan file also holds a scenario)."""
     path = Path(name_or_path)
     if path.suffix in (".yaml", ".yml") or path_exists(path):
-        return scenario_from_file(load_yaml_file(path), path.parent)
+        return scenario_from_file(load_yaml_document(path, "a scenario (cluster, model and training)"), path.parent)
     if name_or_path in preset_names("scenarios"):
         return parse_scenario(load_preset("scenarios", name_or_path))
     raise SpecError("scenario", name_or_path,

@@ -2,14 +2,17 @@
 
 A run's class is its GPU generation(s) and whether its cluster is heterogeneous. A class's band is
 the 68th percentile of the absolute time error of its replayed runs (about one standard deviation
-for normal errors); a class with fewer than MIN_RUNS runs has none. The figures live in
-amp_tui/data/error_bands.yaml, written by `amp-tui validate --write-bands`; a test checks that the
-committed file matches the current cost model.
+for normal errors); a class with fewer than MIN_RUNS runs has none, and a class no run was replayed
+in has none: no other class's band is borrowed for it (the published runs hold no heterogeneous
+cluster, so no mixed cluster has a band). Each band says what it is built from: the class, how many
+runs, on which GPUs. The figures live in amp_tui/data/error_bands.yaml, written by
+`amp-tui validate --write-bands`; a test checks that the committed file matches the current cost
+model.
 """
 
 from __future__ import annotations
 
-from collections import defaultdict
+from collections import Counter, defaultdict
 from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -47,32 +50,36 @@ def band_class(scenario: Scenario) -> str:
 
 
 def compute_bands(validation: Validation) -> dict:
-    """Per-class bands and the macro band (the mean of the per-source bands) from a strict replay."""
+    """Per-class bands (None below MIN_RUNS), run counts and GPUs, from a strict replay."""
     if validation.approximate:
         raise ValueError("error bands come from the strict replay, not the approximate one")
     by_class: dict[str, list[Replayed]] = defaultdict(list)
-    by_source: dict[str, list[Replayed]] = defaultdict(list)
     for r in validation.replayed:
         if r.case.measured.iteration_time_s:
             by_class[band_class(r.case.scenario)].append(r)
-            by_source[r.case.source].append(r)
 
-    def band(runs: list[Replayed]) -> float:
+    def band(runs: list[Replayed]) -> float | None:
+        if len(runs) < MIN_RUNS:
+            return None
         return round(metrics.error_quantile([r.predicted_s for r in runs],
                                             [r.case.measured.iteration_time_s for r in runs], QUANTILE), DIGITS)
 
-    macro = metrics.macro(band(runs) for runs in by_source.values())
+    def gpus(runs: list[Replayed]) -> dict[str, int]:
+        counts = Counter(name for r in runs for name in {group.gpu.name for group in r.case.scenario.cluster.nodes})
+        return dict(sorted(counts.items()))
+
     return {
         "quantile": QUANTILE,
-        "macro": None if macro is None else round(macro, DIGITS),
-        "classes": {key: {"band": band(runs), "runs": len(runs)}
-                    for key, runs in sorted(by_class.items()) if len(runs) >= MIN_RUNS},
+        "replayed": len(validation.replayed),
+        "classes": {key: {"band": band(runs), "runs": len(runs), "gpus": gpus(runs)}
+                    for key, runs in sorted(by_class.items())},
     }
 
 
 def write_bands(bands: dict, path: Path = BANDS_FILE) -> Path:
     header = ("# Written by `amp-tui validate --write-bands`; do not edit. Prediction uncertainty (+- fraction of\n"
-              "# the iteration time): the 68th percentile of the cost model's error on comparable published runs.\n")
+              "# the iteration time): the 68th percentile of the cost model's error on the replayed published runs\n"
+              "# of the class (GPU generation, homogeneous or mixed cluster); none below 5 runs.\n")
     written = atomic_write(path, header + dump_yaml(bands))
     load_bands.cache_clear()
     return written
@@ -82,21 +89,33 @@ def write_bands(bands: dict, path: Path = BANDS_FILE) -> Path:
 def load_bands(path: Path = BANDS_FILE) -> dict:
     data = load_yaml_file(path)
     if not isinstance(data, dict) or not isinstance(data.get("classes"), dict):
-        raise SpecError("error bands", str(path), "expected `macro` and `classes`; run `amp-tui validate --write-bands`")
+        raise SpecError("error bands", str(path), "expected `replayed` and `classes`; run `amp-tui validate --write-bands`")
     return data
 
 
-def uncertainty(scenario: Scenario, bands: dict | None = None) -> float:
-    """The +- fraction to show beside a prediction for this scenario: its class's band; for a
-    heterogeneous cluster without one, the widest band of its generations' homogeneous classes or
-    the macro band, whichever is wider; else the macro band."""
+def uncertainty(scenario: Scenario, bands: dict | None = None) -> float | None:
+    """The +- fraction to show beside a prediction for this scenario: its class's band; None where
+    the class has none (no run replayed, or too few: see band_basis)."""
     bands = load_bands() if bands is None else bands
-    classes, macro = bands["classes"], float(bands.get("macro") or 0.0)
+    entry = bands["classes"].get(band_class(scenario))
+    return None if entry is None or entry.get("band") is None else float(entry["band"])
+
+
+def band_basis(scenario: Scenario, bands: dict | None = None) -> str:
+    """What uncertainty()'s band is built from, or why there is none, for the user."""
+    bands = load_bands() if bands is None else bands
     key = band_class(scenario)
-    if key in classes:
-        return float(classes[key]["band"])
-    gens, kind = key.split("/")
-    if kind == "heterogeneous":
-        parts = [float(classes[f"{g}/homogeneous"]["band"]) for g in gens.split("+") if f"{g}/homogeneous" in classes]
-        return max([macro, *parts])
-    return macro
+    entry = bands["classes"].get(key)
+    if entry is None and key.endswith("/heterogeneous"):
+        return (f"none of validate's {bands.get('replayed', 0)} published runs is on mixed GPUs; "
+                f"calibrate fits one to yours")
+    if entry is None:
+        return f"validate has replayed no published {key} run"
+    runs = int(entry["runs"])
+    if entry.get("band") is None:
+        return f"validate replays only {runs} published {key} run{'s' if runs > 1 else ''}; a band needs {MIN_RUNS}"
+    measured = list(entry.get("gpus") or {})
+    bases = {name.split(" ")[0] for name in measured}      # ("GB300 279 GB": a GB300 with more memory)
+    missing = sorted({group.gpu.name for group in scenario.cluster.nodes if group.gpu.name.split(" ")[0] not in bases})
+    return (f"uncalibrated: validate's error on {runs} published {key} runs ({', '.join(measured)}"
+            + (f"; none on {', '.join(missing)}" if missing else "") + ")")

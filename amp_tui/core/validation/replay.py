@@ -246,7 +246,7 @@ def render(rep: dict, verbose: bool = False, runs: str = "published measured run
                "top pick", "memory (runs)", "OOM->fits", "ran->OOM"]
     rows = [_row(name, s) for name, s in rep["sources"].items()]
     macro = rep["macro"]
-    rows.append(_row(f"macro ({macro['sources']} sources)",
+    rows.append(_row(f"macro ({macro['sources']} source{'s' if macro['sources'] != 1 else ''})",
                      {**macro, "spearman_groups": sum(s["spearman_groups"] for s in rep["sources"].values()),
                       "memory_runs": sum(s["memory_runs"] for s in rep["sources"].values())}))
     title = ("approximate replay: runs whose techniques the cost model ignores are replayed anyway; "

@@ -33,7 +33,7 @@ class ResultActions:
 
     def comparison_sentence(self) -> str | None:
         comparison = self.comparison()
-        return comparison.sentence if comparison is not None else None
+        return " ".join([*(f"{note}." for note in comparison.notes), comparison.sentence]) if comparison else None
 
     def action_pin(self) -> None:
         """p: pin the selected strategy (again: unpin); the Selected pane then compares."""
@@ -62,8 +62,8 @@ class ResultActions:
         try:
             self.pinned = evaluate(self.result.scenario, self.pinned.strategy)
         except SpecError as error:
-            self.pinned = None
-            self.notify(f"Unpinned: the pinned strategy no longer runs ({error})", severity="warning", markup=False)
+            strategy, self.pinned = self.pinned.strategy, None
+            self.notify(unpinned_note(self.result.scenario, strategy, error), severity="warning", markup=False)
 
     def action_toggle_infeasible(self) -> None:
         self.show_infeasible = not self.show_infeasible
@@ -114,3 +114,24 @@ class ResultActions:
         self.push_screen(EditValueScreen("Budget, dollars per hour", "" if budget is None else f"{budget:g}", validate,
                                          hint="Strategies whose nodes cost more per hour are left out; empty or "
                                               "none: no budget."), done)
+
+
+def unpinned_note(scenario, strategy, error: SpecError) -> str:
+    """Why a pinned strategy no longer runs after an edit, in words: 'Unpinned 1x6x2 mbs 1, 1 node
+    idle: its degrees make 12 GPUs, and on this cluster, with that node idle, it would use 16 (...)'."""
+    from amp_tui.core.plans.sensitivity import pick_label
+
+    idle = sum(nodes for _, nodes in strategy.idle or ())
+    if error.field.endswith("*dp") and not strategy.per_stage:
+        made = strategy.tp * strategy.pp * strategy.dp * (strategy.cp or 1)
+        try:
+            from amp_tui.core.spec.validity import used_gpus
+
+            used = used_gpus(scenario, strategy)
+        except SpecError:
+            used = None
+        if used is not None:
+            kept = f", with {'that node' if idle == 1 else 'those nodes'} idle," if idle else ""
+            why = f"its degrees make {made} GPUs, and on this cluster{kept} it would use {used}"
+            return f"Unpinned {pick_label(strategy)}: {why} (pin one of the new ranking)"
+    return f"Unpinned {pick_label(strategy)}: it no longer runs on this cluster: {error.reason}"

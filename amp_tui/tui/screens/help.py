@@ -57,7 +57,7 @@ SECTIONS: list[tuple[str, list[tuple[str, str]]]] = [
         ("s / S", "sort by the next column / reverse the order"),
         ("/", "filter: rows whose cells contain every word"),
         ("c", "choose the columns (below 90 columns a narrower set shows)"),
-        ("columns", "tp×pp×dp parallel degrees · mbs micro-batch size · µbs micro-batches per iteration · "
+        ("columns", "tp×pp×dp parallel degrees · mbs micro-batch size · B micro-batches per iteration · "
                     "iter predicted iteration time · tok/s tokens per second · MFU model FLOPs utilisation · "
                     "memory peak against capacity of the fullest stage · gap to the best · vs unif speedup "
                     "over the uniform baseline · partition layers per stage · placement node groups in rank "

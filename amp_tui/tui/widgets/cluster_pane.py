@@ -142,7 +142,8 @@ class ClusterPane(ScenarioPane):
             by_type[group.gpu.name] += group.num_gpus
         memory = sum(group.num_gpus * group.gpu.memory_bytes for group in cluster.nodes)
         types = ", ".join(f"{n} x {name}" for name, n in by_type.items())
-        totals = Text(f"{cluster.name}: {cluster.num_gpus} GPUs on {cluster.num_nodes} nodes ({types}), "
+        totals = Text(f"{cluster.name}: {cluster.num_gpus} GPUs on {cluster.num_nodes} node{'s' if cluster.num_nodes > 1 else ''} "
+                      f"({types}), "
                       f"{format_bytes(memory)} GPU memory")
         totals.append("\n/node GPUs per node · intra GPU-to-GPU bandwidth in a node · network between nodes"
                       " · mem per GPU")
@@ -150,6 +151,9 @@ class ClusterPane(ScenarioPane):
             totals.append(" · * differs from the instance catalog")
         if cluster.network is not None:
             totals.append(network_note(cluster))
+        for note in (group.price_note(i) for i, group in enumerate(cluster.nodes)):
+            if note:
+                totals.append(f"\n{note}", style="yellow")
         self.query_one("#cluster-totals", Static).update(totals)
 
     # -- actions -----------------------------------------------------------------------------

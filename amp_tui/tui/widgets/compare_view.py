@@ -8,7 +8,7 @@ from rich.table import Table as RichTable
 from rich.text import Text
 from textual.widgets import Static
 
-from amp_tui.core.plans.compare import Comparison, Row
+from amp_tui.core.plans.compare import Comparison, Row, memory_mark
 from amp_tui.tui.format import format_seconds
 
 
@@ -31,7 +31,10 @@ def _value(row: Row, value: float | None) -> str:
 
 
 def comparison_renderable(comparison: Comparison) -> Group:
-    head = Text(comparison.sentence, style="bold")
+    head = Text(style="bold")
+    for note in comparison.notes:       # a strategy that does not fit, or may not
+        head.append(f"{note}.\n", style="yellow")
+    head.append(comparison.sentence)
     head.append(f"\npinned {comparison.a_name} against the cursor's {comparison.b_name}; "
                 "p on the pinned row unpins", style="dim")
     terms = RichTable(box=None, padding=(0, 1), show_edge=False, header_style="bold")
@@ -50,7 +53,8 @@ def comparison_renderable(comparison: Comparison) -> Group:
     for i in range(count):
         compute, memory = comparison.stages[i], comparison.stages[count + i]
         stages.add_row(str(i), _value(compute, compute.a), _value(compute, compute.b),
-                       _value(memory, memory.a), _value(memory, memory.b))
+                       _value(memory, memory.a) + memory_mark(comparison.a, i),
+                       _value(memory, memory.b) + memory_mark(comparison.b, i))
     return Group(head, Text(""), terms, Text(""), stages)
 
 

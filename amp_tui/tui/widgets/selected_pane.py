@@ -8,7 +8,7 @@ from textual.containers import VerticalScroll
 from textual.widgets import Static
 
 from amp_tui.core.costmodel.prediction import Prediction
-from amp_tui.core.costmodel.pricing import cost_unit
+from amp_tui.core.costmodel.pricing import cost_unit, used_nodes
 from amp_tui.core.search.evaluate import evaluate
 from amp_tui.core.search.search import Infeasible
 from amp_tui.core.spec.strategy import Strategy
@@ -41,6 +41,11 @@ def summary(prediction: Prediction, baseline: Prediction | None, scenario) -> Te
         text.append(f"\n${prediction.cost_per_hour_usd:,.2f}/hour")
         if prediction.cost_per_million_tokens_usd is not None:
             text.append(f" · ${prediction.cost_per_million_tokens_usd:,.2f} per million {cost_unit(scenario)}")
+    else:
+        notes = [group.price_note(i) for i, (group, nodes) in enumerate(zip(scenario.cluster.nodes,
+                                                                            used_nodes(scenario, strategy))) if nodes]
+        text.append("\n" + next((note for note in notes if note), "no price: a node group it uses has none"),
+                    style="yellow")
     from amp_tui.core.plans.confidence import confidence
 
     text.append(f"\npredicted {confidence(scenario).describe()}", style="dim")

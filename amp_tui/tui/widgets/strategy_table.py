@@ -28,9 +28,10 @@ from amp_tui.tui.format import cell, format_memory_pair, format_seconds
 from amp_tui.tui.messages import StrategySelected
 from amp_tui.tui.widgets.table import Table
 
-# Columns shown by default below this pane width; the column picker (c) changes the choice.
-NARROW_WIDTH = 90
-NARROW_COLUMNS = ("#", "tp×pp×dp", "mbs", "iter", "tok/s", "gap", "partition")
+# By default the columns that fit the pane's width are shown, taken in this order (the column
+# picker, c, chooses others); none is cut off at the right edge.
+FIT_ORDER = ("#", "tp×pp×dp", "mbs", "iter", "tok/s", "gap", "partition", "placement", "memory", "B", "vs unif",
+             "MFU", "$/hour", "$/1M tok")
 PARTITION_WIDTH = 16
 PLACEMENT_WIDTH = 14
 
@@ -117,7 +118,7 @@ COLUMNS: tuple[Column, ...] = (
            lambda r, c: r.rank if r.kind == "ranked" else 10**9),
     Column("tp×pp×dp", lambda r, c: r.entry.strategy.label, right=False),
     Column("mbs", lambda r, c: str(r.entry.strategy.micro_batch_size), lambda r, c: r.entry.strategy.micro_batch_size),
-    Column("µbs", lambda r, c: _figure(r, lambda p: p.num_micro_batches, lambda v: str(int(v))),
+    Column("B", lambda r, c: _figure(r, lambda p: p.num_micro_batches, lambda v: str(int(v))),
            lambda r, c: _number(r, lambda p: p.num_micro_batches, 10**9)),
     Column("iter", lambda r, c: _figure(r, lambda p: p.iteration_time_s, format_seconds),
            lambda r, c: _number(r, lambda p: p.iteration_time_s, float("inf"))),
@@ -233,11 +234,32 @@ class StrategyTable(Vertical):
         available = self.available_columns()
         if self.chosen_columns is not None:
             wanted = self.chosen_columns
-        elif 0 < self.size.width < NARROW_WIDTH:
-            wanted = NARROW_COLUMNS
         else:
-            wanted = available
+            wanted = self._fitting(available)
         return tuple(name for name in available if name in wanted)
+
+    def _fitting(self, available: tuple[str, ...]) -> set[str]:
+        """The columns, in FIT_ORDER, whose widths (header or widest cell) fit the table's width."""
+        room = self.table.size.width - self.table.styles.scrollbar_size_vertical
+        if self.result is None or room <= 0:
+            return set(available)
+        context = self._figures_context(self.result)
+        rows = self._entries(self.result, False)
+        by_header = {c.header: c for c in COLUMNS}
+        chosen, used = set(), 0
+        for name in FIT_ORDER:
+            if name not in available:
+                continue
+            width = 1 + max([len(name) + 1, *(len(by_header[name].text(row, context)) for row in rows)])
+            if used + width <= room:
+                chosen.add(name)
+                used += width
+        return chosen
+
+    @staticmethod
+    def _figures_context(result: SearchResult) -> Context:
+        best = result.strategies[0].iteration_time_s if result.strategies else 1.0
+        return Context(result, best, result.baseline.iteration_time_s if result.baseline else None)
 
     # -- filling -----------------------------------------------------------------------------
     def _entries(self, result: SearchResult, show_infeasible: bool) -> list[Row]:
@@ -280,15 +302,17 @@ class StrategyTable(Vertical):
                 table.add_column(cell(column.header + mark), key=column.header)
             if with_reason:
                 table.add_column(cell("why not"), key="why not")
-            best = result.strategies[0].iteration_time_s if result.strategies else 1.0
-            context = Context(result, best, result.baseline.iteration_time_s if result.baseline else None)
+            context = self._figures_context(result)
             everything = self._entries(result, self.show_infeasible)
             by_column = {c.header: c for c in COLUMNS}
             sort_by = by_column.get(self.sort_column, COLUMNS[0])
             key = sort_by.sort or (lambda r, c: sort_by.text(r, c))
-            feasible = [r for r in everything if r.kind != "infeasible"]
-            feasible.sort(key=lambda r: key(r, context), reverse=self.sort_reverse)
-            ordered = feasible + [r for r in everything if r.kind == "infeasible"]
+            ranked = [r for r in everything if r.kind == "ranked"]
+            ranked.sort(key=lambda r: key(r, context), reverse=self.sort_reverse)
+            # The baseline first, held there (a fixed row): the reference stays in view however the
+            # ranking scrolls.
+            ordered = [r for r in everything if r.kind == "baseline"] + ranked + \
+                [r for r in everything if r.kind == "infeasible"]
             self.rows = []
             pinned = getattr(self.app, "pinned", None)
             for row in ordered:
@@ -309,6 +333,7 @@ class StrategyTable(Vertical):
                     cells.append(cell(reason + " ", style="red"))
                 table.add_row(*cells)
                 self.rows.append(row)
+            table.fixed_rows = 1 if self.rows and self.rows[0].kind == "baseline" else 0
             if table.row_count:
                 at = next((i for i, row in enumerate(self.rows) if row.index == self._selected), 0)
                 table.move_cursor(row=at, animate=False)
@@ -414,5 +439,7 @@ def confidence_note(result: SearchResult) -> str:
     sure = confidence(result.scenario)
     close = within_band([p.iteration_time_s for p in result.strategies], sure.band)
     marker = "calibrated" if result.scenario.calibration.values else "times"
+    if sure.band is None:
+        return f"{marker} {sure.describe()}."
     tail = f" the top {close} are within each other's band." if close > 1 else " the top pick stands clear of the rest."
     return f"{marker} {sure.describe()};{tail}"
