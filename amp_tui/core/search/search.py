@@ -75,6 +75,7 @@ class PartSearch:
         self.at_hand = INF           # the bound of the entry being settled (a cut leaves it unsettled)
         self.finds = 0               # strategies that entered the top N (a caller merging them sees news)
         self.guessed: set[tuple] = set()     # candidates whose quick partition is in hand (before any solve)
+        self.counted: set[tuple] = set()     # candidates counted in `evaluated`
         # (tp, pp, dp, micro-batch size), limit -> a finer bound of a family of every order (a part's
         # search started from part_bounds's cheap ones, prepare_families), or None
         self.family_floor: Callable[[tuple[int, int, int, int], float], float] | None = None
@@ -249,7 +250,7 @@ class PartSearch:
             quick = quick_partition(candidate)
             self.charge(units.QUICK + units.QUICK_STAGE * candidate.pp)
             if quick is not None:           # (a partition evaluated: counted as a solve's is)
-                self.evaluated += 1
+                self._count(key)
                 self._keep(quick[0], key, quick[1], candidate)
             heapq.heappush(queue, (floor, key, refined, candidate))
             self.at_hand = INF
@@ -263,7 +264,9 @@ class PartSearch:
                 self.baseline = (uniform, key, candidate)
         listed = key[4] in self.listed     # (the infeasible list covers the orders searched in full)
         if floor >= limit:
-            if listed:
+            if key in self.counted:         # (evaluated already: a quick partition, a solve below a loose limit)
+                pass
+            elif listed:
                 self.pruned.append(candidate)
             else:
                 self.pruned_unlisted += 1
@@ -272,7 +275,7 @@ class PartSearch:
         tables = SegmentTables(candidate)
         result = solve(tables, tight, cancel)
         self.charge(units.solve_units(result.solves, tables.__dict__.get("cells", 0)))
-        self.evaluated += 1
+        self._count(key)
         self.solves += result.solves
         if not result.fits:
             if listed:
@@ -283,6 +286,12 @@ class PartSearch:
             heapq.heappush(queue, (tight, key, True, candidate))
             self.settled -= 1
         self.at_hand = INF
+
+    def _count(self, key: tuple) -> None:
+        """Candidate `key` evaluated (once, however many times its partitions are searched)."""
+        if key not in self.counted:
+            self.counted.add(key)
+            self.evaluated += 1
 
     def _keep(self, time_s: float, key: tuple, partition: tuple[int, ...], candidate: Candidate) -> None:
         """A strategy of candidate `key` into the top N: in place of the candidate's own (a quick
