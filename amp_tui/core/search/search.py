@@ -30,7 +30,7 @@ from amp_tui.core.search.orders import NodeOrders, node_orders
 from amp_tui.core.search.partition.dp import INF
 from amp_tui.core.search.partition.memory import even_split_memory, partitions_fit
 from amp_tui.core.search.partition.tables import SegmentTables
-from amp_tui.core.search.partition.walk import solve
+from amp_tui.core.search.partition.walk import quick_partition, solve
 from amp_tui.core.search.results import Infeasible, SearchResult, SearchStats
 from amp_tui.core.search.space import divisors, enumerate_candidates, tp_degrees
 from amp_tui.core.spec.knobs import knob_choices
@@ -74,6 +74,11 @@ class PartSearch:
         self.expanding = False       # a family has been expanded: both queues in order of bound
         self.at_hand = INF           # the bound of the entry being settled (a cut leaves it unsettled)
         self.finds = 0               # strategies that entered the top N (a caller merging them sees news)
+        self.guessed: set[tuple] = set()     # candidates whose quick partition is in hand (before any solve)
+        self.counted: set[tuple] = set()     # candidates counted in `evaluated`
+        # (tp, pp, dp, micro-batch size), limit -> a finer bound of a family of every order (a part's
+        # search started from part_bounds's cheap ones, prepare_families), or None
+        self.family_floor: Callable[[tuple[int, int, int, int], float], float] | None = None
 
     def cancel(self) -> bool:
         return self.poll()
@@ -171,25 +176,35 @@ class PartSearch:
     def limit(self, cutoff: float = INF) -> float:
         return min(self.nth_best(), cutoff)
 
-    def done(self, cutoff: float = INF) -> bool:
-        """Whether nothing left could enter the top N (the rest is pruned on the way out)."""
-        return self.head >= self.limit(cutoff)
+    def done(self, cutoff: float = INF, loose: float = INF) -> bool:
+        """Whether nothing left could enter the top N (the rest is pruned on the way out), or,
+        with `loose`, nothing left lies below it."""
+        return self.head >= min(self.limit(cutoff), loose)
 
-    def step(self, cutoff: float = INF) -> None:
-        """Settle (or refine the bound of) the entry with the lowest bound, see the class."""
+    def step(self, cutoff: float = INF, loose: float = INF) -> None:
+        """Settle (or refine the bound of) the entry with the lowest bound, see the class. With
+        `loose` below the limit (a caller proving a gap first), partitions are searched only below
+        it: a candidate none of whose partitions is goes back in line at it, to be searched again
+        if the search goes on past it; nothing is dropped that the limit alone would keep."""
         queue, families, cancel = self.queue, self.families, self.cancel
         costs, orders = self.costs, self.orders
         if cancel():
             raise Cancelled
         limit = self.limit(cutoff)
+        tight = min(limit, loose)
         # (with nothing to beat yet, a candidate in hand is solved before more families are
         # expanded: a first strategy sets the limit that prunes them)
-        family = bool(families) and (not queue or families[0][0] < queue[0][0] and limit < INF
-                                     and (self.expanding or queue[0][0] >= limit))
+        family = bool(families) and (not queue or families[0][0] < queue[0][0] and tight < INF
+                                     and (self.expanding or queue[0][0] >= tight))
         floor, key, refined, candidate = heapq.heappop(families if family else queue)
         self.at_hand = floor
         if key[4] == ALL_ORDERS:    # a family of every order (prepare_families)
-            self._expand(floor, key, limit)
+            if not refined and floor < limit and self.family_floor is not None:
+                finer = self.family_floor(key[:4], limit)       # its full bound, back in line
+                self.charge(units.PART_FAMILY)
+                heapq.heappush(families, (max(floor, finer), key, True, None))
+            else:
+                self._expand(floor, key, limit)
             self.at_hand = INF
             return
         if not key[4]:              # a family of the orders left out
@@ -220,12 +235,24 @@ class PartSearch:
                     batch.append((item[0], item[1], item[3]))
                 else:
                     aside.append(item)
-            finer = time_floors([c for _, _, c in batch], cancel)
+            finer = time_floors([c for _, _, c in batch], cancel, limit=limit)
             self.charge(sum(self._refine_units(c.pp) for _, _, c in batch))
             for (old, k, c), new in zip(batch, finer):
                 heapq.heappush(queue, (max(old, new), k, True, c))
             for item in aside:
                 heapq.heappush(queue, item)
+            self.at_hand = INF
+            return
+        if len(self.best) < self.top and key not in self.guessed:
+            # a strategy in hand before any solve (a quick partition), so that a limit prunes
+            # from the start; the candidate goes back in line to be solved
+            self.guessed.add(key)
+            quick = quick_partition(candidate)
+            self.charge(units.QUICK + units.QUICK_STAGE * candidate.pp)
+            if quick is not None:           # (a partition evaluated: counted as a solve's is)
+                self._count(key)
+                self._keep(quick[0], key, quick[1], candidate)
+            heapq.heappush(queue, (floor, key, refined, candidate))
             self.at_hand = INF
             return
         self.report(PREPARATION + (1 - PREPARATION) * self.settled / max(self.count, 1))
@@ -237,28 +264,52 @@ class PartSearch:
                 self.baseline = (uniform, key, candidate)
         listed = key[4] in self.listed     # (the infeasible list covers the orders searched in full)
         if floor >= limit:
-            if listed:
+            if key in self.counted:         # (evaluated already: a quick partition, a solve below a loose limit)
+                pass
+            elif listed:
                 self.pruned.append(candidate)
             else:
                 self.pruned_unlisted += 1
             self.at_hand = INF
             return
         tables = SegmentTables(candidate)
-        result = solve(tables, limit, cancel)
-        self.charge(units.SOLVE + result.solves * units.DP + units.CELL * tables.__dict__.get("cells", 0) * result.solves)
-        self.evaluated += 1
+        result = solve(tables, tight, cancel)
+        self.charge(units.solve_units(result.solves, tables.__dict__.get("cells", 0)))
+        self._count(key)
         self.solves += result.solves
         if not result.fits:
             if listed:
                 self.no_fit.append((candidate, None))
         elif result.partition is not None:
-            entry = (-result.iteration_time_s, _negate(key), result.partition, candidate)
-            if len(self.best) < self.top:
-                heapq.heappush(self.best, entry)
-                self.finds += 1
-            elif heapq.heappushpop(self.best, entry) is not entry:
-                self.finds += 1
+            self._keep(result.iteration_time_s, key, result.partition, candidate)
+        elif tight < limit:         # none below the loose limit: back in line at it
+            heapq.heappush(queue, (tight, key, True, candidate))
+            self.settled -= 1
         self.at_hand = INF
+
+    def _count(self, key: tuple) -> None:
+        """Candidate `key` evaluated (once, however many times its partitions are searched)."""
+        if key not in self.counted:
+            self.counted.add(key)
+            self.evaluated += 1
+
+    def _keep(self, time_s: float, key: tuple, partition: tuple[int, ...], candidate: Candidate) -> None:
+        """A strategy of candidate `key` into the top N: in place of the candidate's own (a quick
+        partition before its solve) where it is better, else where it beats the N-th."""
+        negated = _negate(key)
+        entry = (-time_s, negated, partition, candidate)
+        for index, item in enumerate(self.best):
+            if item[1] == negated:
+                if time_s < -item[0]:
+                    self.best[index] = entry
+                    heapq.heapify(self.best)
+                    self.finds += 1
+                return
+        if len(self.best) < self.top:
+            heapq.heappush(self.best, entry)
+            self.finds += 1
+        elif heapq.heappushpop(self.best, entry) is not entry:
+            self.finds += 1
 
     def _expand(self, floor: float, key: tuple, limit: float) -> None:
         """A family of every order: its listed orders' candidates into the queue (each at the larger

@@ -61,6 +61,7 @@ SEED_WORK = 20_000.0    # work units a seed's search takes (with at least one st
 TIGHTEN_CHUNK = 4096    # parts given the full bound at once (between them, a deadline keeps what is done)
 SEED_SHARE = 0.4        # of the progress bar: the seeds; the other parts share the rest
 GAP_WORK = 300_000.0    # work units to give the full bound to the parts a work budget left with a quick one
+GAP_TARGET = 0.01       # the search proves this gap first (everything below the best / (1 + it)), then exactness
 INF = math.inf
 
 
@@ -141,10 +142,20 @@ class _Parts:
             search.prepare()
         else:
             families: list[dict] = [{}]
-            part_bounds(self.scenario, self.rows[[i]], self.cost, limit=limit, should_cancel=self.poll,
-                        families=families)
+            row = self.rows[[i]]
+            part_bounds(self.scenario, row, self.cost, limit=limit, should_cancel=self.poll, families=families,
+                        fine=False)
             self.charge(units.PART_FAMILIES)
             search.prepare_families(families[0])
+
+            def family_floor(family: tuple[int, int, int, int], limit: float) -> float:
+                tp, pp, dp, mbs = family
+                found: list[dict] = [{}]
+                part_bounds(self.scenario, row, self.cost, limit=limit, should_cancel=self.poll, families=found,
+                            only=(tp, dp, mbs))
+                return found[0].get(family, limit)     # (not listed: at the limit or above it)
+
+            search.family_floor = family_floor
         return search
 
     def merge(self, i: int, weight: float) -> bool:
@@ -250,20 +261,29 @@ def search_parts(scenario: Scenario, objective: Objective | None = None, *, top:
     def tighten(indices: np.ndarray, again: bool = False) -> None:
         """The full bound of these parts (where the quick one leaves them below the N-th best); with
         `again`, of those whose bound was computed to a lower limit than the N-th best's now."""
-        indices = indices[(tight[indices] & (weighted[indices] >= reached[indices])) if again else ~tight[indices]]
-        if not len(indices):
-            return
         cutoff = parts.cutoff()
         # Fewer than N found: a bound need not go past the best found to show that a part is no
         # better (the gap stated is the best's), and without a limit it costs 15x more.
         reach = cutoff if len(parts.ranked) >= top or not parts.ranked else parts.best()
+        indices = indices[(tight[indices] & (weighted[indices] >= reached[indices]) & (reached[indices] < reach))
+                          if again else ~tight[indices]]
+        if not len(indices):
+            return
         with np.errstate(divide="ignore"):     # (a part of free nodes weighs nothing)
             limit = reach / weights[indices]
         full = part_bounds(scenario, rows[indices], cost, limit=limit, should_cancel=poll)
-        budget.charge(units.PART_FULL * len(indices))
+        budget.charge(units.PART_CALL + units.PART_FULL * len(indices))
         weighted[indices] = np.maximum(weighted[indices], weights[indices] * full)
         tight[indices] = True
         reached[indices] = reach
+
+    def limits(weight: float, proving: bool) -> tuple[float, float]:
+        """A part's (limit, loose limit), unweighted: the N-th best over every part, and while
+        `proving`, the best / (1 + GAP_TARGET) (a part of free nodes weighs nothing)."""
+        with np.errstate(divide="ignore"):
+            limit = parts.cutoff() / weight
+            loose = parts.best() / (1.0 + GAP_TARGET) / weight if proving else INF
+        return limit, loose
 
     def note_found(i: int) -> None:
         if parts.merge(i, float(weights[i])) and improved:
@@ -275,11 +295,7 @@ def search_parts(scenario: Scenario, objective: Objective | None = None, *, top:
     # -- the seeds ----------------------------------------------------------------------------------
     open_floor = INF         # weighted: a lower bound on what a cut left unsettled
     cut: str | None = None
-    at_hand = INF            # the weighted bound of the part at hand (a cut leaves it unsettled)
     seeded = 0
-    heap: list[tuple[float, int]] = []
-    untried: list[int] = []
-    queued = False           # the queue over every part is built (before: every part is left)
     next_untried = 0
     try:
         ordered = ([whole_index] if whole_index in seeds else []) + sorted(
@@ -289,7 +305,6 @@ def search_parts(scenario: Scenario, objective: Objective | None = None, *, top:
                 tighten(np.array(ordered[1:]))
             if weighted[i] >= parts.best():     # it could not have given anything better
                 continue
-            at_hand = float(weighted[i])
             spent = budget.spent
             search = parts.open(i, float(weights[i]), INF, details=False,
                                 report=lambda f, n=n: report(SEED_SHARE * (n + f) / len(ordered)))
@@ -301,7 +316,6 @@ def search_parts(scenario: Scenario, objective: Objective | None = None, *, top:
                 note_found(i)
                 if search.best and budget.spent - spent >= SEED_WORK:
                     break
-            at_hand = INF
         report(SEED_SHARE)
         # -- the seeds resumed, the most promising first (the least best found), each to its end:
         # a cluster with a group more resumes the cluster without it as that cluster's own search
@@ -314,15 +328,13 @@ def search_parts(scenario: Scenario, objective: Objective | None = None, *, top:
             search = parts.searches[i]
             weight = float(weights[i])
             while True:
-                with np.errstate(divide="ignore"):
-                    limit = parts.cutoff() / weight
-                if search.done(limit):
+                limit, loose = limits(weight, False)     # (to its end: as the sub-cluster's own search)
+                if search.done(limit, loose):
                     break
-                at_hand = weight * search.head
-                search.step(limit)
+                search.step(limit, loose)
                 note_found(i)
-            at_hand = INF
-        # -- every part, lowest bound first ----------------------------------------------------------
+        # -- every part, lowest bound first: below the best / (1 + GAP_TARGET) first (the gap
+        # proven), then below the N-th best (the ranking exact) ---------------------------------------
         # the parts opened (at their search's lowest bound) and those with a full bound not yet
         # opened, by bound; those with a quick bound only wait in order of it (`untried`) and get
         # the full bound a chunk at a time as the queue reaches them
@@ -330,37 +342,45 @@ def search_parts(scenario: Scenario, objective: Objective | None = None, *, top:
         heap += [(float(weighted[i]), i) for i in seeds if i not in parts.searches]
         heapq.heapify(heap)
         untried = [i for i in np.argsort(weighted, kind="stable").tolist() if i not in parts.searches]
-        queued = True
         phase_spent = budget.spent
         lowest: float | None = None
+        proving = True           # the first phase: below the loose limit only
         while True:
             if user_cancel():
                 raise Cancelled
             cutoff = parts.cutoff()
+            edge = min(cutoff, parts.best() / (1.0 + GAP_TARGET)) if proving else cutoff
             while next_untried < len(untried) and (tight[untried[next_untried]]
                                                    or untried[next_untried] in parts.searches):
                 next_untried += 1
             waiting = float(weighted[untried[next_untried]]) if next_untried < len(untried) else INF
             if waiting < (heap[0][0] if heap else INF):
-                if waiting >= cutoff:
+                if waiting >= edge:
+                    if proving:
+                        proving = False
+                        continue
                     break
-                at_hand = waiting
                 chunk = np.array([j for j in untried[next_untried:next_untried + TIGHTEN_CHUNK]
                                   if not tight[j] and j not in parts.searches])
                 tighten(chunk)
                 for j in chunk.tolist():
                     heapq.heappush(heap, (float(weighted[j]), j))
-                at_hand = INF
                 continue
-            if not heap or heap[0][0] >= cutoff:
+            if not heap or heap[0][0] >= edge:
+                if proving:
+                    proving = False
+                    continue
                 break
             value, i = heapq.heappop(heap)
-            at_hand = value
             if i not in parts.searches and value >= reached[i]:     # its bound stopped at a lower limit
-                tighten(np.array([i]), again=True)
+                # (every part waiting so is bounded again at once: one by one, a part_bounds call
+                # each, they cost more than the bound; a top N filled late left thousands so)
+                stale = [j for _, j in heap if j not in parts.searches and weighted[j] >= reached[j]]
+                tighten(np.array([i] + stale[:TIGHTEN_CHUNK], dtype=np.int64), again=True)
+                heap = [(float(weighted[j]) if j not in parts.searches else v, j) for v, j in heap]
+                heapq.heapify(heap)
                 if reached[i] > value or weighted[i] > value:
                     heapq.heappush(heap, (float(weighted[i]), i))
-                    at_hand = INF
                     continue
             # the bar: the budget spent, or how far the lowest bound has risen towards the N-th best
             lowest = value if lowest is None else lowest
@@ -368,19 +388,18 @@ def search_parts(scenario: Scenario, objective: Objective | None = None, *, top:
             risen = (value - lowest) / (cutoff - lowest) if lowest < value < cutoff < INF else 0.0
             report(SEED_SHARE + (1.0 - SEED_SHARE) * min(max(spent, risen), 0.999))
             weight = float(weights[i])
-            with np.errstate(divide="ignore"):
-                limit = cutoff / weight
+            limit, loose = limits(weight, proving)
             if i not in parts.searches:
                 search = parts.open(i, weight, limit, details=False)
             else:
                 search = parts.searches[i]
-                if search.done(limit):
-                    at_hand = INF
+                if search.done(limit, loose):
+                    if not search.done(limit):      # (below the N-th best: the second phase's)
+                        heapq.heappush(heap, (weight * search.head, i))
                     continue
-                search.step(limit)
+                search.step(limit, loose)
                 note_found(i)
             heapq.heappush(heap, (weight * search.head, i))
-            at_hand = INF
     except OutOfTime as stop:
         cut = "work" if isinstance(stop, OutOfWork) else "time"
         if cut == "work" and parts.ranked:
@@ -397,20 +416,28 @@ def search_parts(scenario: Scenario, objective: Objective | None = None, *, top:
                     tighten(np.array(waiting[start:start + TIGHTEN_CHUNK]))
             except OutOfTime:
                 pass
-        # what was left: the part at hand, the queue, the parts not yet reached
-        lowest = [at_hand]
-        if queued:
-            lowest += [min(float(weighted[i]) if i not in parts.searches else value for value, i in heap)] if heap else []
-            lowest += [float(weighted[j]) for j in untried[next_untried:] if not tight[j] and j not in parts.searches][:1]
-        else:           # (in the seeds: every part is left)
-            lowest += [float(weights[i]) * s.open_floor() for i, s in parts.searches.items()]
-            lowest += [float(weighted[i]) for i in range(len(rows)) if i not in parts.searches]
-        open_floor = min(lowest) if lowest else INF
+        # what was left: every part's lowest bound (a search's lowest open one, the entry it was
+        # settling included; a part being bounded or opened, its bound before)
+        open_floor = _lowest_open(parts, weights, weighted)
         if open_floor >= parts.cutoff():
             open_floor = INF
     report(1.0)
     return _finish(scenario, objective, parts, weights, left_out, open_floor, cut, budget, clock, started,
                    deadline, first_found_s, seeded)
+
+
+def _lowest_open(parts: _Parts, weights: np.ndarray, weighted: np.ndarray) -> float:
+    """The least weighted bound left open over every part: a prepared search's lowest open one, else
+    the part's own bound."""
+    waiting = np.ones(len(weighted), dtype=bool)
+    lowest = INF
+    with np.errstate(divide="ignore"):
+        limit = parts.cutoff() / weights
+    for i, search in parts.searches.items():
+        if search.prepared:
+            waiting[i] = False
+            lowest = min(lowest, float(weights[i]) * search.open_floor(float(limit[i])))
+    return min(lowest, float(weighted[waiting].min()) if waiting.any() else INF)
 
 
 def _snapshot(scenario: Scenario, parts: _Parts, started: float) -> SearchResult:

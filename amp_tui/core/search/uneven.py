@@ -223,8 +223,8 @@ def _per_stage(scenario: Scenario, cost: CostModel, strategy, time_s: float,
             counts[1] += 1
             model = StageWise(cost, candidate, order)
             found = best_per_stage_partition(model, min(time_s, best[0] if best else INF) * (1 - 1e-9), poll)
-            charge(units.CANDIDATE + units.SOLVE + found.solves * units.DP
-                   + units.CELL * found.solves * model.num_layers * strategy.pp)
+            charge(units.CANDIDATE + units.STAGE_WISE * strategy.pp
+                   + units.solve_units(found.solves, model.num_layers * strategy.pp))
             partition = found.partition
             if partition is None:
                 continue
@@ -271,7 +271,7 @@ def _shares_beyond(scenario: Scenario, best: Prediction, poll: Callable[[], bool
         candidate = cost.candidate(tp, pp, dp, mbs, order)
         tables = SegmentTables(candidate)
         solved = solve(tables, INF, poll)
-        charge(units.SOLVE + solved.solves * (units.DP + units.CELL * tables.__dict__.get("cells", 0)))
+        charge(units.solve_units(solved.solves, tables.__dict__.get("cells", 0)))
         partition = solved.partition
         if partition is None:
             continue

@@ -25,17 +25,28 @@ WORK_SHARE = 0.45          # of a time limit, the share its work budget takes th
 # within about 1.5x of a microsecond each; what matters is that they are fixed.
 CANDIDATE = 110.0          # a candidate built (its layout shared with other micro-batch sizes) and its memory checked
 FLOOR = 70.0               # ... its cheap bound, per candidate, plus FLOOR_CELL per stage x layer
-FLOOR_CELL = 0.05
+FLOOR_CELL = 0.002          # (on 1,000 layers: 256 candidates, 34 M stage x layer cells, 0.08 s; once charged 20x that)
 REFINE = 400.0             # a refined bound, per candidate, plus REFINE_CELL per stage x layer
 REFINE_CELL = 0.4
 FAMILY = 7000.0            # a family's bound over every node order, plus FAMILY_LAYER per layer
 FAMILY_LAYER = 14.0
-SOLVE = 900.0              # a partition solve's set-up, plus per DP and per table cell
+SOLVE = 900.0              # a partition solve's set-up, plus per DP, per table cell built, per cell per DP
 DP = 350.0
-CELL = 0.01
+CELL = 0.07                # (building a cell costs far more than a DP's pass over it: on 1,000 layers, a
+CELL_DP = 0.0004           # solve of 212 DPs over 148,000 cells took 0.1 s, once charged 3.8x that)
+
+
+def solve_units(solves: int, cells: int) -> float:
+    """The work of a partition solve of `solves` DPs over tables of `cells` cells (0 if none built)."""
+    return SOLVE + solves * (DP + CELL_DP * cells) + (CELL * cells if solves else 0.0)
 PART_QUICK = 0.7           # a part of the cluster's quick bound
-PART_FULL = 8.0            # ... its full bound
+PART_FULL = 8.0            # ... its full bound, plus PART_CALL per call (its set-up, per (tp, dp, micro-batch size))
+PART_CALL = 5000.0
 PART_FAMILIES = 200.0      # ... its families' bounds (a part's search starts from them)
+PART_FAMILY = 400.0        # ... one family's full bound (refined as it reaches the head)
+QUICK = 150.0              # a candidate's quick partition (even, and balanced by compute), plus per stage
+QUICK_STAGE = 4.0
+STAGE_WISE = 500.0         # a per-stage layout's cost model (its links and boundaries), per stage
 
 
 def work_for(seconds: float) -> float:

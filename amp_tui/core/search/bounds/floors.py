@@ -17,6 +17,8 @@ import numpy as np
 from amp_tui.core.base.errors import Cancelled
 from amp_tui.core.base.units import format_bytes
 from amp_tui.core.costmodel.cost import Candidate
+from amp_tui.core.search.bounds import coupling
+from amp_tui.core.search.bounds.coupling import coupled_tail_floors, least_params
 
 FLOOR_BATCH = 64   # candidates bounded in one vectorised pass, between cancellation polls (fewer when deeper)
 
@@ -192,6 +194,10 @@ def time_floors(candidates: list[Candidate], cancel: Callable[[], bool], refine:
                                                            lowest, moves + 1) + other[rows[at]],
                 hidden_base[rows], [group[i] for i in rows], thresholds[rows], core, m_floor[rows], steps[rows])
             pipeline[rows] = np.maximum(pipeline[rows], coupled)
+            pipeline[rows] = np.maximum(pipeline[rows], _work_coupled(
+                [group[i] for i in rows], [times[i] for i in rows], rho[rows], core_rho[rows], sends[rows],
+                work[rows], core_work[rows], other[rows], caps[rows] if caps is not None else None, m_floor[rows],
+                B[rows], v[rows], core))
         for index, value in zip(members, pipeline + cheapest_cut.sum(axis=1) / v):
             floors[index] = float(value)
     return floors
@@ -507,3 +513,40 @@ def _fastest_times(candidate: Candidate, spb: float
         rest = float(fastest[~core].sum()) if core.any() else float(fastest.sum())
         cache[key] = (fastest, slowdown, float(fastest.sum()), np.sort(fastest)[::-1], core_slowdown, rest)
     return cache[key]
+
+
+def _work_coupled(candidates: list[Candidate], times: list[tuple], rho: np.ndarray, core_rho: np.ndarray,
+                  sends: np.ndarray, work: np.ndarray, core_work: np.ndarray, other: np.ndarray,
+                  caps: np.ndarray | None, m_floor: np.ndarray, B: np.ndarray, v: np.ndarray,
+                  core: np.ndarray) -> np.ndarray:
+    """coupling.coupled_tail_floors for these candidates (without interleaving: -inf with it)."""
+    n, pp = rho.shape
+    with np.errstate(divide="ignore"):
+        balanced = np.maximum((core_work + (sends / core_rho).sum(axis=1)) / (1.0 / core_rho).sum(axis=1),
+                              (work + (sends / rho).sum(axis=1)) / (1.0 / rho).sum(axis=1))
+    lowest = np.maximum.reduce([m_floor, balanced, sends.max(axis=1)])
+    points = coupling.GRID_POINTS + 1
+
+    def pipeline(steps: np.ndarray, low: np.ndarray) -> np.ndarray:
+        def rows(a):
+            return np.repeat(a, points, axis=0)
+        return np.maximum(pipeline_floors(rows(core_rho), rows(sends), rows(core_work), low, steps + 1) + rows(other),
+                          pipeline_floors(rows(rho), rows(sends), rows(work), low, steps + 1))
+
+    curves = []
+    for candidate, t in zip(candidates, times):
+        key = ("least params", candidate.tp, candidate.mbs, candidate.layout.serving_groups)
+        cache = candidate.cost.floor_cache
+        if key not in cache:
+            in_core = core & (t[0] > 0)
+            cache[key] = least_params(t[0][in_core], candidate.cost._params[in_core] / candidate.tp)
+        curves.append(cache[key])
+    hidden = np.array([c.hidden_share for c in candidates])
+    const = np.array([c.last_bucket_latency + c.iteration_overhead for c in candidates])
+    coef = np.array([c.e_coef for c in candidates])
+    variants = [(B - 1 - hidden, coef, const)]
+    if (hidden > 0).any():
+        variants.append((B - 1, np.array([c.opt_coef for c in candidates]), const))
+    caps = np.full((n, pp), np.inf) if caps is None else caps
+    out = coupled_tail_floors(pipeline, lowest, core_rho, sends, caps, core_work, curves, variants)
+    return np.where(v == 1, out, -np.inf)

@@ -38,16 +38,20 @@ from functools import partial
 import numpy as np
 
 from amp_tui.core.base.errors import Cancelled
-from amp_tui.core.costmodel.cost import CostModel, backward_overlap
+from amp_tui.core.costmodel.cost import DP_BUCKET_BYTES, CostModel, backward_overlap
 from amp_tui.core.costmodel.memory import (
     least_reserve,
     optimizer_traffic_per_param,
     state_bytes_per_param,
 )
 from amp_tui.core.costmodel.placement import Nodes
+from amp_tui.core.search.bounds.order_floors import _allreduce_latency_floor
 from amp_tui.core.search.space import divisors
 from amp_tui.core.spec.knobs import knob_choices
 from amp_tui.core.spec.scenario import Scenario
+
+
+PART_RANGES = 8   # ranges of the bottleneck the coupled part floor bounds separately (_coupled_part_floors)
 
 
 def _tp_options(scenario: Scenario, totals: np.ndarray) -> list[int]:
@@ -63,7 +67,8 @@ def _tp_options(scenario: Scenario, totals: np.ndarray) -> list[int]:
 def part_bounds(scenario: Scenario, rows: np.ndarray, cost: CostModel | None = None, *,
                 quick: bool = False, limit: np.ndarray | float = math.inf,
                 should_cancel: Callable[[], bool] | None = None,
-                families: list[dict] | None = None) -> np.ndarray:
+                families: list[dict] | None = None, fine: bool = True,
+                only: tuple[int, int, int] | None = None) -> np.ndarray:
     """Per row of node counts, a lower bound on the iteration time of every strategy on those nodes
     (inf where no strategy can fit or none exists). See the module docstring. `quick`: a weaker
     bound, cheap enough for every part: B M with the stages' GPUs counted fractionally (M >= A x
@@ -72,10 +77,11 @@ def part_bounds(scenario: Scenario, rows: np.ndarray, cost: CostModel | None = N
     reaches it. `should_cancel` is polled between passes; Cancelled is raised when it turns true.
 
     With `families` (an empty dict per row), each row's dict receives the bound of every (tp, pp,
-    dp, micro-batch size) of the row below its limit (the bottleneck and fill bound alone, the
-    cheap part: a family not listed is at the limit or above it, or cannot fit): the bounds a
-    part's search starts from (search.PartSearch.prepare_families), whose candidates' own bounds
-    are finer. Where the part cannot fit at all, none."""
+    dp, micro-batch size) of the row below its limit (a family not listed is at the limit or above
+    it, or cannot fit): the bounds a part's search starts from (search.PartSearch.prepare_families),
+    without `fine` the bottleneck and fill bound alone (cheap: the search refines a family's when
+    it reaches the head of its queue, with `only`, its (tp, dp, micro-batch size)). Where the part
+    cannot fit at all, none."""
     cancel = should_cancel or (lambda: False)
     groups = scenario.cluster.nodes
     training = scenario.training
@@ -133,6 +139,7 @@ def part_bounds(scenario: Scenario, rows: np.ndarray, cost: CostModel | None = N
     inter = np.array([float(whole.inter[whole.node_group == g].max()) for g in range(len(groups))])
     inter_flow = np.array([float(whole.inter_flow[whole.node_group == g].max()) for g in range(len(groups))])
     send_floors = _send_floors(whole, in_subset, gpn, inter, inter_flow)
+    hop_latency = (float(whole.intra_latency.min()), float(whole.inter_latency.min()))
     all_params = float(scenario.model.columns["params"].sum())
     micro_batch_sizes = [m for m in divisors(gbs) if m <= scenario.search.max_micro_batch_size]
     kinds = [layer.kind for layer in cost.model.layers]
@@ -141,10 +148,14 @@ def part_bounds(scenario: Scenario, rows: np.ndarray, cost: CostModel | None = N
     core_params = float(scenario.model.columns["params"][core].min()) if core.any() else 0.0
     ring = np.zeros(len(groups))
     for tp in _tp_options(scenario, totals):
+        if only is not None and tp != only[0]:
+            continue
         allowed_tp = np.array([scenario.search.allow_cross_node_tp or n % tp == 0 for n in per_node])[subset_index]
         for g in range(len(groups)):            # every micro-batch size's layer times in one pass
             cost.prepare_layer_times(g, tp, micro_batch_sizes)
         for mbs in micro_batch_sizes:
+            if only is not None and mbs != only[2]:
+                continue
             if cancel():
                 raise Cancelled
             key = ("part layer times", tp, mbs)        # (groups, L), the same for every call
@@ -178,6 +189,8 @@ def part_bounds(scenario: Scenario, rows: np.ndarray, cost: CostModel | None = N
             core_order, core_values, core_held = _core_thresholds(v, core)
             core_cumulative = np.cumsum(gpus[:, core_order], axis=1)
             for dp in divisors(gbs // mbs):
+                if only is not None and dp != only[1]:
+                    continue
                 if cancel():
                     raise Cancelled
                 ok_total = (totals % (tp * dp) == 0) & (totals // (tp * dp) <= layers)
@@ -201,8 +214,7 @@ def part_bounds(scenario: Scenario, rows: np.ndarray, cost: CostModel | None = N
                 # rows (`live`) whose bound so far could still fall below the row's bound over the
                 # other (tp, dp, micro-batch size) and its limit (`cap`)
                 cap = np.minimum(best[rows_ok], limit[rows_ok]) if families is None else limit[rows_ok]
-                # (a family's bound for a part's search: this one; its candidates' own bounds are finer)
-                live = np.flatnonzero(bound < cap) if families is None else np.zeros(0, dtype=np.int64)
+                live = np.flatnonzero(bound < cap) if fine else np.zeros(0, dtype=np.int64)
                 pp = totals[total_index[rows_ok]] // (tp * dp)
                 if not len(live):       # (so do most rows, on most (tp, dp, micro-batch size))
                     best[rows_ok] = np.minimum(best[rows_ok], bound)
@@ -229,11 +241,15 @@ def part_bounds(scenario: Scenario, rows: np.ndarray, cost: CostModel | None = N
                         nodes = -(-dp // -(-int(gpn.max()) // tp))
                         flow = np.minimum(inter / (1 if scenario.search.allow_cross_node_tp else tp), inter_flow)
                         ring = 2.0 * (nodes - 1) / nodes / flow if nodes > 1 else np.zeros(len(groups))
+                        # and each bucket's latency, at least the least a ring or tree over those nodes pays
+                        # (the last bucket's whatever the stage holds)
+                        bucket = _allreduce_latency_floor(dp, nodes, *hop_latency) if nodes > 1 else 0.0
+                        ring = ring + bucket / DP_BUCKET_BYTES if nodes > 1 else ring
                         optimizer = optimizer_traffic_per_param(training, dp, cost.knobs.zero_stage) / memory_bandwidth
                         per_param = state_bytes_per_param(training, dp, cost.knobs.zero_stage).reduced
                         step, full = np.zeros(len(rows_ok)), np.zeros(len(rows_ok))
                         for out, coef in ((step, optimizer), (full, per_param * ring + optimizer)):
-                            out[live] = _tail_floors(coef, gpus[rows_ok[live]], tp * dp, pp[live], all_params / tp)
+                            out[live] = _tail_floors(coef, gpus[rows_ok[live]], tp * dp, pp[live], all_params / tp) + bucket
                         tail = step if hidden else full
                     bound += tail
                     live = live[bound[live] < cap[live]]
@@ -247,7 +263,7 @@ def part_bounds(scenario: Scenario, rows: np.ndarray, cost: CostModel | None = N
                             partial(pipeline, live), B - 1 - hidden, m[live], core_values, core_held,
                             np.diff(core_cumulative[rows_ok[live]] // (tp * dp), axis=1, prepend=0),
                             per_param * ring + optimizer, gpus[rows_ok[live]], tp * dp, pp[live],
-                            core_params / tp, full[live]))
+                            core_params / tp, full[live] - bucket) + bucket)
                 best[rows_ok] = np.minimum(best[rows_ok], bound)
                 _record(families, rows_ok, bound, cap, tp, dp, mbs, pp)
     if families is not None:
@@ -349,11 +365,11 @@ def _coupled_part_floors(pipeline: Callable, steps: float, m: np.ndarray, values
     least of pipeline(m) + E(K(m)), pipeline(t1) + E(K(t1)) and pipeline(t2) + spread."""
     at = np.searchsorted(values, m, side="right")           # index of the first threshold above m
     out = np.full(len(m), np.inf)
-    for step in range(3):
+    for step in range(PART_RANGES):
         index = at + step                                   # the range starts at m or threshold index - 1
         exists = index <= len(values)
         lowest = np.where(step == 0, m, values[np.clip(index - 1, 0, len(values) - 1)])
-        if step < 2:
+        if step < PART_RANGES - 1:
             room = np.where(index[:, None] > 0, held[:, np.clip(index - 1, 0, len(values) - 1)].T, 0)
             tail = _held_tail_floor(room, new, coef, gpus, per_stage, pp, layer_params, held[0, -1])
         else:

@@ -133,11 +133,11 @@ def solve(tables: SegmentTables, upper_bound: float = INF,
     # bound, or else the even split's time (when it fits, the optimum costs no more), its
     # segments with tau that high are never needed, and the tables are cut short of them.
     # A partition found cheaply that fits (the even split, one balanced by compute) bounds it too.
-    bound = upper_bound
-    if not small:
-        for heuristic in (even, _balanced_partition(candidate)):
-            if heuristic is not None and partition_fits(candidate, heuristic):
-                bound = min(bound, candidate.quick_evaluate(heuristic)[0])
+    bound, incumbent = upper_bound, None
+    if not small and (quick := quick_partition(candidate)) is not None and quick[0] < bound:
+        bound, incumbent = quick
+    # (the walk starts from that partition: what it cannot beat, it returns)
+    kept = PartitionResult(incumbent, bound, 0) if incumbent is not None else None
     if B > 1 and bound < INF:
         tables.tau_cap = (bound - g_floor - e_floor) / (B - 1)
     if not deep and not tables.lean:
@@ -150,7 +150,7 @@ def solve(tables: SegmentTables, upper_bound: float = INF,
         return PartitionResult(None, INF, 0, fits=False)
     poll()
     if tables.empty:                # (not cut at a cap: no segment fits, nor any partition)
-        return PartitionResult(None, INF, 0, fits=tables.tau_cap < INF and fits())
+        return kept or PartitionResult(None, INF, 0, fits=tables.tau_cap < INF and fits())
     if not tables.lean:
         for table in ("_compute", "_busy", "tau"):      # built in steps, so that a cancel waits less
             poll()
@@ -158,20 +158,20 @@ def solve(tables: SegmentTables, upper_bound: float = INF,
     poll()
     t_star, start = tables.minmax("tau")
     if start is None:               # (not cut at a cap: no partition fits)
-        return PartitionResult(None, INF, 1, fits=tables.tau_cap < INF and fits())
-    if (B - 1) * t_star + g_floor + e_floor >= upper_bound:
-        return PartitionResult(None, INF, 1)
+        return _with(kept, 1) or PartitionResult(None, INF, 1, fits=tables.tau_cap < INF and fits())
+    if (B - 1) * t_star + g_floor + e_floor >= bound:
+        return _with(kept, 1) or PartitionResult(None, INF, 1)
     if not tables.lean:
         poll()
         tables.e
     poll()
     e_star, _ = tables.minmax("e")
-    if (B - 1) * t_star + g_floor + e_star >= upper_bound:
-        return PartitionResult(None, INF, 2)
+    if (B - 1) * t_star + g_floor + e_star >= bound:
+        return _with(kept, 2) or PartitionResult(None, INF, 2)
     poll()
     g_min, part = tables.minsum()
     solves = 3
-    best_j, best_p = upper_bound, None
+    best_j, best_p = bound, incumbent
     for p in (start, part):
         tau, g_sum, e_max = tables.measures(p)
         if (B - 1) * tau + g_sum + e_max < best_j:
@@ -228,6 +228,22 @@ def solve(tables: SegmentTables, upper_bound: float = INF,
         if (B - 1) * t_low + g_min + e_star >= best_j:
             break
     return PartitionResult(best_p, best_j if best_p is not None else INF, solves)
+
+
+def quick_partition(candidate: Candidate) -> tuple[float, tuple[int, ...]] | None:
+    """The better of the even split and a partition balanced by compute (_balanced_partition)
+    that fits, and its time: a strategy in hand before any DP (None if neither fits)."""
+    out = None
+    for heuristic in (even_partition(candidate.num_layers, candidate.pp), _balanced_partition(candidate)):
+        if heuristic is not None and partition_fits(candidate, heuristic):
+            time_s = candidate.quick_evaluate(heuristic)[0]
+            if out is None or time_s < out[0]:
+                out = (time_s, heuristic)
+    return out
+
+
+def _with(kept: PartitionResult | None, solves: int) -> PartitionResult | None:
+    return None if kept is None else PartitionResult(kept.partition, kept.iteration_time_s, solves)
 
 
 def _bottleneck_exceeds(candidate: Candidate, limit: float) -> bool:
