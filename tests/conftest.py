@@ -7,7 +7,12 @@
   clock (tests/core/fake_clock.py); wall-clock targets are `amp-tui bench`'s.
 - the dashboard's snapshot tests run only on the textual version they were recorded with (the one
   .ci/requirements.lock pins); SVGs change between textual releases, so on any other version (a
-  user's, or CI's lowest-versions pass) they skip and say so."""
+  user's, or CI's lowest-versions pass) they skip and say so.
+- `python -m pytest` runs on every core where pytest-xdist is installed (the [test] extra): most of
+  the suite waits on Textual's event loop, subprocesses or the search, one test at a time, and 2
+  workers on 2 cores nearly halve it. `-n N` (`-n 0`: one process) or `-p no:xdist` chooses
+  otherwise; without xdist the suite runs in one process as before. It is a hook here rather than
+  `-n auto` in addopts so that a pytest without xdist still runs the suite."""
 
 from __future__ import annotations
 
@@ -22,6 +27,16 @@ from tests.core.fake_clock import install
 
 LOCK = Path(__file__).resolve().parent.parent / ".ci" / "requirements.lock"
 SEARCH_TICK_S = 1e-4
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_cmdline_main(config):
+    """`-n auto` unless the command line chose (runs before xdist reads the option; not in a worker)."""
+    if (config.pluginmanager.hasplugin("xdist") and not hasattr(config, "workerinput")
+            and config.getoption("numprocesses", None) is None and config.getoption("dist", "no") == "no"
+            and not config.getoption("tx", None)):
+        config.option.numprocesses = "auto"
+    return (yield)
 
 
 @pytest.fixture(autouse=True)
