@@ -12,8 +12,8 @@
   the suite waits on Textual's event loop, subprocesses or the search, one test at a time, and 2
   workers on 2 cores nearly halve it. `-n N` (`-n 0`: one process) or `-p no:xdist` chooses
   otherwise; the mode is `--dist loadgroup` unless the command line gives one. Without xdist the
-  suite runs in one process: a hook here rather than `-n auto` in addopts, which a pytest without
-  xdist refuses."""
+  suite runs in one process: a hook here rather than `-n logical` in addopts, which a pytest
+  without xdist refuses."""
 
 from __future__ import annotations
 
@@ -32,13 +32,13 @@ SEARCH_TICK_S = 1e-4
 
 @pytest.hookimpl(wrapper=True)
 def pytest_cmdline_main(config):
-    """`-n auto` unless the command line chose, and `--dist loadgroup` unless it chose a mode, so that
+    """`-n logical` unless the command line chose, and `--dist loadgroup` unless it chose a mode, so that
     tests marked xdist_group (sharing one costly module fixture) run in one worker. Runs before xdist
     reads the options; not in a worker."""
     if (config.pluginmanager.hasplugin("xdist") and not hasattr(config, "workerinput")
             and config.getoption("dist", "no") == "no" and not config.getoption("tx", None)):
         if config.getoption("numprocesses", None) is None:
-            config.option.numprocesses = "auto"
+            config.option.numprocesses = "logical"      # every CPU the OS shows (auto: physical cores, with psutil)
         if config.option.numprocesses != 0:
             config.option.dist = "loadgroup"
     return (yield)

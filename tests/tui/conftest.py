@@ -91,7 +91,8 @@ class SharedApp:
 
 @pytest.fixture(scope="module")
 def shared_app():
-    """SharedApp(app, size), closed at the module's end: `shared_app(make_app(...), (160, 48))`."""
+    """SharedApp(app, size), closed at the module's end: `shared_app(new_app(...), (160, 48))`. Mark
+    the module with an xdist_group so that its tests share the app in one worker."""
     started: list[SharedApp] = []
 
     def start(app, size: tuple[int, int]) -> SharedApp:

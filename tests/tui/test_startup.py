@@ -11,6 +11,8 @@ from amp_tui.tui.widgets.strategy_table import StrategyTable
 
 from .conftest import new_app, settle
 
+pytestmark = pytest.mark.xdist_group("tui-startup")      # one worker: its tests share one app
+
 
 @pytest.fixture(scope="module")
 def home(shared_app):
