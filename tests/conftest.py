@@ -44,6 +44,14 @@ def pytest_cmdline_main(config):
     return (yield)
 
 
+@pytest.fixture(scope="session", autouse=True)
+def session_search_clock():
+    """The same clock for what module- and session-scoped fixtures search, set up before any
+    test's own (a module fixture's plan on the machine's clock ranked by the load it ran under)."""
+    with pytest.MonkeyPatch.context() as patch:
+        yield install(patch, per_read=SEARCH_TICK_S)
+
+
 @pytest.fixture(autouse=True)
 def search_clock(monkeypatch):
     clock = install(monkeypatch, per_read=SEARCH_TICK_S)
@@ -67,3 +75,15 @@ def pytest_collection_modifyitems(items):
     for item in items:
         if "snap_compare" in getattr(item, "fixturenames", ()):
             item.add_marker(skip)
+
+
+@pytest.fixture
+def uneven_shares_scenario(tmp_path) -> Path:
+    """mixed-h100-a100-llama3-8b with its gradients reduced in bf16 (NVIDIA's performance recipes),
+    where uneven batch shares rank first: under Megatron's bf16 default (fp32 main gradients, reduced
+    in fp32; issue 35) 1x1x32 holds 6 bytes a parameter and moves 4, and no longer does."""
+    text = (LOCK.parent.parent / "presets" / "scenarios" / "mixed-h100-a100-llama3-8b.yaml").read_text()
+    path = tmp_path / "mixed-h100-a100-llama3-8b-bf16-reduce.yaml"
+    path.write_text(text.replace("  zero_stage: 1\n", "  zero_stage: 1\n  grad_reduce_in_fp32: false\n"))
+    assert "grad_reduce_in_fp32: false" in path.read_text()
+    return path

@@ -41,10 +41,10 @@ def test_major_2_a_model_too_big_for_the_cluster_gets_its_one_line_reason(capsys
 
 
 # Major 5 ------------------------------------------------------------------------------------------
-def test_major_5_plans_no_stock_engine_runs_are_marked_warned_and_exportable(capsys, tmp_path):
+def test_major_5_plans_no_stock_engine_runs_are_marked_warned_and_exportable(capsys, tmp_path, uneven_shares_scenario):
     """Before: plan saved 1x1x32 with batch shares without a word, and all five exports refused it."""
     plan = tmp_path / "r1.plan.yaml"
-    code, out, err = run(capsys, "plan", "mixed-h100-a100-llama3-8b", "--top", "4", "--save", plan)
+    code, out, err = run(capsys, "plan", uneven_shares_scenario, "--top", "4", "--save", plan)
     assert code == 0, err
     rows = [line for line in out.splitlines() if line.strip()[:2] in ("1†", "2†", "3 ", "4 ")]
     assert rows[0].lstrip().startswith("1†") and "batch shares" in rows[0]
@@ -85,10 +85,10 @@ def test_major_5_per_stage_degrees_reach_the_rank_map(capsys, tmp_path):
 
 
 # Also seen --------------------------------------------------------------------------------------
-def test_also_seen_the_post_pass_note_only_when_it_changed_the_ranking(capsys):
+def test_also_seen_the_post_pass_note_only_when_it_changed_the_ranking(capsys, uneven_shares_scenario):
     code, out, _ = run(capsys, "plan", "paper-homogeneous", "--top", "2")
     assert code == 0 and "searched heuristically" not in out
-    code, out, _ = run(capsys, "plan", "mixed-h100-a100-llama3-8b", "--top", "2")
+    code, out, _ = run(capsys, "plan", uneven_shares_scenario, "--top", "2")
     assert code == 0 and "searched heuristically" in out
 
 
@@ -245,10 +245,12 @@ def test_minor_12_plan_sensitivity_json_holds_the_what_ifs(capsys, monkeypatch):
 
 # Minor 13 -----------------------------------------------------------------------------------------
 def test_minor_13_plan_marks_picks_within_the_memory_band(capsys):
-    code, out, _ = run(capsys, "plan", "mixed-a100-a10g-llama2-13b", "--top", "3")
+    # (Llama 2 13B on the mixed cluster was the case before Megatron's fp32 main gradients were
+    # counted: its top picks no longer sit near the A100s' capacity; GPT-3 13B on a DGX A100's do.)
+    code, out, _ = run(capsys, "plan", "dgx-a100-gpt3-13b", "--top", "3")
     assert code == 0
     rows = [line for line in out.splitlines() if line.strip()[:1] in "123" and "GiB" in line]
-    assert any("39.3 GiB / 39.6 GiB !" in row or " !  " in row for row in rows)
+    assert any(" !  " in row for row in rows)
     assert any(line.startswith("! within 11% of the GPU's capacity") for line in out.splitlines())
 
 

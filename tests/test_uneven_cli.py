@@ -75,13 +75,14 @@ def test_plan_files_round_trip_and_exports_refuse(tmp_path, capsys, strategy, fi
     assert "the torchrun and rankmap exports carry" in err
 
 
-def test_plan_json_reports_the_heuristic(capsys):
-    code, out, err = run(capsys, "plan", SCENARIO, "--top", "2", "--json")
+def test_plan_json_reports_the_heuristic(uneven_shares_scenario, capsys):
+    path = uneven_shares_scenario
+    code, out, err = run(capsys, "plan", path, "--top", "2", "--json")
     assert code == 0, err
     data = json.loads(out)
     assert data["uneven_search"]["exact"] is False and "heuristically" in data["uneven_search"]["note"]
     assert data["strategies"][0]["batch_shares"]
-    code, out, err = run(capsys, "plan", SCENARIO, "--top", "2")
+    code, out, err = run(capsys, "plan", path, "--top", "2")
     assert "note: batch shares and per-stage tp/dp searched heuristically" in out
 
 

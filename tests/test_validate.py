@@ -38,14 +38,19 @@ from amp_tui.core.validation.runs import (
 # the refit with the H200 blocks moved A100's and InfiniBand's figures, which swaps one pair of
 # near-equal SC21 runs (Spearman 0.78 -> 0.66) and ranks llm-foundry's 512-GPU run first in one
 # group (1.03x the fastest).
+# Issue 35 set A100's, H100's, H200's and GH200's peak fractions from GEMM microbenchmarks times one
+# fitted gemm_training_share (no longer fitted per GPU: the refit that raised A100's to 0.758 made
+# held-back A100 runs worse): A100-80GB's is 0.711, so the large Megatron runs on A100 (SC21,
+# Korthikanti et al.) are now predicted about 6% slow (8.5% and 9.6%, were 6.2% and 5.8%); AMP's
+# rose 7.9% -> 8.8% with the 2020 stack's host time and the refit; the macro 7.4% -> 8.4%.
 CEILINGS = {
-    "amp-homogeneous": {"mape": 0.085, "spearman": 0.96, "top_pick": 1.02, "replayed": 52},
-    "megatron-sc21": {"mape": 0.07, "spearman": 0.65, "replayed": 16},
-    "korthikanti": {"mape": 0.07, "replayed": 8},
+    "amp-homogeneous": {"mape": 0.09, "spearman": 0.96, "top_pick": 1.02, "replayed": 52},
+    "megatron-sc21": {"mape": 0.09, "spearman": 0.65, "replayed": 16},
+    "korthikanti": {"mape": 0.10, "replayed": 8},
     "llmfoundry": {"mape": 0.075, "spearman": 0.95, "top_pick": 1.035, "replayed": 216},
     "nemo": {"mape": 0.095, "replayed": 109},
     "torchtitan": {"mape": 0.095, "spearman": 0.95, "top_pick": 1.02, "memory_mape": 0.12, "replayed": 45},
-    "macro": {"mape": 0.08, "spearman": 0.90, "top_pick": 1.02},
+    "macro": {"mape": 0.085, "spearman": 0.90, "top_pick": 1.02},
 }
 # Of the runs that ran out of memory (AMP's 5 failed runs and torchtitan's 2): AMP's 4x4x1 at
 # micro-batch 32 on T4 (predicted 14.3 of 14.8 GiB usable), which needs no more memory than the

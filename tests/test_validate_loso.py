@@ -15,9 +15,12 @@ from amp_tui.core.validation.replay import report, run_validation
 
 # Ceilings of the leave-one-source-out MAPE per source (each predicted by parameters fitted
 # without it; amp_tui/data/fit_folds.yaml) and over the published sources. The issue's bar for
-# the macro figure is 12%.
-LOSO_CEILINGS = {"amp-homogeneous": 0.09, "megatron-sc21": 0.07, "korthikanti": 0.085, "llmfoundry": 0.095,
-                 "nemo": 0.135, "torchtitan": 0.10, "macro": 0.12}
+# the macro figure was 12%; issue 35's is 10% (9.7% with the peak fractions of the GPUs a GEMM
+# microbenchmark covers set from it, not fitted: SC21's and Korthikanti et al.'s A100 runs, which
+# favoured a higher A100 figure, rose 5.9% -> 9.1% and 7.6% -> 12.3%; AMP's 8.5% -> 9.2% with the 2020
+# stack's host time set from its layer times, not fitted to its iterations).
+LOSO_CEILINGS = {"amp-homogeneous": 0.095, "megatron-sc21": 0.095, "korthikanti": 0.125, "llmfoundry": 0.095,
+                 "nemo": 0.135, "torchtitan": 0.10, "macro": 0.10}
 BLOCKS_LOSO_CEILING = 0.12
 
 

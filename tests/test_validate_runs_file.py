@@ -126,7 +126,7 @@ def test_a_run_with_a_field_of_another_kind_is_not_replayed_and_the_others_are(t
 @pytest.mark.parametrize("content, field", [
     ("runs: [1, 2]", "runs[0]"),
     ("just text", "measured runs"),
-    ("runs: [{id: x", "measured runs"),
+    ("runs: [{id: x", "bad.yaml (line 2, column 1)"),     # a syntax error: the file and where (issue 34)
 ])
 def test_a_bad_runs_file_gets_one_line_and_exit_2(tmp_path, capsys, content, field):
     path = tmp_path / "bad.yaml"

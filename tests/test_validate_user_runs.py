@@ -104,7 +104,7 @@ def test_consumer_cards_over_pcie_talk_through_host_memory():
 
 @pytest.mark.parametrize("label, framework", [
     ("Hugging Face transformers", "pytorch"), ("PyTorch DDP", "pytorch"), ("accelerate + FSDP", "pytorch"),
-    ("PyTorch Lightning", "pytorch"), ("Megatron-DeepSpeed", "deepspeed"), ("HF Accelerate + DeepSpeed ZeRO-2", "deepspeed"),
+    ("PyTorch Lightning", "pytorch"), ("Megatron-DeepSpeed", "deepspeed-2022"), ("HF Accelerate + DeepSpeed ZeRO-2", "deepspeed"),
     ("torchtitan", "fsdp"), ("NeMo", "megatron"), ("Megatron-LM", "megatron")])
 def test_frameworks_map_to_their_profiles(label, framework):
     case = _case(training={"framework": label})

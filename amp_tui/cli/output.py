@@ -198,6 +198,9 @@ def render_predictions(scenario, predictions) -> str:
                                             if value > 0) + f"; of which per-message latency {format_seconds(p.latency_s)}")
         if p.reason:
             out.append(f"  does not fit: {p.reason}")
+        from amp_tui.core.costmodel.prediction import memory_terms_text
+
+        out.append(f"  fullest stage's memory, {memory_terms_text(p.tightest_stage)}")
         out.append(_stagetable(p))
     return "\n".join(out)
 
@@ -276,6 +279,9 @@ def render_search(result, top: int, objective=None, idle_search=None) -> str:
         if any(memory_at_risk(p) for p in shown):
             out.append(MEMORY_RISK_NOTE)
         out += price_notes(scenario)
+        from amp_tui.core.costmodel.prediction import memory_terms_text
+
+        out += ["", f"memory of #1's fullest stage, {memory_terms_text(shown[0].tightest_stage)}"]
     if result.baseline is not None:
         b = result.baseline
         out += ["", f"uniform baseline (even split, rank order): {b.strategy.label} micro-batch "

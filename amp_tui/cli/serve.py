@@ -15,12 +15,17 @@ def add_parser(sub) -> None:
     se = sub.add_parser("serve", help="place a model for serving: most predicted decode tokens/s (or max flow)")
     se.add_argument("scenario", metavar="SCENARIO", help="serving scenario preset or file, or a saved placement")
     se.add_argument("--json", action="store_true", help="print JSON instead of a table")
-    se.add_argument("--time-limit", type=float, default=10.0, metavar="S", help="search time limit in seconds (default 10)")
+    se.add_argument("--time-limit", type=float, default=60.0, metavar="S",
+                    help="a safety net on the search in seconds (default 60): the search is bounded by its work, so "
+                         "the same input gives the same placement; past the limit it returns the best found so far")
     se.add_argument("--save", metavar="FILE.yaml", help="save the placement (reopen with serve or ui)")
     se.add_argument("--objective", choices=("decode", "flow"), default="decode",
                     help="decode: most predicted decode tokens/s (default); flow: most max flow (Helix's objective)")
     se.add_argument("--max-tpot", type=float, metavar="S", help="keep the predicted time per output token under S seconds")
     se.add_argument("--max-ttft", type=float, metavar="S", help="keep the predicted time to first token under S seconds")
+    se.add_argument("--window", metavar="S", help="rank by decode tokens/s over S seconds of a closed-loop offline "
+                                                  "benchmark after its warm-up (Helix's: 120 or 600); 'steady' for the "
+                                                  "steady state (default: the scenario's benchmark, else steady)")
     se.add_argument("--export", metavar="DIR", help="write the placement where engines can run it: a Helix-style "
                                                     "layout, the routes, and vLLM launch scripts per pipeline")
 
@@ -28,6 +33,7 @@ def add_parser(sub) -> None:
 def run(args) -> int:
     from amp_tui.serving.planfile import open_serving, save_placement
     from amp_tui.serving.result import run_serve
+    from amp_tui.serving.spec import defaults_note, parse_window, with_window
 
     if not 0 < args.time_limit <= 3600:
         raise SpecError("--time-limit", args.time_limit, "expected seconds between 0 and 3600")
@@ -37,6 +43,11 @@ def run(args) -> int:
         if value is not None and not 0 < value <= 86400:
             raise SpecError(flag, value, "expected seconds between 0 and 86400")
     scenario, placement = open_serving(args.scenario)
+    if args.window is not None:
+        scenario = with_window(scenario, parse_window(args.window))
+    note = defaults_note(scenario)
+    if note:
+        print(f"note: {note}", file=sys.stderr)
     result = run_serve(scenario, time_limit_s=args.time_limit, placement=placement, objective=args.objective,
                        max_tpot_s=args.max_tpot, max_ttft_s=args.max_ttft)
     if args.save:
@@ -65,8 +76,16 @@ def render(result) -> str:
                    f"{result.served.prompt_tokens_per_s:,.1f} tokens/s; TTFT {format_seconds(p.ttft_s)}, TPOT "
                    f"{format_seconds(p.tpot_s)}; {p.requests_in_flight:,.0f} requests in flight ({p.limited_by}); "
                    f"depth {p.depth:.1f} machines")
+    if result.objective == "decode":
+        bench = sc.serving.benchmark
+        out.append("ranked by decode tokens/s " + (
+            f"over [{bench[0]:g} s, {bench[0] + bench[1]:g} s] of a closed-loop offline run ({bench[2]} requests to "
+            "start, Helix's feeder); --window S sets the window, --window steady ranks the steady state"
+            if bench else "at steady state; --window S ranks a closed-loop run's first S seconds after its warm-up"))
     out += [f"max flow {sol.throughput:,.1f} tokens/s (prompt and decode)   bound {sol.upper_bound:,.1f}   "
-            f"objective {result.objective}   {how} ({sol.evaluations} evaluations)", ""]
+            f"objective {result.objective}   {how} ({sol.evaluations} evaluations)"]
+    gap = result.gap_sentence()
+    out += ([f"  {gap}"] if gap else []) + [""]
     util = result.utilisation()
     rows = []
     for m in range(net.num_machines):

@@ -16,6 +16,9 @@ def add_parser(sub) -> None:
     va.add_argument("--runs", metavar="FILE",
                     help="replay these measured runs instead of the published ones (same schema as "
                          "amp_tui/data/measured_runs.yaml: e.g. your own cluster's)")
+    va.add_argument("--scenario", metavar="SCENARIO",
+                    help="with --runs: the scenario a `calibrate` measurements file (a list of strategies with "
+                         "iteration_time_s) was run on")
     va.add_argument("--verbose", action="store_true", help="list every run not replayed, with its reasons")
     va.add_argument("--approximate", action="store_true",
                     help="also replay runs using techniques the cost model ignores (to find errors, not to score)")
@@ -47,8 +50,9 @@ def run(args) -> int:
     if args.runs:
         from pathlib import Path
 
-        from amp_tui.core.validation.runs import load_cases
-        cases = load_cases(Path(args.runs))
+        cases = _own_cases(Path(args.runs), args.scenario)
+    elif args.scenario:
+        raise SpecError("--scenario", args.scenario, "goes with --runs (the scenario its measurements file ran on)")
     validation = run_validation(args.source, approximate=args.approximate, cases=cases)
     rep = report(validation)
     if not (args.runs or args.approximate):     # the folds are the published sources'
@@ -88,3 +92,23 @@ def _fit_defaults(write: bool) -> int:
     if write:
         print(f"wrote {write_folds(result)}")
     return 0
+
+
+def _own_cases(path, scenario_name: str | None) -> list:
+    """--runs: published-schema runs (a mapping with `runs`), or a `calibrate` measurements file (a
+    list) on --scenario."""
+    from amp_tui.core.base.yamlio import load_yaml_file
+    from amp_tui.core.validation.runs import load_cases
+
+    if scenario_name is None:
+        try:
+            return load_cases(path)
+        except SpecError:
+            if isinstance(load_yaml_file(path), list):      # (it read as YAML: its shape was refused)
+                raise SpecError("--runs", str(path), "is a `calibrate` measurements file (runs of one scenario): "
+                                                     "give the scenario it ran on with --scenario") from None
+            raise
+    from amp_tui.core.spec.scenario import load_scenario
+    from amp_tui.core.validation.own_runs import measurement_cases
+
+    return measurement_cases(path, load_scenario(scenario_name))

@@ -17,7 +17,8 @@ from amp_tui.serving.flow.solver import Solution, solve, upper_bound
 from amp_tui.serving.spec import ServingScenario
 
 OBJECTIVES = ("decode", "flow")
-FLOW_SHARE = 0.15   # of the time limit, for the max-flow solver when the objective is decode tokens/s
+FLOW_STEPS = 14     # the max-flow solver's bisection steps when its placement is the answer (--objective flow)
+START_STEPS = 5     # ... when it is one start among the decode search's candidates
 
 
 @dataclass(frozen=True)
@@ -61,6 +62,25 @@ class ServeResult:
             rows.append((a, b, float(f), float(f / cap) if cap > 0 else 0.0))
         return sorted(rows, key=lambda r: (-r[3], -r[2]))[:top]
 
+    def gap_sentence(self) -> str | None:
+        """Why the predicted decode tokens/s sits far below the max flow, in one sentence (None without a
+        prediction): the max flow (and the machine and link use shown beside it) is what the machines and
+        links could carry with no limit on requests in flight, prompt and decode tokens together; what is
+        served is set by the requests in flight and the time each waits for its next token."""
+        if self.served is None or self.served.prediction.decode_tokens_per_s <= 0:
+            return None
+        p, x = self.served.prediction, self.served.prediction.decode_tokens_per_s
+        o = self.scenario.serving.output_tokens
+        why = {"kv cache": "the KV cache admits no more",
+               "request rate": "the request rate sends no more"}.get(p.limited_by, f"{p.limited_by} is saturated")
+        links = max((use for *_, use in self.busiest_links(1)), default=0.0)
+        tail = f"; links carry at most {links:.1%} of their bandwidth" if links < 0.01 else ""
+        steady = "at steady state, " if self.served.window is not None else ""
+        return (f"{steady}decode {x:,.0f} tokens/s = {p.requests_in_flight:,.0f} requests in flight ({why}) x {o} tokens "
+                f"each / ({p.ttft_s:.2f} s to the first + {o} x {p.tpot_s:.3f} s per token); the max flow, "
+                f"{self.solution.throughput:,.0f} tokens/s, and the use shown beside it count what the machines "
+                f"and links could carry with no limit on requests in flight{tail}")
+
     def to_json(self) -> dict:
         predicted = {}
         if self.served is not None:
@@ -87,6 +107,21 @@ def _gpu_types(scenario: ServingScenario) -> list:
     return [(g.gpu.name, g.gpus_per_node) for g in scenario.groups for _ in range(g.count)]
 
 
+def _unmet(max_tpot_s: float | None, max_ttft_s: float | None, outcome) -> SpecError:
+    """One line naming the bound given and the lowest the search predicted, for a bound no placement meets."""
+    if max_tpot_s is None and max_ttft_s is None:
+        return SpecError("serve", "placement", "no placement found serves anything on this cluster")
+    parts = []
+    if max_tpot_s is not None:
+        parts.append(("--max-tpot", max_tpot_s, "TPOT", outcome.lowest_tpot_s))
+    if max_ttft_s is not None:
+        parts.append(("--max-ttft", max_ttft_s, "TTFT", outcome.lowest_ttft_s))
+    flag, value, name, lowest = next((p for p in parts if p[3] > p[1]), parts[0])
+    return SpecError(flag, value, f"no placement found with a predicted {name} under {value:g} s (the lowest among "
+                                  f"{outcome.evaluations} evaluated: {lowest:.3g} s); relax it"
+                     + (" or the other bound" if len(parts) > 1 else ""))
+
+
 def run_serve(scenario: ServingScenario, *, time_limit_s: float = 10.0, placement: Placement | None = None,
               objective: str = "decode", max_tpot_s: float | None = None, max_ttft_s: float | None = None,
               progress: Callable[[float, float, float], None] | None = None,
@@ -106,21 +141,23 @@ def run_serve(scenario: ServingScenario, *, time_limit_s: float = 10.0, placemen
         solution = Solution(placement, value, max(upper_bound(net), value), 0.0, 1, "given")
         served = evaluate(scenario, net, placement)
     else:
-        flow_limit = time_limit_s if objective == "flow" else FLOW_SHARE * time_limit_s
-        flow_solution = solve(net, time_limit_s=flow_limit, starts=[p for p, _ in baselines.values()],
-                              progress=progress, should_cancel=should_cancel)
+        # both searches are bounded by work (solver.py's bisection steps and node limits, served.py's pool); the
+        # time limit is a safety net
+        flow_solution = solve(net, time_limit_s=time_limit_s, starts=[p for p, _ in baselines.values()],
+                              steps=FLOW_STEPS if objective == "flow" else START_STEPS, progress=progress,
+                              should_cancel=should_cancel)
         if objective == "flow":
             solution, served = flow_solution, evaluate(scenario, net, flow_solution.placement)
         else:
             remaining = max(0.05, time_limit_s - (time.perf_counter() - started))
-            served, evaluations, stopped_by = search(
+            outcome = search(
                 scenario, net, time_limit_s=remaining, starts=[flow_solution.placement, *(p for p, _ in baselines.values())],
                 max_tpot_s=max_tpot_s, max_ttft_s=max_ttft_s, should_cancel=should_cancel,
                 progress=(lambda f: progress(0.5 + 0.5 * f, flow_solution.throughput, flow_solution.upper_bound))
                 if progress else None)
+            served, evaluations, stopped_by = outcome.served, outcome.evaluations, outcome.stopped_by
             if served is None:
-                raise SpecError("--max-tpot/--max-ttft", f"{max_tpot_s} / {max_ttft_s}",
-                                "no placement found meets the latency bound; relax it")
+                raise _unmet(max_tpot_s, max_ttft_s, outcome)
             value = served.flow.value
             solution = Solution(served.placement, value, max(flow_solution.upper_bound, value),
                                 time.perf_counter() - started, flow_solution.evaluations + evaluations, stopped_by)

@@ -9,25 +9,28 @@ handed down to the max-flow solver, which polls inside its own loops.
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
 from amp_tui.core.base.errors import Cancelled
 from amp_tui.serving import pipelines, stages
-from amp_tui.serving.model.predict import Prediction, benchmark_window, predict
+from amp_tui.serving.model.predict import Prediction, admitted_routing, predict
+from amp_tui.serving.model.roundtrip import RoundTrip
+from amp_tui.serving.model.window import benchmark_window
 from amp_tui.serving.model.routing import Routing, routing
 from amp_tui.serving.network import Flow, Network, max_flow
 from amp_tui.serving.placement import Placement
 from amp_tui.serving.spec import ServingScenario, serving_profile_of
 
-WINDOW_FINALISTS = 3     # candidates whose benchmark window is predicted first (more while time allows)
-WINDOW_HOPE = 0.9        # a further candidate's window is predicted if its ramp estimate reaches this x the best
-WINDOW_MORE = 8          # further candidates whose window is predicted, at most, while time allows
-STAGES_KEPT = 12         # shared-path candidates evaluated (stages.py's screening picks them)
-STAGES_SHARE = 0.25      # of the time limit, at most, for generating the shared-path candidates
+PIPELINES_KEPT = 6       # disjoint-pipeline candidates evaluated (pipelines.py's screening picks them)
+STAGES_KEPT = 10         # shared-path candidates evaluated (stages.py's screening picks them)
+WINDOW_FINALISTS = 5     # candidates whose benchmark window is predicted: the best by the ramp-held
+                         # estimate and by the steady state, in turn
 
 
 @dataclass(frozen=True)
@@ -61,16 +64,25 @@ def evaluate(scenario: ServingScenario, net: Network, placement: Placement, prof
     model = scenario.serving_model
     first, count = placement.arrays()
     flow = max_flow(net, first, count)
-    route = routing(net, flow, first, count, model.activation_bytes_per_token)
+    route, admitted = admitted_routing(routing(net, flow, first, count, model.activation_bytes_per_token), profiles,
+                                       first, count, model.num_layers, scenario.serving)
+    trip = RoundTrip(route, profiles, count, scenario.serving, model.activation_bytes_per_token)
     prediction = predict(route, profiles, first, count, model.num_layers, scenario.serving,
-                         model.activation_bytes_per_token)
+                         model.activation_bytes_per_token, trip, admitted)
     figures = None
     if window and scenario.serving.benchmark is not None and prediction.decode_tokens_per_s > 0:
         warmup, span, initial = scenario.serving.benchmark
-        figures = benchmark_window(route, profiles, count, scenario.serving, model.activation_bytes_per_token,
-                                   float(prediction.room_tokens.min()), warmup, span, initial)
+        figures = benchmark_window(trip, scenario.serving, prediction.admission_tokens, warmup, span, initial)
         figures = (float(figures[0]), float(figures[1]))
     return Served(placement, flow, route, prediction, figures)
+
+
+class Outcome(NamedTuple):
+    served: Served | None
+    evaluations: int
+    stopped_by: str
+    lowest_tpot_s: float
+    lowest_ttft_s: float
 
 
 def _meets(served: Served, max_tpot_s: float | None, max_ttft_s: float | None) -> bool:
@@ -82,64 +94,74 @@ def _meets(served: Served, max_tpot_s: float | None, max_ttft_s: float | None) -
 def search(scenario: ServingScenario, net: Network, *, time_limit_s: float, starts: list[Placement],
            max_tpot_s: float | None = None, max_ttft_s: float | None = None,
            progress: Callable[[float], None] | None = None,
-           should_cancel: Callable[[], bool] | None = None) -> tuple[Served | None, int, str]:
-    """(best placement's evaluation or None if none meets the bounds, evaluations, what stopped it)."""
+           should_cancel: Callable[[], bool] | None = None) -> "Outcome":
+    """The best placement's evaluation (None if none meets the bounds), the evaluations, what stopped it, and the
+    lowest TPOT and TTFT predicted for any candidate (what a bound nothing meets can be relaxed to).
+
+    Bounded by work, so that the same input gives the same pick however busy the machine is: the pool
+    (PIPELINES_KEPT + STAGES_KEPT candidates and the starts) is evaluated at steady state, then the
+    WINDOW_FINALISTS best are ranked by the benchmark window the scenario names. The time limit is a
+    safety net, polled between evaluations (each well under a second): past it the search returns the
+    best it has, and says so ("time limit")."""
     started = time.perf_counter()
     profiles = machine_profiles(scenario, net)
-    deadline = started + STAGES_SHARE * time_limit_s
-    shared = stages.candidates(net, profiles, scenario.serving, keep=STAGES_KEPT,
-                               stop=lambda: time.perf_counter() >= deadline or bool(should_cancel and should_cancel()))
-    pool = ([placement for _, placement in pipelines.candidates(net, profiles, scenario.serving)] + shared
-            + list(starts))
+
+    def stop() -> bool:
+        if should_cancel is not None and should_cancel():
+            raise Cancelled()
+        return time.perf_counter() - started >= time_limit_s
+
+    shared = stages.candidates(net, profiles, scenario.serving, keep=STAGES_KEPT, stop=stop)
+    pool = (list(starts) + [placement for _, placement in pipelines.candidates(net, profiles, scenario.serving,
+                                                                               keep=PIPELINES_KEPT)] + shared)
+    pool = list({(p.first, p.count): p for p in pool}.values())
+    finalists = scenario.serving.benchmark is not None
+    total = len(pool) + (WINDOW_FINALISTS if finalists else 0)
     evaluated: list[Served] = []
     stopped_by = "converged"
     for i, placement in enumerate(pool):
-        if should_cancel is not None and should_cancel():
-            raise Cancelled()
-        if time.perf_counter() - started >= time_limit_s:
-            stopped_by = "time limit"
+        if evaluated and stop():
+            stopped_by = "time limit"     # (the first is evaluated whatever the time: an answer to give)
             break
         evaluated.append(evaluate(scenario, net, placement, profiles, window=False))
         if progress is not None:
-            progress((i + 1) / len(pool))
+            progress((i + 1) / total)
+    served_any = [s for s in evaluated if s.prediction.decode_tokens_per_s > 0]
+    lowest = (min((s.prediction.tpot_s for s in served_any), default=math.inf),
+              min((s.prediction.ttft_s for s in served_any), default=math.inf))
     feasible = [s for s in evaluated if _meets(s, max_tpot_s, max_ttft_s)]
     if not feasible:
-        return None, len(evaluated), stopped_by
-    feasible.sort(key=lambda s: -s.prediction.decode_tokens_per_s)
-    if scenario.serving.benchmark is None:
-        return feasible[0], len(evaluated), stopped_by
-    # the best few at steady state and the first given start (the max-flow placement) first, then while time
-    # allows those a young benchmark run should favour: it ranks them differently (its prompts churn, and
-    # a placement of much KV room is still filling it)
-    lead = {(p.first, p.count) for p in starts[:1]}
-    first = feasible[:WINDOW_FINALISTS] + [s for s in feasible[WINDOW_FINALISTS:]
-                                           if (s.placement.first, s.placement.count) in lead]
-    rest = sorted((s for s in feasible[WINDOW_FINALISTS:] if all(s is not f for f in first)),
-                  key=lambda s: -ramp_estimate(s, scenario.serving))[:WINDOW_MORE]
-    finalists = []
-    slowest = 0.0
-    for i, served in enumerate(first + rest):
-        if should_cancel is not None and should_cancel():
-            raise Cancelled()
-        if i >= len(first) and ramp_estimate(served, scenario.serving) < WINDOW_HOPE * max(
-                s.decode_tokens_per_s for s in finalists):
-            continue            # even its steady state, held to the ramp, is well below the best window
-        if finalists and time.perf_counter() - started + slowest >= time_limit_s:
-            stopped_by = "time limit"      # the next window would end past the limit
+        return Outcome(None, len(evaluated), stopped_by, *lowest)
+    by_steady = sorted(feasible, key=lambda s: -s.prediction.decode_tokens_per_s)
+    if not finalists:
+        return Outcome(by_steady[0], len(evaluated), stopped_by, *lowest)
+    by_ramp = sorted(feasible, key=lambda s: -ramp_estimate(s, scenario.serving))
+    chosen: list[Served] = []
+    for pair in zip(by_ramp, by_steady):
+        for served in pair:
+            if len(chosen) < WINDOW_FINALISTS and all(served is not c for c in chosen):
+                chosen.append(served)
+    windows = []
+    for served in chosen:
+        if windows and stop():
+            stopped_by = "time limit"
             break
-        began = time.perf_counter()
-        finalists.append(evaluate(scenario, net, served.placement, profiles))
-        slowest = max(slowest, time.perf_counter() - began)
-    best = max(finalists, key=lambda s: s.decode_tokens_per_s)
-    return best, len(evaluated) + len(finalists), stopped_by
+        windows.append(evaluate(scenario, net, served.placement, profiles))
+        if progress is not None:
+            progress((len(evaluated) + len(windows)) / total)
+    best = max(windows, key=lambda s: s.decode_tokens_per_s)
+    return Outcome(best, len(evaluated) + len(windows), stopped_by, *lowest)
 
 
 def ramp_estimate(served: Served, serving) -> float:
-    """The steady state's decode tokens/s, scaled down where the benchmark run holds fewer requests than
-    admitted by the end of its window (stages.ramp_requests)."""
+    """The steady state's decode tokens/s, held to the requests a young run has in flight by the middle of
+    its window (window.py's ramp: the initial requests' prompts, each taking TTFT, launch one request each)."""
     p = served.prediction
-    held = stages.ramp_requests(serving, served.flow.value)
-    return p.decode_tokens_per_s * min(1.0, held / p.admitted_requests) if p.admitted_requests > 0 else 0.0
+    if p.admitted_requests <= 0 or not math.isfinite(p.ttft_s):
+        return 0.0
+    warmup, window, initial = serving.benchmark
+    held = initial * (1 + (warmup + window / 2) / p.ttft_s)
+    return p.decode_tokens_per_s * min(1.0, held / p.admitted_requests)
 
 
 def depth(placement: Placement) -> int:

@@ -32,6 +32,7 @@ TOKEN_ID_BYTES = 2           # what Helix sends per token between the coordinato
 MAX_SEQUENCE_TOKENS = 10_000_000
 MAX_REQUEST_RATE = 1e6          # requests/s
 _SERVING_KEYS = ("precision", "prompt_tokens", "output_tokens", "prompt_tokens_in_flight", "request_rate", "kv_fill",
+                 "machine_kv_fill",
                  "benchmark", "output_token_deciles", "prompt_token_deciles")
 _BENCHMARK_KEYS = ("warmup_s", "window_s", "initial_requests")
 OFFLINE = "offline"
@@ -51,7 +52,9 @@ class Serving:
     longer prompts than the average (default: prompt_tokens, lengths independent). request_rate:
     requests/s, or None for offline (as many requests as the KV cache admits, Helix's offline mode).
     kv_fill: the share of the KV cache admission fills, reserving prompt + output tokens per request
-    (Helix's offline feeder stops at 0.8 of the most used layer). benchmark (offline only): predict
+    (Helix's offline feeder stops at 0.8 of the most used layer). machine_kv_fill: the share of one
+    machine's KV cache its router fills before it sends requests elsewhere (Helix's expected_kv_hwm,
+    0.85 in its offline runs; model/kv.py). benchmark (offline only): predict
     what a closed-loop benchmark measures over [warmup_s, warmup_s + window_s], starting from
     initial_requests requests, each finished prompt admitting one more (Helix's offline feeder);
     None: the steady state.
@@ -63,6 +66,7 @@ class Serving:
     prompt_tokens_in_flight: int | None = None
     request_rate: float | None = None
     kv_fill: float = 0.8
+    machine_kv_fill: float = 0.85
     benchmark: tuple[float, float, int] | None = None    # (warmup_s, window_s, initial_requests)
     # The requests sorted by output length in ten equal parts: each part's mean output and mean prompt.
     output_token_deciles: tuple[float, ...] | None = None
@@ -96,6 +100,7 @@ class Serving:
             out["prompt_tokens_in_flight"] = self.prompt_tokens_in_flight
         out["request_rate"] = OFFLINE if self.request_rate is None else self.request_rate
         out["kv_fill"] = self.kv_fill
+        out["machine_kv_fill"] = self.machine_kv_fill
         if self.benchmark is not None:
             out["benchmark"] = dict(zip(_BENCHMARK_KEYS, self.benchmark))
         for key in ("output_token_deciles", "prompt_token_deciles"):
@@ -164,6 +169,7 @@ class ServingScenario:
     coordinator: Coordinator = Coordinator()
     description: str = ""
     hop_latency_s: float = 0.0          # one hop between machines of a region (cluster.hop_latency)
+    serving_defaults: bool = False      # a training scenario without a serving section: Serving()'s defaults
 
     @property
     def serving_model(self) -> ServingModel:
@@ -177,7 +183,11 @@ class ServingScenario:
         out: dict = {"name": self.name}
         if self.description:
             out["description"] = self.description
-        out.update(cluster=self.cluster.to_dict(), model=self.model.to_dict(), serving=self.serving.to_dict())
+        out.update(cluster=self.cluster.to_dict(), model=self.model.to_dict())
+        if self.serving_defaults:
+            out["training"] = {}     # read back as a training scenario served with the defaults
+        else:
+            out["serving"] = self.serving.to_dict()
         return out
 
 
@@ -223,6 +233,8 @@ def parse_serving(value: object, field_name: str = "serving") -> Serving:
                                                     maximum=MAX_REQUEST_RATE))),
                    kv_fill=float(parse_number(value.get("kv_fill", 0.8), f"{field_name}.kv_fill", positive=True,
                                               maximum=1)),
+                   machine_kv_fill=float(parse_number(value.get("machine_kv_fill", 0.85),
+                                                      f"{field_name}.machine_kv_fill", positive=True, maximum=1)),
                    benchmark=benchmark,
                    output_token_deciles=_deciles(value.get("output_token_deciles"), f"{field_name}.output_token_deciles"),
                    prompt_token_deciles=_deciles(value.get("prompt_token_deciles"), f"{field_name}.prompt_token_deciles"))
@@ -361,13 +373,15 @@ def parse_serving_scenario(value: object) -> ServingScenario:
     for key in value:
         if key not in ("name", "description", "cluster", "model", "serving", "training", "search", "format"):
             raise SpecError(f"scenario.{key}", value[key], "unknown scenario field")
-    if "serving" not in value:
-        raise SpecError("serving", None, "required; this scenario has no serving section (give serving: {precision, "
-                                         "prompt_tokens, output_tokens})")
+    # a training scenario serves its model on its cluster with the serving defaults (the dashboard's `v` too)
+    defaults = "serving" not in value
+    if defaults and "training" not in value:
+        raise SpecError("serving", None, "required; this scenario has neither a serving nor a training section "
+                                         "(give serving: {precision, prompt_tokens, output_tokens})")
     for key in ("cluster", "model"):
         if key not in value:
             raise SpecError(key, None, "required")
-    serving = parse_serving(value["serving"])
+    serving = parse_serving(value.get("serving"))
     cluster = parse_cluster(value["cluster"])
     model = parse_model(value["model"], serving.bytes_per_element)
     groups = machine_groups(cluster)
@@ -379,7 +393,19 @@ def parse_serving_scenario(value: object) -> ServingScenario:
     _check_profiles(groups, model)
     return ServingScenario(name=str(value.get("name", "scenario")), description=str(value.get("description", "")),
                            cluster=cluster, model=model, serving=serving, groups=groups, regions=regions,
-                           links=links, coordinator=coordinator, hop_latency_s=hop_latency)
+                           links=links, coordinator=coordinator, hop_latency_s=hop_latency, serving_defaults=defaults)
+
+
+def defaults_note(scenario: ServingScenario) -> str | None:
+    """What serve says when it serves a training scenario (no serving section), else None."""
+    if not scenario.serving_defaults:
+        return None
+    s = scenario.serving
+    unmeasured = [g.label for g in scenario.groups if g.profile is None]
+    how = (f"; {', '.join(dict.fromkeys(unmeasured))} modelled from the GPU's datasheet (no serving_profile)"
+           if unmeasured else "")
+    return (f"{scenario.name} has no serving section: serving its model on its cluster with the defaults "
+            f"({s.precision}, {s.prompt_tokens} prompt + {s.output_tokens} output tokens per request, offline){how}")
 
 
 def load_serving_scenario(name_or_path: str) -> ServingScenario:
@@ -402,8 +428,31 @@ def serving_scenario_from(scenario) -> ServingScenario:
     """Serve the model and cluster of a training scenario (the dashboard's `v`): its serving section if it
     has one, else the defaults; machines without serving_profile are modelled from their GPU's datasheet."""
     data = scenario.to_dict()
-    return parse_serving_scenario({"name": data.get("name", "scenario"), "cluster": data["cluster"],
-                                   "model": data["model"], "serving": data.get("serving") or {}})
+    payload = {"name": data.get("name", "scenario"), "cluster": data["cluster"], "model": data["model"],
+               "training": data.get("training") or {}}
+    if data.get("serving"):
+        payload["serving"] = data["serving"]
+    return parse_serving_scenario(payload)
+
+
+def parse_window(text: str) -> float | None:
+    """`serve --window`: seconds of the benchmark window, or None for 'steady' (the steady state)."""
+    if str(text).strip().lower() == "steady":
+        return None
+    return float(parse_number(text, "--window", positive=True, maximum=86400))
+
+
+def with_window(scenario: ServingScenario, window_s: float | None) -> ServingScenario:
+    """The scenario ranked over a benchmark window of `window_s` seconds (its warm-up and initial requests, or
+    Helix's 60 s and 20), or at steady state (None). Offline serving only."""
+    from dataclasses import replace
+
+    if window_s is None:
+        return replace(scenario, serving=replace(scenario.serving, benchmark=None))
+    if scenario.serving.request_rate is not None:
+        raise SpecError("--window", window_s, "a benchmark window is for offline serving (request_rate: offline)")
+    warmup, _, initial = scenario.serving.benchmark or (60.0, 0.0, 20)
+    return replace(scenario, serving=replace(scenario.serving, benchmark=(warmup, float(window_s), initial)))
 
 
 def with_group_count(scenario: ServingScenario, group: int, count: int) -> ServingScenario:

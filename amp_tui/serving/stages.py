@@ -36,6 +36,7 @@ from amp_tui.serving.pipelines import layer_cost_s, layer_cap
 from amp_tui.serving.placement import Placement
 
 MAX_STAGES = 24
+MAX_THRESHOLDS = 16     # KV-room thresholds tried, at most
 
 
 def _widths(num_layers: int, stages: int) -> list[int]:
@@ -144,6 +145,8 @@ def candidates(net: Network, profiles, serving, keep: int = 12,
     cost = {m: layer_cost_s(profiles[m], serving) for m in range(n)}
     most = {m: net.max_layers(m) for m in range(n)}
     thresholds = sorted({profiles[m].kv_tokens(k) for m in range(n) for k in range(1, most[m] + 1)}, reverse=True)
+    if len(thresholds) > MAX_THRESHOLDS:     # a fixed share of them, evenly: the work does not grow with the kinds
+        thresholds = [thresholds[round(i * (len(thresholds) - 1) / (MAX_THRESHOLDS - 1))] for i in range(MAX_THRESHOLDS)]
     regions = sorted(set(net.machine_region))
     plans = [[list(range(n))]]
     if len(regions) > 1:

@@ -49,7 +49,7 @@ def test_the_text_report_says_what_was_read_dropped_and_fitted(capsys):
     out = capsys.readouterr().out
     assert "read megatron.log (Megatron-LM): 11 iteration lines up to iteration 100; 1 dropped as warm-up, 10 kept" in out
     assert "peak memory 52.1 GiB (max reserved of the 2 ranks that report it)" in out
-    assert "2x1x8 micro-batch 16: measured 12.5 s, predicted 10.2 s before" in out
+    assert "2x1x8 micro-batch 16: measured 12.5 s, predicted 10.8 s before" in out     # 10.2 s before issue 35
     assert "not written: give -o CALIBRATED.yaml" in out
 
 

@@ -13,7 +13,7 @@ import os
 
 from hypothesis import strategies as st
 
-from amp_tui.core.spec.frameworks import FRAMEWORKS, PROFILES
+from amp_tui.core.spec.frameworks import ENGINES, PROFILES
 from amp_tui.core.spec.params import LINK_CLASSES
 from amp_tui.core.spec.scenario import Scenario, parse_scenario
 
@@ -46,10 +46,10 @@ IDEAL = {"parameters": {
     **{f"link_efficiency.{c}": 1.0 for c in LINK_CLASSES},
     **{f"link_latency_s.{c}": 0.0 for c in LINK_CLASSES},
     **{f"link_flow_share.{c}": 1.0 for c in LINK_CLASSES},
-    **{f"dp_overlap.{f}": 0.0 for f in FRAMEWORKS},
+    **{f"dp_overlap.{f}": 0.0 for f in ENGINES},
     # no fixed costs: no host issue time (terms/host.py), no collective base latency
-    **{f"{family}.{key}": 0.0 for family in ("host_forward_s", "host_backward_s", "collective_host_s")
-       for key in PROFILES},
+    **{f"{family}.{key}": 0.0 for family in ("host_forward_s", "host_backward_s", "collective_host_s",
+                                             "pipeline_engine_s") for key in PROFILES},
     "collective_base_s": 0.0, "layer_floor_s": 0.0, "micro_batch_overhead_s": 0.0, "iteration_overhead_s": 0.0,
     "memory_fragmentation": 0.0, "backward_ratio": 2.0,
 }}

@@ -35,9 +35,10 @@ def test_flash2_on_hopper_runs_the_attention_core_at_its_fraction():
     h100 = gpu_catalog()["H100"]
     blocks = np.array([layer.kind == "block" for layer in scenario("H100", None).model.layers])
     flops = attention_core(scenario("H100", None).model)[0]
-    # the attention core at 0.35 of the peak instead of this GEMM's ~0.61: only blocks slow down
+    # the attention core at 0.35 of the peak instead of this GEMM's ~0.64 (issue 35: H100's GEMM
+    # microbenchmark, 0.801 of the peak, times gemm_training_share 0.828; ~0.61 when fitted per GPU)
     gemm = float(matmul_efficiency(h100, ModelParams(), np.array([32768.0]), np.array([2048.0]))[0])
-    assert 0.58 < gemm < 0.63
+    assert 0.62 < gemm < 0.66
     extra = flops / (h100.peak_flops_16 * h100.flash2_fraction) - flops / (h100.peak_flops_16 * gemm)
     assert np.all(flash2[~blocks] == fused[~blocks])
     assert flash2[blocks] - fused[blocks] == pytest.approx(np.full(blocks.sum(), extra), rel=1e-9)

@@ -102,11 +102,10 @@ def test_bad_serving_fields_get_one_line_errors(capsys, tmp_path, change, field)
     assert len(err.strip().splitlines()) == 1 and field in err, err
 
 
-def test_training_and_serving_commands_refuse_each_others_scenarios(capsys):
+def test_plan_refuses_a_serving_scenario(capsys):
+    # the other way round, serve serves a training scenario with the defaults (test_serving_minors.py)
     code, _, err = _run(capsys, "plan", "helix-single24-llama2-70b")
     assert code == 2 and "serve" in err and len(err.strip().splitlines()) == 1
-    code, _, err = _run(capsys, "serve", "paper-homogeneous")
-    assert code == 2 and "serving" in err and len(err.strip().splitlines()) == 1
 
 
 @pytest.mark.parametrize("name, low, high", [("helix-single24-llama2-70b", 0.9, 2.0),

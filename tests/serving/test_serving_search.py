@@ -62,3 +62,21 @@ def test_adding_a_machine_never_lowers_the_predicted_throughput(fast, slow):
     for more in (scenario(fast + 1, slow), scenario(fast, slow + 1)):
         served = _search(more)
         assert served.prediction.decode_tokens_per_s >= base.prediction.decode_tokens_per_s - 1e-6
+
+
+def test_the_pick_is_bounded_by_work_and_does_not_depend_on_the_clock(monkeypatch):
+    """The same input gives the same placement however fast the clock runs, until the safety net: a clock far
+    past the limit still gets an answer (the first start, the max-flow placement), and says why."""
+    import amp_tui.serving.served as served_module
+
+    sc = scenario(2, 2)
+    net = build_network(sc)
+    start = solve(net, time_limit_s=600).placement
+    calm = search(sc, net, time_limit_s=600, starts=[start])
+    ticks = iter(range(0, 10 ** 9, 5))                     # a clock 5 s further on at every look: a slow machine
+    monkeypatch.setattr(served_module.time, "perf_counter", lambda: float(next(ticks)))
+    busy = search(sc, net, time_limit_s=10 ** 8, starts=[start])
+    assert busy.served.placement == calm.served.placement and busy.evaluations == calm.evaluations
+    assert calm.stopped_by == busy.stopped_by == "converged"
+    cut = search(sc, net, time_limit_s=1, starts=[start])
+    assert cut.stopped_by == "time limit" and cut.served.placement == start and cut.evaluations == 1

@@ -73,7 +73,7 @@ def test_the_search_does_at_least_as_well_as_the_older_families():
     older = [p for _, p in pipelines.candidates(net, profiles, sc.serving)] + [flow_placement] + \
         [p for p, _ in all_baselines(net, [int(g) for g in net.machine_group]).values()]
     bar = max(evaluate(sc, net, p, profiles, window=False).prediction.decode_tokens_per_s for p in older)
-    served, _, _ = search(sc, net, time_limit_s=5, starts=[flow_placement])
+    served = search(sc, net, time_limit_s=5, starts=[flow_placement]).served
     assert served.prediction.decode_tokens_per_s >= bar - 1e-6
     shared = max(evaluate(sc, net, p, profiles, window=False).prediction.decode_tokens_per_s
                  for p in stages.candidates(net, profiles, sc.serving))

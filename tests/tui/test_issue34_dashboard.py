@@ -48,7 +48,8 @@ async def test_minor_a_gpu_swapped_in_the_dashboard_drops_the_instance_price(mak
         assert note in totals
         uses_it = [p for p in app.result.strategies if p.strategy.idle is None]
         assert uses_it and all(p.cost_per_hour_usd is None for p in uses_it)
-        app.query_one(StrategyTable).table.move_cursor(row=app.result.strategies.index(uses_it[0]))
+        table = app.query_one(StrategyTable)           # its first row is the uniform baseline's
+        table.table.move_cursor(row=next(i for i, r in enumerate(table.rows) if r.entry is uses_it[0]))
         await settle(app, pilot)
         assert note in "".join(str(static.content) for static in app.query_one(SelectedPane).query("Static"))
 

@@ -63,3 +63,21 @@ async def test_cancel_stops_a_running_solve_and_escape_keeps_the_only_view():
         await pilot.press("escape")
         await pilot.pause()
         assert app.screen is screen
+
+
+async def test_the_header_marks_the_picked_group_by_style_not_a_stray_character():
+    app = ServeApp(load_serving_scenario("helix-single24-llama2-70b"), time_limit_s=1)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await app.workers.wait_for_complete()
+        screen = app.screen
+
+        def picked():
+            title = screen._title()
+            assert ">" not in title.plain
+            return [title.plain[span.start:span.end] for span in title.spans if "reverse" in str(span.style)]
+
+        groups = screen.scenario.groups
+        assert picked() == [f"{groups[0].count} x {groups[0].label}"]
+        await pilot.press("g", "g")
+        await pilot.pause()
+        assert picked() == [f"{groups[2].count} x {groups[2].label}"]

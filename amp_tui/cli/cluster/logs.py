@@ -18,6 +18,7 @@ def run_log(args, write, scenario_text, render_fit) -> int:
     """Calibrate from the log `args.measurements` (write, scenario_text, render_fit: calibrate.py's)."""
     from amp_tui.core.calibration.log_runs import calibrate_from_log, measure_log, strategy_from_log
     from amp_tui.core.calibration.logs import read_log
+    from amp_tui.core.plans.confidence import confidence
     from amp_tui.core.plans.planfile import open_scenario
     from amp_tui.core.search.evaluate import evaluate
 
@@ -29,7 +30,6 @@ def run_log(args, write, scenario_text, render_fit) -> int:
     before = evaluate(scenario, measured.measurement.strategy).iteration_time_s
     after = evaluate(result.scenario, measured.measurement.strategy).iteration_time_s
     written = write(args, scenario_text(result.scenario, args.scenario)) if args.output else None
-    band = result.scenario.calibration.residual_log_sd
     if args.json:
         print(json.dumps({"scenario": scenario.name, "log": {"source": log.source, "engine": log.engine,
                                                              "iterations_kept": [r.step for r in measured.kept],
@@ -49,9 +49,8 @@ def run_log(args, write, scenario_text, render_fit) -> int:
     off = round((after / measured.measurement.iteration_time_s - 1) * 100, 1) or 0.0      # no "-0.0%"
     print(f"\n{strategy.label} micro-batch {strategy.micro_batch_size}: measured {_s(measured.measurement.iteration_time_s)}, "
           f"predicted {_s(before)} before, {_s(after)} after ({off:+.1f}%; "
-          f"the log's spread {spread:.1f}%); predictions now carry a band of ±{math.expm1(band) * 100:.1f}%")
-    print("note: one run pins this strategy; how far off others are one run cannot tell (no leave-one-out): "
-          "calibrate from several plans' runs (a measurements file) before trusting the band elsewhere")
+          f"the log's spread {spread:.1f}%)")
+    print(f"predicted times {confidence(result.scenario).describe()}")
     if written:
         print(f"wrote {written}: `amp-tui plan {written}`, `evaluate`, `ui` and plan files now use the fitted values")
     else:

@@ -358,6 +358,12 @@ def calibrate(scenario: Scenario, measurements: list[Measurement], *, source: st
     pinned = pin_partitions(scenario, measurements)
     result = fit(pinned, scenario_predictor(scenario), names, start=current_values(scenario, names),
                  leave_one_out=leave_one_out)
+    timed = sum(1 for m in pinned if m.timed)
+    fitted = sum(1 for p in result.parameters if p.fitted)
+    # Leave-one-out measures the fit's error only where the runs outnumber what they fit: with
+    # fewer, each left-out run is matched by moving the parameters it alone informs, and the band
+    # it gives says nothing about a strategy not measured (4 runs for 12 parameters showed +-1%).
+    loo = result.loo_log_sd if timed > fitted else None
     values = {}
     for name, value in result.values.items():
         lower, upper = bounds(name)
@@ -367,8 +373,29 @@ def calibrate(scenario: Scenario, measurements: list[Measurement], *, source: st
         scenario, values,
         source=f"amp-tui calibrate, {len(measurements)} measurements{f' from {source}' if source else ''}, {date}",
         residual_log_sd=_significant(result.residual_log_sd),
-        loo_log_sd=None if result.loo_log_sd is None else _significant(result.loo_log_sd))
-    return Calibrated(calibrated, result, tuple(_memory_notes(calibrated, pinned)))
+        loo_log_sd=None if loo is None else _significant(loo))
+    return Calibrated(calibrated, result, tuple(_fit_notes(result, timed, fitted) + _memory_notes(calibrated, pinned)))
+
+
+# Runs that disagree with every setting of the parameters by more than this (rms of log measured /
+# predicted after the fit; 25%), or that predict each other this badly (leave-one-out; 50%), are
+# more likely mistyped or from different setups than a model error.
+DISAGREE_RESIDUAL = math.log(1.25)
+DISAGREE_LOO = math.log(1.5)
+
+
+def _fit_notes(result: Fit, timed: int, fitted: int) -> list[str]:
+    notes = []
+    if timed <= fitted:
+        notes.append(f"{timed} timed run{'s' if timed != 1 else ''} for {fitted} fitted parameters: too few to "
+                     f"measure how far off a strategy not measured is, so predictions keep the uncalibrated band "
+                     f"(or none); measure at least {fitted + 1 - timed} more (`calibrate --suggest`)")
+    loo = result.loo_log_sd or 0.0
+    if result.residual_log_sd > DISAGREE_RESIDUAL or loo > DISAGREE_LOO:
+        notes.append(f"warning: these runs disagree with each other: {math.expm1(result.residual_log_sd):.0%} off "
+                     f"after the fit" + (f", {math.expm1(loo):.0%} leave-one-out" if loo else "")
+                     + ": check each run's strategy, units and warm-up before trusting the calibrated scenario")
+    return notes
 
 
 def _memory_notes(scenario: Scenario, measurements: list[Measurement]) -> list[str]:
@@ -387,13 +414,19 @@ def _memory_notes(scenario: Scenario, measurements: list[Measurement]) -> list[s
 
 def calibrated_uncertainty(scenario: Scenario) -> float | None:
     """A calibrated scenario's one-sigma relative band on a predicted iteration time (0.08: within
-    about 8%), or None when the scenario is not calibrated. The larger of the in-sample residual
-    spread and the leave-one-out error: the latter is what a run not among the measurements sees,
-    the former a floor when there were too few runs to leave one out."""
+    about 8%), or None when the scenario is not calibrated, or was calibrated from too few runs to
+    say (no leave-one-out error: one run, or no more runs than fitted parameters). The larger of the
+    in-sample residual spread and the leave-one-out error: the latter is what a run not among the
+    measurements sees."""
     calibration = scenario.calibration
-    if not calibration.values or calibration.residual_log_sd is None:
+    if not calibration.values or calibration.loo_log_sd is None:
         return None
-    return math.expm1(max(calibration.residual_log_sd, calibration.loo_log_sd or 0.0))
+    return math.expm1(max(calibration.residual_log_sd or 0.0, calibration.loo_log_sd))
+
+
+def calibrated_without_band(scenario: Scenario) -> bool:
+    """Whether the scenario is calibrated but from too few runs to measure its own error."""
+    return bool(scenario.calibration.values) and scenario.calibration.loo_log_sd is None
 
 
 def suggest_measurements(scenario: Scenario, count: int) -> list[tuple[Measurement, float, float]]:

@@ -31,12 +31,14 @@ from amp_tui.core.costmodel.layer_times import LayerTimes
 from amp_tui.core.costmodel.memory import (
     MemoryBreakdown,
     StateBytes,
+    breakdown,
     optimizer_traffic_per_param,
     state_bytes_per_param,
 )
 from amp_tui.core.costmodel.placement import Layout, Nodes, build_layout
 from amp_tui.core.costmodel.prediction import Prediction, StagePrediction, memory_reason
 from amp_tui.core.costmodel.terms import sharding
+from amp_tui.core.costmodel.terms.runtime import RankLinks, stage_runtime
 from amp_tui.core.spec.knobs import Knobs
 from amp_tui.core.spec.layers import ANY_GPU
 from amp_tui.core.spec.scenario import Scenario
@@ -77,6 +79,39 @@ class CostModel(LayerTimes):
                                                      self.knobs.hsdp_shard)
         return self._layouts[key]
 
+    def runtime(self, layout: Layout) -> tuple[np.ndarray, np.ndarray]:
+        """Per stage of a layout, what its GPUs hold whatever its layers: ((4, pp) a stated
+        reserve, the CUDA context, NCCL's buffers, the engine's fixed buffers; (pp,) the fixed
+        bytes of the optimizer step's phase) (memory.stage_runtime)."""
+        key = ("runtime", layout.tp, layout.pp, layout.dp, layout.order)
+        if key not in self._layouts:
+            cp = self.knobs.cp
+            self._layouts[key] = stage_runtime(self.training, self.knobs.zero_stage, self.rank_links(layout.order),
+                                               layout.serves, layout.tp // cp, cp, layout.dp, layout.pp)
+        return self._layouts[key]
+
+    def rank_links(self, order: tuple[int, ...]) -> RankLinks:
+        """What each rank's communicators see in this placement order (terms/runtime.py)."""
+        key = ("rank links", order)
+        if key not in self._layouts:
+            if order not in self._nodes:
+                self._nodes[order] = Nodes(self.scenario.cluster, order, self.params)
+            self._layouts[key] = RankLinks(self.scenario.cluster, self._nodes[order],
+                                           self.execution_stack.eager_module_loading)
+        return self._layouts[key]
+
+    @property
+    def micro_batch_overhead(self) -> float:
+        """Seconds per micro-batch on each stage the pipeline engine adds: every engine's fitted
+        figure and the framework's own (params pipeline_engine_s: DeepSpeed's pipeline engine)."""
+        return self.params("micro_batch_overhead_s") + self.params("pipeline_engine_s", self.training.framework)
+
+    @property
+    def execution_stack(self):
+        from amp_tui.core.spec.frameworks import PROFILES
+
+        return PROFILES[self.training.framework]
+
     def candidate(self, tp: int, pp: int, dp: int, mbs: int, order: tuple[int, ...]) -> "Candidate":
         return Candidate(self, self.layout(tp, pp, dp, order), mbs)
 
@@ -103,7 +138,7 @@ class Candidate:
         self.shard_group = sharding.sharding_group(self.dp, self.cp, self.hsdp)
         self.state = state_bytes_per_param(training, self.shard_group, self.knobs.zero_stage, self.pp)
         params = cost.params
-        self.micro_batch_overhead = params("micro_batch_overhead_s")
+        self.micro_batch_overhead = cost.micro_batch_overhead
 
     # Seconds per (parameter / tp) of stage s for the all-reduce and the optimizer step, and both.
     @cached_property
@@ -112,7 +147,7 @@ class Candidate:
         its last bucket's latency (terms/sharding.py)."""
         layout = self.layout
         links = self.cost.hsdp_links(layout.tp // self.cp, self.pp, self.dp, layout.order)
-        return sharding.replica_allreduce_coef(links, self.state.gradients, DP_BUCKET_BYTES)
+        return sharding.replica_allreduce_coef(links, self.state.reduced / self.shard_group, DP_BUCKET_BYTES)
 
     @cached_property
     def dp_coef(self) -> np.ndarray:
@@ -120,7 +155,7 @@ class Candidate:
             return self._hsdp_allreduce[0]
         if self.knobs.zero_stage >= 3:    # gradients are reduce-scattered layer by layer (stage times)
             return np.zeros(self.pp)
-        grad_bytes = self.state.weights
+        grad_bytes = self.state.reduced
         latency = self.layout.dp_allreduce_latency * (grad_bytes / DP_BUCKET_BYTES)    # one per bucket
         return grad_bytes * self.layout.dp_allreduce_seconds_per_byte + latency
 
@@ -291,33 +326,71 @@ class Candidate:
         experts = self.cost.model.columns["expert_params"] / (self.knobs.ep * self.tp)
         return np.concatenate([[0.0], np.cumsum(experts)])
 
+    def _per_layer(self, field: str) -> np.ndarray:
+        """(L + 1,): prefix sums of one StateBytes figure (a field or `total`) one GPU holds per layer."""
+        if self.expert_state is self.state:
+            return self.param_prefix * getattr(self.state, field)
+        experts = self.expert_prefix
+        return (self.param_prefix - experts) * getattr(self.state, field) + experts * getattr(self.expert_state, field)
+
     @cached_property
     def state_prefix(self) -> np.ndarray:
-        """(L + 1,): prefix sums of the weight, gradient and optimizer bytes one GPU holds per layer."""
-        if self.expert_state is self.state:
-            return self.param_prefix * self.state.total
-        experts = self.expert_prefix
-        return (self.param_prefix - experts) * self.state.total + experts * self.expert_state.total
+        """(L + 1,): prefix sums of the bytes one GPU holds per layer through the iteration:
+        weights, gradients, fp32 main gradients, optimizer state, gradient buckets."""
+        return self._per_layer("total")
+
+    @cached_property
+    def step_prefix(self) -> np.ndarray:
+        """(L + 1,): prefix sums of the optimizer step's fp32 copies per layer (memory.StateBytes.step)."""
+        return self._per_layer("step")
+
+    @cached_property
+    def stage_reserve(self) -> np.ndarray:
+        """(pp,): bytes per GPU each stage holds whatever its layers (memory.stage_runtime)."""
+        return self.cost.runtime(self.layout)[0].sum(axis=0)
+
+    @cached_property
+    def step_fixed(self) -> np.ndarray:
+        """(pp,): fixed bytes of each stage's optimizer-step phase (a bucket allocated after backward)."""
+        return self.cost.runtime(self.layout)[1]
 
     def memory_terms(self, stages: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, ...]:
-        """(weights, gradients, optimizer state, activations, workspace) bytes per GPU of each
-        segment [starts, ends) held by `stages`: the memory model's terms bar the reserve."""
+        """(weights, gradients, fp32 main gradients, optimizer state, gradient buckets, activations,
+        workspace, the optimizer step's transient) bytes per GPU of each segment [starts, ends) held
+        by `stages`: the memory model's terms bar what a stage holds whatever its layers."""
         act_prefix, peak, in_flight = self.memory_arrays
-        params = self.param_prefix[ends] - self.param_prefix[starts]
-        experts = self.expert_prefix[ends] - self.expert_prefix[starts] if self.expert_state is not self.state else 0.0
-        dense, state, expert_state = params - experts, self.state, self.expert_state
         pairs = np.column_stack([starts, ends]).ravel()
         workspace = np.maximum.reduceat(np.append(peak, 0.0), pairs)[::2]   # max over each segment
-        return (dense * state.weights + experts * expert_state.weights,
-                dense * state.gradients + experts * expert_state.gradients,
-                dense * state.optimizer + experts * expert_state.optimizer,
-                in_flight[stages] * (act_prefix[ends] - act_prefix[starts]), workspace)
+        fields = ("weights", "gradients", "main_gradients", "optimizer", "buckets")
+        state = tuple(self._segment(field, starts, ends) for field in fields)
+        step = self.step_prefix[ends] - self.step_prefix[starts] + self.step_fixed[stages]
+        return (*state, in_flight[stages] * (act_prefix[ends] - act_prefix[starts]), workspace, step)
+
+    def _segment(self, field: str, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+        params = self.param_prefix[ends] - self.param_prefix[starts]
+        if self.expert_state is self.state:
+            return params * getattr(self.state, field)
+        experts = self.expert_prefix[ends] - self.expert_prefix[starts]
+        return (params - experts) * getattr(self.state, field) + experts * getattr(self.expert_state, field)
+
+    def memory_need(self, memory: tuple[np.ndarray, ...], stages: np.ndarray) -> np.ndarray:
+        """Bytes per GPU of segments from their memory_terms: what is held through the iteration,
+        and the larger of backward's peak (activations, workspace) and the step's."""
+        weights, gradients, main, optimizer, buckets, activations, workspace, step = memory
+        return (weights + gradients + main + optimizer + buckets + np.maximum(activations + workspace, step)
+                + self.stage_reserve[stages])
+
+    def breakdown(self, s: int, terms) -> MemoryBreakdown:
+        """Stage s's MemoryBreakdown from its memory_terms (scalars)."""
+        weights, gradients, main, optimizer, buckets, activations, workspace, step = terms
+        runtime = tuple(float(x) for x in self.cost.runtime(self.layout)[0][:, s])
+        return breakdown((weights, gradients, main, optimizer, buckets), activations, workspace, step, runtime,
+                         self.cost.params("memory_fragmentation"))
 
     def stage_memory(self, s: int, i: int, j: int) -> MemoryBreakdown:
         """Memory per GPU of stage s holding layers [i, j)."""
         terms = self.memory_terms(np.array([s]), np.array([i]), np.array([j]))
-        reserve = self.cost.training.runtime_reserve_bytes
-        return MemoryBreakdown(*(float(term[0]) for term in terms), reserve_bytes=reserve)
+        return self.breakdown(s, tuple(float(term[0]) for term in terms))
 
     def _terms(self, partition: tuple[int, ...]) -> dict:
         """Every per-stage term of one partition as arrays over stages, and the iteration's three
@@ -341,7 +414,7 @@ class Candidate:
         return {
             "starts": starts, "ends": ends, "compute": compute, "comm": comm, "busy": busy,
             "dp_allreduce": dp_allreduce, "optimizer_step": optimizer_step, "memory": memory,
-            "memory_total": sum(memory) + self.cost.training.runtime_reserve_bytes,
+            "memory_total": self.memory_need(memory, stages),
             "steady": (B - 1) * float(busy.max()),
             # Interleaving v chunks per rank fills and drains the pipeline v times faster.
             "fill": float(compute.sum() + cuts.sum() + pp * overhead) / v,
@@ -368,7 +441,6 @@ class Candidate:
         t = self._terms(partition)
         _, tp_part = self.stage_layer_times
         gpus = self.cost.gpus
-        reserve = self.cost.training.runtime_reserve_bytes
         stages = []
         columns = zip(t["starts"].tolist(), t["ends"].tolist(), t["compute"].tolist(), t["comm"].tolist(),
                       t["busy"].tolist(), t["dp_allreduce"].tolist(), t["optimizer_step"].tolist(),
@@ -387,7 +459,7 @@ class Candidate:
                 tp_latency_s=float(self.stage_tp_latency_times[s, i:j].sum()),
                 overhead_s=self.micro_batch_overhead, stage_time_s=busy,
                 dp_allreduce_s=dp_allreduce, optimizer_step_s=optimizer_step,
-                memory=MemoryBreakdown(*memory, reserve_bytes=reserve), capacity_bytes=capacity,
+                memory=self.breakdown(s, memory), capacity_bytes=capacity,
                 latency_s=float(latency[s]),
             ))
         bottleneck = float(t["busy"].max())
@@ -436,4 +508,4 @@ def backward_overlap(cost: CostModel) -> float:
     passes, 3 of 4 under full recomputation)."""
     passes = cost.knobs.forward_passes + 2.0
     backward = (passes - 1.0) / passes      # the recomputed forward runs in the backward pass
-    return cost.params("dp_overlap", cost.training.framework) * backward
+    return cost.params("dp_overlap", cost.training.engine) * backward

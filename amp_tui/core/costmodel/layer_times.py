@@ -345,7 +345,8 @@ class LayerTimes:
                     exposed = np.maximum(sharded - compute, 0.0) + shard[1] * collectives
                     total = total + exposed
                 host = host_terms.exposed_host_time(
-                    self.host_times(self.gpus[g].name, tp, collectives if sharded is not None else 0.0), total)
+                    self.host_times(self.gpus[g].name, tp, collectives if sharded is not None else 0.0), total,
+                    self.execution.host_overlap)
                 total = total + host
                 slower = total > times
                 times = np.where(slower, total, times)

@@ -141,6 +141,14 @@ class Prediction:
         return out
 
 
+def memory_terms_text(stage: StagePrediction) -> str:
+    """One stage's memory by term (memory.MemoryBreakdown.terms, those above zero):
+    'stage 3 (V100): 11.5 GiB of 15.8 GiB: weights 240 MiB, ..., CUDA context 1.03 GiB'."""
+    terms = ", ".join(f"{name} {format_bytes(value)}" for name, value in stage.memory.terms().items() if value > 0)
+    return (f"stage {stage.index} ({stage.gpu}): {format_bytes(stage.memory.total_bytes)} of "
+            f"{format_bytes(stage.capacity_bytes)}: {terms}")
+
+
 def memory_reason(stage: StagePrediction) -> str:
     return over_capacity(stage.index, stage.first_layer, stage.last_layer, stage.gpu,
                          stage.memory.total_bytes, stage.capacity_bytes)

@@ -36,12 +36,13 @@ import numpy as np
 
 from amp_tui.core.costmodel.cost import DP_BUCKET_BYTES, CostModel, backward_overlap, exposed_allreduce
 from amp_tui.core.costmodel.memory import (
-    MemoryBreakdown,
+    breakdown,
     optimizer_traffic_per_param,
     state_bytes_per_param,
 )
 from amp_tui.core.costmodel.placement import Nodes
 from amp_tui.core.costmodel.prediction import Prediction, StagePrediction, memory_reason
+from amp_tui.core.costmodel.terms.runtime import stage_runtime
 from amp_tui.core.costmodel.terms.sharding import zero3_ring
 from amp_tui.core.spec.scenario import Scenario
 from amp_tui.core.spec.strategy import Strategy
@@ -83,9 +84,9 @@ class StageWise:
         self.ranks = [np.arange(offsets[s], offsets[s + 1]).reshape(d, t * cp)
                       for s, (t, d) in enumerate(zip(self.tps, self.dps))]
         self.links = [self._stage_links(ranks) for ranks in self.ranks]
-        self.overhead = cost.params("micro_batch_overhead_s")
+        self.overhead = cost.micro_batch_overhead
         self.fixed = cost.params("iteration_overhead_s")
-        self.reserve = training.runtime_reserve_bytes
+        self.offsets = offsets
         # Boundaries: seconds per byte of the whole micro-batch's activation, and latency.
         coef, latency = [], []
         for k in range(self.pp - 1):
@@ -161,10 +162,23 @@ class StageWise:
                 dp_coef.append(0.0)
                 last.append(0.0)
                 continue
-            grad = self.state[s].weights
+            grad = self.state[s].reduced
             dp_coef.append(grad * links.allreduce_spb + links.allreduce_latency * (grad / DP_BUCKET_BYTES))
             last.append(links.allreduce_latency)
         return np.array(dp_coef), np.array(opt_coef), np.array(last)
+
+    @cached_property
+    def runtime(self) -> tuple[np.ndarray, np.ndarray]:
+        """((4, pp), (pp,)): memory.stage_runtime for each stage with its own degrees."""
+        cost, groups = self.cost, len(self.cost.scenario.cluster.nodes)
+        held, step = np.zeros((4, self.pp)), np.zeros(self.pp)
+        for s, links in enumerate(self.links):
+            serves = np.zeros((self.pp, groups), dtype=bool)
+            serves[:, list(links.groups)] = True
+            h, st = stage_runtime(cost.training, self.knobs.zero_stage, cost.rank_links(self.order), serves,
+                                  self.tps[s], self.cp, self.dps[s], self.pp, self.offsets[:-1], int(self.offsets[-1]))
+            held[:, s], step[s] = h[:, s], st[s]
+        return held, step
 
     @cached_property
     def param_prefix(self) -> np.ndarray:
@@ -204,8 +218,9 @@ class StageWise:
             act, peak, in_flight = self.memory[s]
             i, j = int(starts[s]), int(ends[s])
             st = self.state[s]
-            memory.append((params[s] * st.weights, params[s] * st.gradients, params[s] * st.optimizer,
-                           in_flight * (act[j] - act[i]), float(peak[i:j].max())))
+            memory.append((params[s] * st.weights, params[s] * st.gradients, params[s] * st.main_gradients,
+                           params[s] * st.optimizer, params[s] * st.buckets, in_flight * (act[j] - act[i]),
+                           float(peak[i:j].max()), params[s] * st.step + float(self.runtime[1][s])))
         return {"starts": starts, "ends": ends, "compute": compute, "comm": comm, "busy": busy, "cuts": cuts,
                 "dp_allreduce": allreduce, "optimizer_step": optimizer, "memory": memory,
                 "steady": (B - 1) * float(busy.max()),
@@ -216,9 +231,20 @@ class StageWise:
         t = self.terms(partition)
         return t["steady"] + t["fill"] + t["tail"] + t["fixed"]
 
+    def memory_need(self, s: int, memory: tuple) -> float:
+        """Bytes per GPU of stage s from its memory terms (as Candidate.memory_need)."""
+        weights, gradients, main, optimizer, buckets, activations, workspace, step = memory
+        return (weights + gradients + main + optimizer + buckets + max(activations + workspace, step)
+                + float(self.runtime[0][:, s].sum()))
+
+    def breakdown(self, s: int, memory: tuple):
+        weights, gradients, main, optimizer, buckets, activations, workspace, step = memory
+        return breakdown((weights, gradients, main, optimizer, buckets), activations, workspace, step,
+                         tuple(float(x) for x in self.runtime[0][:, s]), self.cost.params("memory_fragmentation"))
+
     def fits(self, partition: tuple[int, ...]) -> bool:
         t = self.terms(partition)
-        return all(sum(mem) + self.reserve <= links.capacity for mem, links in zip(t["memory"], self.links))
+        return all(self.memory_need(s, mem) <= links.capacity for s, (mem, links) in enumerate(zip(t["memory"], self.links)))
 
     def predict(self, partition: tuple[int, ...]) -> Prediction:
         t = self.terms(partition)
@@ -237,7 +263,7 @@ class StageWise:
                 compute_s=float(t["compute"][s]), tp_comm_s=float(self.rows[s][1][i:j].sum()),
                 comm_s=float(t["comm"][s]), overhead_s=self.overhead, stage_time_s=float(t["busy"][s]),
                 dp_allreduce_s=float(t["dp_allreduce"][s]), optimizer_step_s=float(t["optimizer_step"][s]),
-                memory=MemoryBreakdown(*t["memory"][s], reserve_bytes=self.reserve), capacity_bytes=links.capacity,
+                memory=self.breakdown(s, t["memory"][s]), capacity_bytes=links.capacity,
                 latency_s=latency, host_s=float(self.rows[s][4][i:j].sum()), tp_latency_s=tp_latency,
                 shard_comm_s=float(self.rows[s][3][i:j].sum())))
         B = self.num_micro_batches
@@ -283,7 +309,9 @@ class StageWise:
             for a in range(L):
                 seg_peak[a, a + 1:] = np.maximum.accumulate(peak[a:])
             st = self.state[s]
-            mem = params * st.total + in_flight * (act[None, :] - act[:, None]) + seg_peak + self.reserve
+            backward = in_flight * (act[None, :] - act[:, None]) + seg_peak
+            step = params * st.step + float(self.runtime[1][s])
+            mem = params * st.total + np.maximum(backward, step) + float(self.runtime[0][:, s].sum())
             g[s] = np.where(valid, gs, INF)
             tau[s] = np.where(valid, ts, INF)
             e[s] = np.where(valid, es, INF)

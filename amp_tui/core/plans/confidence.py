@@ -20,13 +20,16 @@ class Confidence:
 
 
 def confidence(scenario: Scenario) -> Confidence:
-    from amp_tui.core.calibration.calibrate import calibrated_uncertainty
+    from amp_tui.core.calibration.calibrate import calibrated_uncertainty, calibrated_without_band
     from amp_tui.core.validation.bands import band_basis, uncertainty
 
     calibrated = calibrated_uncertainty(scenario)
     if calibrated is not None:
         return Confidence(calibrated, "calibrated: leave-one-out error of its measurements")
-    return Confidence(uncertainty(scenario), band_basis(scenario))
+    basis = band_basis(scenario)
+    if calibrated_without_band(scenario):
+        basis = f"calibrated from too few runs to measure its own error; the published runs' band: {basis}"
+    return Confidence(uncertainty(scenario), basis)
 
 
 def within_band(times: list[float], band: float | None) -> int:

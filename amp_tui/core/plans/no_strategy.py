@@ -17,6 +17,7 @@ from __future__ import annotations
 import math
 
 from amp_tui.core.base.units import format_bytes
+from amp_tui.core.costmodel.memory import least_reserve
 from amp_tui.core.search.objective import Objective
 from amp_tui.core.search.search import SearchResult, divisors, tp_degrees
 from amp_tui.core.spec.scenario import Scenario
@@ -27,19 +28,20 @@ def state_shortfall(scenario: Scenario) -> str | None:
     memory (the test part_bounds applies to every part); None when it can."""
     training, model = scenario.training, scenario.model
     room_bytes = sum(group.count * group.gpus_per_node * max(group.gpu.usable_memory_bytes
-                                                              - training.runtime_reserve_bytes, 0.0)
+                                                              - least_reserve(training, group.gpu), 0.0)
                      for group in scenario.cluster.nodes)
     needed_bytes = model.total_params * training.state_bytes_per_param
     if needed_bytes <= room_bytes:
         return None
     gpus = scenario.cluster.num_gpus
-    per_gpu = {format_bytes(max(g.gpu.usable_memory_bytes - training.runtime_reserve_bytes, 0.0))
+    per_gpu = {format_bytes(max(g.gpu.usable_memory_bytes - least_reserve(training, g.gpu), 0.0))
                for g in scenario.cluster.nodes}
+    held = "runtime reserve" if training.runtime_reserve_bytes is not None else "CUDA context"
     return (f"{model.name} is too big for this cluster: its weights, gradients and optimizer state need about "
             f"{format_bytes(needed_bytes)} ({model.total_params / 1e9:.3g} B parameters x "
             f"{training.state_bytes_per_param:g} bytes, {training.precision} with {training.optimizer}), and all "
             f"{gpus} GPUs together hold {format_bytes(room_bytes)} ({' or '.join(sorted(per_gpu))} each after the "
-            f"{format_bytes(training.runtime_reserve_bytes)} runtime reserve). Use more or larger GPUs, or a smaller model.")
+            f"{held}). Use more or larger GPUs, or a smaller model.")
 
 
 def _has_candidates(scenario: Scenario, gpus: int, batch: int, cp: int = 1) -> bool:

@@ -45,7 +45,7 @@ Where the figures come from (docs/cost-model.md):
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 
 @dataclass(frozen=True)
@@ -68,6 +68,46 @@ class FrameworkProfile:
     # (x1.9 counted, as the H200 rows show: a Llama block's floor is ~1.9x a GPT block's); fused
     # and compiled code runs each as one or two (x1.2).
     gated_block_kernels: float = 1.9
+    # The stack: the engine whose conventions it follows (what it allocates, shards and
+    # overlaps: "megatron", "deepspeed", "fsdp", "pytorch"; the key where empty) and the year
+    # of its software (PyTorch, CUDA, NCCL), which sets what the runtime holds (terms/runtime.py).
+    engine: str = ""
+    era: int = 2024
+    # Share of the host's issue time the GPU's work hides: 1, a layer takes the longer of the two
+    # (the host runs ahead); 0, their sum (the host waits for the GPU at every layer).
+    host_overlap: float = 1.0
+    # The pipeline engine's own cost per micro-batch on each stage beyond the sends' NCCL time and
+    # the fitted micro_batch_overhead_s every engine pays (params pipeline_engine_s.PROFILE).
+    pipeline_engine_s: float = 0.0
+    # fp16 training keeps its fp32 master gradients between steps (zeroed, not freed): Megatron-LM
+    # 1.x's FP16_Optimizer (megatron/fp16/fp16.py zero_grad, set_grads_to_None False by default).
+    keeps_master_grads: bool = False
+
+    @property
+    def engine_key(self) -> str:
+        return self.engine or self.key
+
+    @property
+    def eager_module_loading(self) -> bool:
+        """CUDA loads every kernel at start: PyTorch before 1.13 (late 2022) did not ask for lazy loading."""
+        return self.era <= 2022
+
+    @property
+    def nccl_runtime_connect(self) -> bool:
+        """NCCL connects only the algorithms that run (NCCL_RUNTIME_CONNECT, 2.22, mid-2024)."""
+        return self.era >= 2024
+
+    @property
+    def tf32(self) -> bool:
+        """Whether fp32 matrix multiplies run on TF32 tensor cores unless told otherwise: PyTorch 1.7
+        to 1.11 allowed it by default (torch.backends.cuda.matmul.allow_tf32; off from 1.12, mid-2022),
+        and NGC's containers, where Megatron-LM and NeMo run, still do (TORCH_ALLOW_TF32_CUBLAS_OVERRIDE)."""
+        return self.era <= 2022 or self.engine_key == "megatron"
+
+    @property
+    def p2p_by_broadcast(self) -> bool:
+        """DeepSpeed's pipeline engine sends by broadcast in groups of two before PyTorch 1.8 (2021)."""
+        return self.era <= 2020
 
     @property
     def host_forward_s(self) -> float:
@@ -104,9 +144,66 @@ PROFILES: dict[str, FrameworkProfile] = {p.key: p for p in (
                      "from CUDA graphs", 10, 20, 1e-6, 1e-6, 2e-6, 0.6, 0.9, 0.33, gated_block_kernels=1.2),
 )}
 
-FRAMEWORKS = ("megatron", "deepspeed", "fsdp", "pytorch")
+
+
+def _stack(base: str, key: str, description: str, era: int, **changes) -> FrameworkProfile:
+    """A dated stack of an engine: its profile with the software of that year."""
+    return replace(PROFILES[base], key=key, description=description, engine=base, era=era, **changes)
+
+
+# The 2020 stack (Megatron-LM v1.1.5's GPT-2 code under PyTorch 1.5-1.7; AMP's code ran DeepSpeed's
+# pipeline engine on it), from AMP's own layer times (reference/layer_profiles.yaml: a GPT-2
+# medium block's forward per sample at micro-batch 1, T4 and V100, tp 1, 2, 4). They are the GPU's
+# time plus a host time the GPU does not hide: with the analytic GPU times (T4 2.74, V100 1.24 ms
+# forward at tp 1) one host time of 2.70 ms gives both GPUs (T4 5.47, V100 3.92 ms measured; the
+# longer of the two would give one or the other, not both), and each tensor-parallel all-reduce adds
+# 0.57 ms beyond its modelled NCCL time (0.39-0.83 ms over tp 2 and 4 on either GPU): PyTorch
+# 1.5's c10d call and its stream synchronisation, not NCCL's wire time. The block runs unfused
+# (~30 kernels forward: bias adds, scale, mask, softmax, dropout, GELU written out), so ~90 us per
+# kernel from Python; backward kernels are issued by the autograd engine's C++ thread, taken at
+# today's per-kernel figure (no measurement of the 2020 backward exists here).
+_STACK_2020 = dict(forward_kernels=30, backward_kernels=60, host_s_per_forward_kernel=2.70e-3 / 30,
+                   collective_host_s=0.57e-3, host_overlap=0.0)
+# DeepSpeed's pipeline engine (runtime/pipe/engine.py, p2p.py) runs each micro-batch as
+# instructions (load, forward, backward, and a send and a receive per neighbour), each a Python call,
+# and sends blocking: the sender waits for its receiver (before PyTorch 1.8 a broadcast in a group
+# of two). Per micro-batch on a stage: two blocking calls at the stack's collective cost and four
+# instructions at its per-kernel Python cost: 2020 2 x 0.57 + 4 x 0.09 ms; later 2 x 0.02 + 4 x 0.028.
+_DEEPSPEED_PIPE_2020_S = 2 * 0.57e-3 + 4 * 2.70e-3 / 30
+_DEEPSPEED_PIPE_S = 2 * 20e-6 + 4 * 27.6e-6
+
+
+PROFILES["deepspeed"] = replace(PROFILES["deepspeed"], pipeline_engine_s=_DEEPSPEED_PIPE_S)
+# The 2021-2022 stacks (PyTorch 1.8-1.12): the eager per-kernel figures, and a c10d collective of
+# 0.15 ms on the host: the issue-26 quoted Megatron-DeepSpeed run (GPT h1024, 24 layers, tp 8 on 8
+# A100s, micro-batch 1: 2.54 ms a block a micro-batch if its global batch was 32) sits 0.6 ms a block
+# above today's figures, over the block's four all-reduces (one run, its batch assumed: a weak
+# figure, the only one here).
+_STACK_2022 = dict(collective_host_s=0.15e-3)
+PROFILES.update({p.key: p for p in (
+    _stack("megatron", "megatron-2020", "Megatron-LM 1.x (2020): PyTorch 1.5-1.7, apex, NCCL 2.7", 2020,
+           keeps_master_grads=True, **_STACK_2020),
+    _stack("megatron", "megatron-2022", "Megatron-LM 2.x-3.x (2021-2022): PyTorch 1.8-1.12, NCCL 2.8-2.12", 2022,
+           **_STACK_2022),
+    _stack("deepspeed", "deepspeed-2020", "DeepSpeed's pipeline engine on Megatron's GPT-2 (2020): DeepSpeed "
+           "0.3, PyTorch 1.5-1.7, NCCL 2.7", 2020, pipeline_engine_s=_DEEPSPEED_PIPE_2020_S, **_STACK_2020),
+    _stack("deepspeed", "deepspeed-2022", "DeepSpeed and Megatron-DeepSpeed (2021-2022): DeepSpeed 0.5-0.7, "
+           "PyTorch 1.8-1.12, NCCL 2.10-2.12", 2022, pipeline_engine_s=2 * 0.15e-3 + 4 * 27.6e-6, **_STACK_2022),
+)})
+
+# The engines: what a training allocates, shards and overlaps (memory.py, cost.py); each stack
+# (training.framework) follows one.
+ENGINES = ("megatron", "deepspeed", "fsdp", "pytorch")
+# What training.framework accepts: the engines as they are today, and dated stacks.
+FRAMEWORKS = ("megatron", "deepspeed", "fsdp", "pytorch", "megatron-2020", "megatron-2022", "deepspeed-2020",
+              "deepspeed-2022")
 # training.compile: False (eager), True (torch.compile's default mode), or "cudagraphs".
 COMPILE_MODES = (False, True, "cudagraphs")
+
+
+def engine_of(framework: str) -> str:
+    """The engine a stack follows (ENGINES)."""
+    return PROFILES[framework].engine_key
 
 
 def execution_key(framework: str, compile_mode) -> str:
@@ -130,4 +227,4 @@ def loss_buffers(framework: str, compile_mode) -> float:
 
 def uses_pytorch_fsdp(framework: str) -> bool:
     """Whether ZeRO-3 under this framework is PyTorch's FSDP (block-wise gathers and prefetch)."""
-    return framework in ("fsdp", "pytorch")
+    return engine_of(framework) in ("fsdp", "pytorch")

@@ -33,16 +33,30 @@ class GPU:
     # Whether its driver allows PCIe peer-to-peer copies (GeForce cards: no; NCCL then moves data
     # through host memory: NodeGroup.intra_link_class "host").
     peer_to_peer: bool = True
+    generation: str = ""           # architecture (volta, ampere, hopper ...): what its runtime holds
+    # Dense TF32 tensor-core FLOP/s (0: no TF32, Ampere's predecessors): fp32 matrix multiplies
+    # where the stack allows TF32 (training.tf32).
+    peak_flops_tf32: float = 0.0
+    # The share of the 16-bit peak a large matrix multiply reaches in a microbenchmark (0: none
+    # measured); where given, training's matrix multiplies run at it times the fitted share
+    # training keeps of it (terms/compute.py best_fraction), and peak_fraction is not used.
+    gemm_fraction: float = 0.0
 
     def peak_flops(self, precision: str) -> float:
         """Peak FLOP/s of the matrix multiplies at this training precision."""
         if precision == "fp32":
             return self.peak_flops_32
+        if precision == "tf32":                 # TF32 tensor cores where it has them
+            return self.peak_flops_tf32 or self.peak_flops_32
         if precision == "fp8":
             return self.peak_flops_8
         if precision == "fp4":
             return self.peak_flops_4
         return self.peak_flops_16
+
+    def supports(self, precision: str) -> bool:
+        """Whether it trains in this precision (tf32 wherever fp32: as fp32 without TF32 cores)."""
+        return precision in self.precisions or (precision == "tf32" and "fp32" in self.precisions)
 
     def efficiency(self, work: float) -> float:
         """Fraction of peak reached by a kernel of `work` = tokens x width / tp elements."""
@@ -57,11 +71,14 @@ class GPU:
             "fp16_tflops": self.peak_flops_16 / 1e12,
             "fp32_tflops": self.peak_flops_32 / 1e12,
             "efficiency": {"peak_fraction": self.peak_fraction, "half_work": self.half_work,
-                           **({"flash2_fraction": self.flash2_fraction} if self.flash2_fraction else {})},
+                           **({"flash2_fraction": self.flash2_fraction} if self.flash2_fraction else {}),
+                           **({"gemm_fraction": self.gemm_fraction} if self.gemm_fraction else {})},
             "precisions": list(self.precisions),
             **({"fp8_tflops": self.peak_flops_8 / 1e12} if self.peak_flops_8 else {}),
             **({"fp4_tflops": self.peak_flops_4 / 1e12} if self.peak_flops_4 else {}),
             **({"peer_to_peer": False} if not self.peer_to_peer else {}),
+            **({"generation": self.generation} if self.generation else {}),
+            **({"tf32_tflops": self.peak_flops_tf32 / 1e12} if self.peak_flops_tf32 else {}),
         }
 
 
@@ -86,7 +103,8 @@ def parse_gpu(value: object, field: str) -> GPU:
 
 def _gpu_from_fields(name: str, fields: dict, field: str) -> GPU:
     allowed = {"name", "description", "memory", "usable_memory", "memory_bandwidth", "fp16_tflops",
-               "fp32_tflops", "fp8_tflops", "fp4_tflops", "efficiency", "precisions", "peer_to_peer"}
+               "fp32_tflops", "fp8_tflops", "fp4_tflops", "tf32_tflops", "efficiency", "precisions", "peer_to_peer",
+               "generation"}
     for key in fields:
         if key not in allowed:
             raise SpecError(f"{field}.{key}", fields[key], f"unknown GPU field; allowed: {', '.join(sorted(allowed))}")
@@ -106,14 +124,17 @@ def _gpu_from_fields(name: str, fields: dict, field: str) -> GPU:
     peak_fraction = parse_number(efficiency.get("peak_fraction", 0.4), f"{field}.efficiency.peak_fraction", positive=True)
     if peak_fraction > 1:
         raise SpecError(f"{field}.efficiency.peak_fraction", peak_fraction, "must be at most 1")
-    unknown = set(efficiency) - {"peak_fraction", "half_work", "flash2_fraction"}
+    unknown = set(efficiency) - {"peak_fraction", "half_work", "flash2_fraction", "gemm_fraction"}
     if unknown:
         key = sorted(unknown)[0]
         raise SpecError(f"{field}.efficiency.{key}", efficiency[key],
-                        "unknown efficiency field; allowed: flash2_fraction, half_work, peak_fraction")
+                        "unknown efficiency field; allowed: flash2_fraction, gemm_fraction, half_work, peak_fraction")
     flash2 = parse_number(efficiency.get("flash2_fraction", 0), f"{field}.efficiency.flash2_fraction", minimum=0)
     if flash2 > 1:
         raise SpecError(f"{field}.efficiency.flash2_fraction", flash2, "must be at most 1")
+    gemm = parse_number(efficiency.get("gemm_fraction", 0), f"{field}.efficiency.gemm_fraction", minimum=0)
+    if gemm > 1:
+        raise SpecError(f"{field}.efficiency.gemm_fraction", gemm, "must be at most 1")
     precisions = fields.get("precisions", ["fp16", "bf16", "fp32"])
     if not isinstance(precisions, list) or not precisions or any(p not in _PRECISION_NAMES for p in precisions):
         raise SpecError(f"{field}.precisions", precisions, f"expected a list drawn from {', '.join(_PRECISION_NAMES)}")
@@ -137,7 +158,11 @@ def _gpu_from_fields(name: str, fields: dict, field: str) -> GPU:
         peak_flops_8=low["fp8"],
         peak_flops_4=low["fp4"],
         flash2_fraction=float(flash2),
+        gemm_fraction=float(gemm),
         peer_to_peer=_flag(fields.get("peer_to_peer", True), f"{field}.peer_to_peer"),
+        generation=check_name(fields.get("generation", ""), f"{field}.generation", limit=32),
+        peak_flops_tf32=(parse_number(fields["tf32_tflops"], f"{field}.tf32_tflops", minimum=0) * 1e12
+                         if fields.get("tf32_tflops") is not None else 0.0),
     )
 
 

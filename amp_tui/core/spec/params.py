@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from amp_tui.core.base.errors import SpecError
 from amp_tui.core.base.units import parse_number
-from amp_tui.core.spec.frameworks import FRAMEWORKS, PROFILES
+from amp_tui.core.spec.frameworks import ENGINES, PROFILES, engine_of
 
 # Link classes: what a GPU-to-GPU path runs over. Each reaches its own fraction of the nominal
 # (catalog) bandwidth and pays its own per-message latency. "host": PCIe between GPUs whose driver
@@ -65,14 +65,14 @@ FAMILIES: dict[str, Family] = {family.name: family for family in (
     # host: two PCIe crossings and host DRAM per hop, all GPUs' rings through the same memory and,
     # across sockets, the inter-socket link: about a third of the x16 rate (nccl-tests on GeForce
     # boxes without peer-to-peer reach 5-6 GB/s bus bandwidth on Gen3, 10-12 on Gen4). Not fitted.
-    Family("link_efficiency", {"nvlink": 1.0, "pcie": 0.95, "host": 0.35, "infiniband": 0.844, "ethernet": 0.7,
+    Family("link_efficiency", {"nvlink": 1.0, "pcie": 0.95, "host": 0.35, "infiniband": 0.838, "ethernet": 0.7,
                                "*": 0.95},
            0.05, 1.0, 0.4, "x", "achieved fraction of the catalog bandwidth for collectives and sends",
            keyed_by="link"),
     Family("link_flow_share", {"ethernet": 0.5, "*": 1.0}, 0.05, 1.0, 0.4, "x",
            "share of the line rate one connection reaches alone (NCCL over TCP sockets: about half); "
            "several through one interface together reach link_efficiency", keyed_by="link"),
-    Family("link_latency_s", {"nvlink": 2.67e-6, "pcie": 15e-6, "host": 30e-6, "infiniband": 3.98e-5, "ethernet": 65e-6,
+    Family("link_latency_s", {"nvlink": 2.11e-6, "pcie": 15e-6, "host": 30e-6, "infiniband": 3.72e-5, "ethernet": 65e-6,
                               "*": 30e-6},
            0.0, 5e-3, 1.0, "s", "per-message latency (the alpha term) of one step of a collective or one send "
            "(kept in the classes' physical order, RDMA below TCP, so that a slower link is never faster)",
@@ -82,17 +82,20 @@ FAMILIES: dict[str, Family] = {family.name: family for family in (
     # protocol; LL's and LL128's in NCCL's ratios to it (terms/collectives.py). Not fitted.
     Family("collective_base_s", 8.4e-6, 0.0, 1e-3, 0.5, "s",
            "base latency of one collective call (NCCL's Simple protocol; LL and LL128 in NCCL's ratios)"),
-    Family("dp_overlap", {"megatron": 0.406, "deepspeed": 0.0, "fsdp": 0.88, "pytorch": 0.88, "*": 0.0},
+    Family("dp_overlap", {"megatron": 0.41, "deepspeed": 0.0, "fsdp": 0.88, "pytorch": 0.88, "*": 0.0},
            0.0, 1.0, 1.0, "x",
            "share of the last micro-batch's backward pass that hides the gradient all-reduce "
            "(bucketed reduction as gradients become ready; DeepSpeed's pipeline engine reduces after)",
            keyed_by="framework"),
-    Family("tp_overlap", 0.689, 0.0, 1.0, 0.4, "x",
+    Family("tp_overlap", 0.625, 0.0, 1.0, 0.4, "x",
            "share of the tensor-parallel collectives hidden behind the GEMMs they feed when the "
            "training section asks for tp_comm_overlap (Transformer Engine userbuffers, async TP)"),
-    Family("gemm_half_dim", 68.3, 8.0, 1024.0, 0.7, "rows",
+    Family("gemm_training_share", 0.828, 0.3, 1.0, 0.3, "x",
+           "share of a GEMM microbenchmark's rate (catalog gemm_fraction) a training step's matrix "
+           "multiplies keep: one figure for every GPU with a microbenchmark"),
+    Family("gemm_half_dim", 73.4, 8.0, 1024.0, 0.7, "rows",
            "matrix-multiply rows (or columns) at which a GEMM reaches half its GPU's best efficiency"),
-    Family("fp8_efficiency", 0.973, 0.3, 1.0, 0.3, "x",
+    Family("fp8_efficiency", 0.889, 0.3, 1.0, 0.3, "x",
            "share of the bf16 matrix-multiply efficiency fp8 keeps at its doubled peak (casts, scaling)"),
     Family("fp8_rowwise_efficiency", 0.5, 0.2, 1.0, 0.3, "x",
            "share of the fp8 matrix-multiply efficiency left with a scale per row (torchao's rowwise "
@@ -108,7 +111,7 @@ FAMILIES: dict[str, Family] = {family.name: family for family in (
     Family("backward_ratio", 2.0, 1.0, 3.0, 0.15, "x",
            "backward over forward time of a layer whose forward is measured (2 by FLOPs: input and "
            "weight gradients; memory-bound kernels and GEMM shapes move it)"),
-    Family("layer_floor_s", 3.08e-5, 0.0, 2e-3, 1.0, "s",
+    Family("layer_floor_s", 3.87e-5, 0.0, 2e-3, 1.0, "s",
            "kernel-launch floor of one layer's forward pass: a latency-bound layer takes at least this"),
     # Set from microbenchmarks, not fitted (frameworks.py): what the host spends issuing one
     # transformer block's kernels; a layer takes at least this, whatever its FLOPs (terms/host.py).
@@ -120,9 +123,14 @@ FAMILIES: dict[str, Family] = {family.name: family for family in (
            keyed_by="profile"),
     Family("collective_host_s", _by_profile("collective_host_s"), 0.0, 0.01, 0.5, "s",
            "host time to issue one collective (c10d and NCCL's enqueue)", keyed_by="profile"),
-    Family("micro_batch_overhead_s", 4.48e-4, 0.0, 0.1, 1.0, "s",
+    Family("micro_batch_overhead_s", 3.79e-4, 0.0, 0.1, 1.0, "s",
            "the pipeline engine's fixed cost per micro-batch on each stage (scheduling, P2P setup)"),
-    Family("iteration_overhead_s", 0.0134, 0.0, 5.0, 1.5, "s",
+    # Set from each engine's source (frameworks.py), not fitted: DeepSpeed's pipeline engine's
+    # instructions and blocking sends; 0 for the others, whose cost is micro_batch_overhead_s's.
+    Family("pipeline_engine_s", _by_profile("pipeline_engine_s"), 0.0, 0.1, 0.5, "s",
+           "a pipeline engine's own cost per micro-batch on each stage beyond micro_batch_overhead_s "
+           "(DeepSpeed's instruction loop and blocking sends)", keyed_by="profile"),
+    Family("iteration_overhead_s", 0.0172, 0.0, 5.0, 1.5, "s",
            "fixed cost per iteration: gradient clipping, loss scaling, logging, step bookkeeping"),
     Family("memory_fragmentation", 0.08, 0.0, 0.5, 0.6, "x",
            "allocator fragmentation: extra share of the activation and buffer memory the allocator holds"),
@@ -173,8 +181,8 @@ def check_name(name: object, field: str) -> str:
         raise SpecError(field, name, f"{family.name} takes no key")
     if family.keyed_by == "link" and key not in LINK_CLASSES:
         raise SpecError(field, name, f"unknown link class; known: {', '.join(LINK_CLASSES)}")
-    if family.keyed_by == "framework" and key not in FRAMEWORKS:
-        raise SpecError(field, name, f"unknown framework; known: {', '.join(FRAMEWORKS)}")
+    if family.keyed_by == "framework" and key not in ENGINES:
+        raise SpecError(field, name, f"unknown engine; known: {', '.join(ENGINES)}")
     if family.keyed_by == "profile" and key not in PROFILES:
         raise SpecError(field, name, f"unknown framework profile; known: {', '.join(PROFILES)}")
     return name
@@ -233,13 +241,22 @@ class ModelParams:
         return "calibrated" if name in self._fitted else "default"
 
 
+# Set across GPUs by `validate --fit` and left out of a cluster's own calibration: training's share
+# of a GEMM microbenchmark's rate multiplies the same rate as the cluster's compute_efficiency.<gpu>,
+# so fitting both to one cluster's runs splits one factor between them.
+ACROSS_GPUS = ("gemm_training_share",)
+
+
 def parameter_names(gpu_names: list[str], link_classes: list[str], framework: str = "megatron",
                     profile: str | None = None) -> list[str]:
     """Every parameter a scenario with these GPU types, link classes, framework and execution
-    profile (frameworks.execution_key; the framework's own by default) uses."""
+    profile (frameworks.execution_key; the framework's own by default) uses and its own runs
+    may calibrate (not ACROSS_GPUS)."""
     names = []
     for family in FAMILIES.values():
-        keys = {"gpu": gpu_names, "link": link_classes, "framework": [framework],
+        if family.name in ACROSS_GPUS:
+            continue
+        keys = {"gpu": gpu_names, "link": link_classes, "framework": [engine_of(framework)],
                 "profile": [profile or framework]}.get(family.keyed_by, [""])
         names += [f"{family.name}.{key}" if key else family.name for key in dict.fromkeys(keys)]
     return names

@@ -12,7 +12,7 @@ from amp_tui.core.base.errors import SpecError
 from amp_tui.core.base.limits import MAX_GPUS, MAX_TEXT_CHARS, check_name
 from amp_tui.core.base.units import exact_bandwidth, exact_bytes, parse_bandwidth, parse_bytes, parse_int, parse_number
 from amp_tui.core.base.yamlio import load_yaml_document, path_exists
-from amp_tui.core.spec.frameworks import COMPILE_MODES, FRAMEWORKS
+from amp_tui.core.spec.frameworks import COMPILE_MODES, FRAMEWORKS, engine_of
 from amp_tui.core.spec.hardware import GPU, gpu_catalog, instance_catalog, parse_gpu
 from amp_tui.core.spec.model import Model, parse_model
 from amp_tui.core.spec.network import MeasuredLinks, NetworkProfile, load_network
@@ -21,16 +21,20 @@ from amp_tui.core.spec.params import LINK_CLASSES, Calibration, ModelParams, par
 from amp_tui.core.spec.presets import load_preset, preset_names
 
 # Bytes per element of weights and activations; fp8 and fp4 (NVFP4) train with bf16 tensors and
-# low-precision matrix multiplies.
-PRECISIONS = {"fp16": 2, "bf16": 2, "fp32": 4, "fp8": 2, "fp4": 2}
+# low-precision matrix multiplies; tf32 is fp32 training whose matrix multiplies run on TF32 tensor
+# cores (torch.backends.cuda.matmul.allow_tf32, NGC containers' default; PyTorch's own is off since
+# 1.12), at the GPU's TF32 rate where it has one (Ampere and later), else as fp32.
+PRECISIONS = {"fp16": 2, "bf16": 2, "fp32": 4, "tf32": 4, "fp8": 2, "fp4": 2}
+FP32_PRECISIONS = ("fp32", "tf32")      # fp32 tensors, weights and optimizer state
 OPTIMIZERS = ("adam", "sgd")
 SCHEDULES = ("1f1b", "gpipe")
 RECOMPUTE = ("none", "selective", "full")
 ZERO_STAGES = (0, 1, 2, 3)
 # Bytes per parameter for weights + gradients + optimizer state before ZeRO sharding. Mixed
 # precision keeps fp32 master weights beside the 16-bit ones: Adam is 2 + 2 + 4 + 4 + 4 = 16
-# (weights, gradients, master, two moments); SGD with momentum 2 + 2 + 4 + 4 (fp32: 4 + 4 + 4). Engines that keep an
-# fp32 gradient copy too (DeepSpeed's fp16 optimizer) need 20: set training.state_bytes_per_param.
+# (weights, gradients, master, two moments); SGD with momentum 2 + 2 + 4 + 4 (fp32: 4 + 4 + 4). The
+# least any engine keeps: what each really holds (fp32 main gradients, buckets) is the cost model's
+# (costmodel/memory.py engine_state); a stated training.state_bytes_per_param replaces it.
 DEFAULT_STATE_BYTES = {("adam", True): 16, ("adam", False): 16, ("sgd", True): 12, ("sgd", False): 12}
 AUTO = "auto"   # a training technique the search chooses per strategy
 FULL_SHARD = "full"   # training.data_parallel_shard: ZeRO shards over every data-parallel rank
@@ -197,6 +201,11 @@ class Training:
     compile: bool | str = False
     fused_loss: bool = False            # a fused cross-entropy: no fp32 copies of the logits
     tp_comm_overlap: bool = False       # tensor-parallel collectives pipelined with the GEMMs (TE userbuffers, async TP)
+    # Whether 16-bit training accumulates and reduces its gradients in fp32 main-gradient buffers:
+    # None, the engine's own way (Megatron-LM forces it for bf16, DeepSpeed's BF16 optimizer keeps
+    # them); false as NVIDIA's performance recipes run (Megatron-Bridge grad_reduce_in_fp32=False,
+    # Megatron-LM --grad-reduce-in-bf16).
+    grad_reduce_in_fp32: bool | None = None
     # The attention core's kernels (ATTENTION_KERNELS): "fused" (Transformer Engine / cuDNN,
     # FlashAttention-3) at the GPU's matrix-multiply efficiency, or "flash2" (the flash-attn 2
     # package, Triton) held to the GPU's flash2_fraction where it has one (Hopper).
@@ -205,9 +214,16 @@ class Training:
     # Engine's recipes, torchao's tensorwise), or "rowwise", one per row (torchao's rowwise: its
     # scaled GEMMs and casts are slower, params fp8_rowwise_efficiency).
     fp8_scaling: str = "tensorwise"
-    runtime_reserve_bytes: float = 2**30  # CUDA context, NCCL buffers, allocator slack
+    # What the runtime holds per GPU besides the tensors, stated: it replaces the CUDA context and
+    # NCCL's buffers the cost model counts (None, `auto`: counted, costmodel/terms/runtime.py).
+    runtime_reserve_bytes: float | None = None
     # Weights + gradients + optimizer state per parameter before ZeRO; None: the optimizer's default.
     state_bytes_override: float | None = None
+
+    @property
+    def engine(self) -> str:
+        """The engine the framework's stack follows (frameworks.ENGINES)."""
+        return engine_of(self.framework)
 
     @property
     def bytes_per_element(self) -> int:
@@ -217,7 +233,7 @@ class Training:
     def state_bytes_per_param(self) -> float:
         if self.state_bytes_override is not None:
             return self.state_bytes_override
-        return float(DEFAULT_STATE_BYTES[(self.optimizer, self.precision != "fp32")])
+        return float(DEFAULT_STATE_BYTES[(self.optimizer, self.precision not in FP32_PRECISIONS)])
 
     def to_dict(self) -> dict:
         return {"global_batch_size": self.global_batch_size, "precision": self.precision,
@@ -228,7 +244,10 @@ class Training:
                 **({"expert_parallel": self.expert_parallel} if self.expert_parallel != AUTO else {}),
                 "framework": self.framework, **({"compile": self.compile} if self.compile else {}),
                 "fused_loss": self.fused_loss,
-                "tp_comm_overlap": self.tp_comm_overlap, "runtime_reserve": exact_bytes(self.runtime_reserve_bytes),
+                "tp_comm_overlap": self.tp_comm_overlap,
+                **({"grad_reduce_in_fp32": self.grad_reduce_in_fp32} if self.grad_reduce_in_fp32 is not None else {}),
+                **({"runtime_reserve": exact_bytes(self.runtime_reserve_bytes)}
+                   if self.runtime_reserve_bytes is not None else {}),
                 **({"attention_kernel": self.attention_kernel} if self.attention_kernel != "fused" else {}),
                 **({"fp8_scaling": self.fp8_scaling} if self.fp8_scaling != "tensorwise" else {}),
                 **({"state_bytes_per_param": self.state_bytes_override} if self.state_bytes_override is not None else {})}
@@ -387,6 +406,7 @@ def parse_training(value: object, field_name: str = "training") -> Training:
     allowed = {"global_batch_size", "precision", "optimizer", "schedule", "recompute", "zero_stage", "runtime_reserve",
                "state_bytes_per_param", "sequence_parallel", "context_parallel", "virtual_stages", "framework",
                "data_parallel_shard", "expert_parallel", "fused_loss", "tp_comm_overlap", "attention_kernel",
+               "grad_reduce_in_fp32",
                "fp8_scaling", "compile"}
     _check_keys(value, allowed, field_name, "training")
     if "global_batch_size" not in value:
@@ -426,11 +446,13 @@ def parse_training(value: object, field_name: str = "training") -> Training:
         compile=_compile_mode(value.get("compile", False), f"{field_name}.compile"),
         fused_loss=_bool(value.get("fused_loss", False), f"{field_name}.fused_loss"),
         tp_comm_overlap=_bool(value.get("tp_comm_overlap", False), f"{field_name}.tp_comm_overlap"),
+        grad_reduce_in_fp32=(None if value.get("grad_reduce_in_fp32", AUTO) == AUTO
+                             else _bool(value["grad_reduce_in_fp32"], f"{field_name}.grad_reduce_in_fp32")),
         attention_kernel=_choice(value.get("attention_kernel", "fused"), ATTENTION_KERNELS,
                                  f"{field_name}.attention_kernel"),
         fp8_scaling=fp8_scaling,
-        runtime_reserve_bytes=(parse_bytes(reserve, f"{field_name}.runtime_reserve") if reserve is not None
-                               else Training.runtime_reserve_bytes),
+        runtime_reserve_bytes=(parse_bytes(reserve, f"{field_name}.runtime_reserve")
+                               if reserve is not None and reserve != AUTO else None),
         state_bytes_override=state,
     )
 
@@ -485,7 +507,7 @@ def parse_scenario(value: object, base_dir: Path | None = None) -> Scenario:
 def _check_precision(precision: str, cluster: Cluster) -> None:
     """bf16 on a V100 or fp8 on an A100 would be predicted at a speed the GPU does not have."""
     for i, group in enumerate(cluster.nodes):
-        if precision not in group.gpu.precisions:
+        if not group.gpu.supports(precision):
             raise SpecError("training.precision", precision,
                             f"cluster.nodes[{i}]'s {group.gpu.name} does not support it; "
                             f"it supports {', '.join(group.gpu.precisions)}")

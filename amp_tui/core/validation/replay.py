@@ -93,9 +93,16 @@ def run_validation(source: str | None = None, approximate: bool = False,
             # The full message names values that differ per run; the field groups them.
             skipped.append(Skipped(case, (f"cannot be evaluated: {err.field} rejected",)))
             continue
-        replayed.append(Replayed(case, prediction.iteration_time_s, prediction.peak_memory_bytes,
+        replayed.append(Replayed(case, prediction.iteration_time_s, peak_as_measured(prediction, case),
                                  prediction.fits_memory))
     return Validation(tuple(replayed), tuple(skipped), time.perf_counter() - start, approximate)
+
+
+def peak_as_measured(prediction: Prediction, case: ReplayCase) -> float:
+    """The prediction's peak memory as the run measured it (runs.MEMORY_BASES): the fullest
+    stage's total on the device, or what PyTorch's allocator reserved or allocated."""
+    field = {"device": "total_bytes", "reserved": "reserved_bytes", "allocated": "allocated_bytes"}
+    return max(getattr(st.memory, field[case.measured.memory_basis]) for st in prediction.stages)
 
 
 def predict_case(case: ReplayCase, cost: CostModel) -> Prediction:

@@ -35,7 +35,9 @@ _TRAINING = {"tp": ("tp", "tensor_parallel", "tensor_model_parallel_size", "tp_s
              "grad_accum": ("grad_accum", "gradient_accumulation_steps", "accumulation_steps"),
              "zero": ("zero", "zero_stage", "sharding", "fsdp_sharding_strategy"),
              "recompute": ("recompute", "activation_checkpointing", "gradient_checkpointing",
-                           "recompute_granularity", "checkpointing")}
+                           "recompute_granularity", "checkpointing"),
+             "tf32": ("tf32", "allow_tf32"),
+             "grad_reduce_in_fp32": ("grad_reduce_in_fp32", "accumulate_allreduce_grads_in_fp32")}
 _CLUSTER = {"gpu": ("gpu", "gpu_type", "device", "accelerator"),
             "num_gpus": ("num_gpus", "gpus", "world_size", "total_gpus", "n_gpus"),
             "gpus_per_node": ("gpus_per_node", "gpus_per_host", "devices_per_node"),
@@ -47,7 +49,7 @@ _MEASURED = {"iteration_time_s": ("iteration_time_s", "step_time_s", "time_per_i
              "samples_per_s": ("samples_per_s", "samples_per_second", "throughput_samples_per_s"),
              "tokens_per_s": ("tokens_per_s", "tokens_per_second", "throughput_tokens_per_s"),
              "peak_mem_gb": ("peak_mem_gb", "peak_memory_gb", "peak_mem_gib", "max_memory_allocated_gb",
-                             "memory_gb"),
+                             "max_memory_reserved_gb", "memory_gb"),
              "oom": ("oom", "out_of_memory")}
 
 # Family defaults where a model leaves them out: GPT-2's byte-pair vocabulary, LLaMA 2's, BERT's

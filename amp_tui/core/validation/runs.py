@@ -33,8 +33,10 @@ from amp_tui.core.validation.training_labels import (
     read_compile,
     read_framework,
     read_fused_loss,
+    read_grad_reduce_in_fp32,
     read_precision,
     read_recompute,
+    read_tf32,
     read_tp_comm_overlap,
     read_zero_stage,
 )
@@ -43,7 +45,7 @@ from amp_tui.core.validation.training_labels import (
 # full; widening one of these sets (e.g. adding "fp8" or 3) is all it takes to replay the runs
 # that only needed that term.
 HONOURED: dict[str, set] = {
-    "precision": {"fp16", "bf16", "fp32", "fp8", "fp4"},
+    "precision": {"fp16", "bf16", "fp32", "tf32", "fp8", "fp4"},
     "recompute": {"none", "selective", "full", AUTO},
     "zero_stage": {0, 1, 2, 3},
     "sequence_parallel": {False, True},
@@ -71,6 +73,27 @@ AMP_MODEL_SCENARIOS = (("transgan", "paper-het-model"), ("", AMP_SCENARIO))
 AMP_INSTANCES = {"T4": "g4dn.12xlarge", "V100": "p3.8xlarge"}
 
 _GIB = 2**30
+MEMORY_BASES = ("device", "reserved", "allocated")
+
+
+def memory_basis(measured: dict, source: str, notes: list[str]) -> str:
+    """What a run's peak memory counts, from its note (`peak_mem_note`, `memory_basis`):
+    torch.cuda.max_memory_allocated, max_memory_reserved, or nvidia-smi (the device). torchtitan's
+    tables are its memory monitor's max_reserved (components/metrics.py); unstated, the device's,
+    what runs out."""
+    text = " ".join([*(str(measured.get(k) or "") for k in ("memory_basis", "peak_mem_note")),
+                     *(k for k in measured if k.startswith("max_memory_") and measured.get(k) is not None)]).lower()
+    if "allocated" in text or "active" in text:
+        return "allocated"
+    if "reserved" in text:
+        return "reserved"
+    if re.search(r"nvidia-smi|rocm-smi|device|nvml", text):
+        return "device"
+    if source == "torchtitan":
+        return "reserved"
+    if measured.get("peak_mem_gb") is not None:
+        notes.append("peak memory taken as the device's (nvidia-smi): the run does not say what it counts")
+    return "device"
 # Interleaving depth in the scenario of a run that does not state it; such runs are never replayed.
 _UNSTATED_DEPTH = 2
 
@@ -81,6 +104,9 @@ class Measured:
     time_basis: str | None            # "measured", "derived", or how it was derived here
     peak_memory_bytes: float | None   # max over GPUs, where the source gives it
     out_of_memory: bool               # the run failed or ran out of memory
+    # What the peak counts (MEMORY_BASES): everything the process holds on the GPU ("device",
+    # nvidia-smi), PyTorch's caching allocator ("reserved") or its tensors ("allocated").
+    memory_basis: str = "device"
 
 
 @dataclass(frozen=True)
@@ -282,6 +308,7 @@ def parse_run(run: dict, scenarios: dict[str, Scenario] | None = None) -> Replay
         peak = None
     case_measured = Measured(
         iteration_time_s=time_s, time_basis=basis, out_of_memory=oom,
+        memory_basis=memory_basis(measured, source, notes),
         # torchtitan's memory figures are GiB (footnote 1 of its tables).
         peak_memory_bytes=float(peak) * _GIB if peak is not None else None)
 
@@ -294,7 +321,7 @@ def parse_run(run: dict, scenarios: dict[str, Scenario] | None = None) -> Replay
             else:
                 framework = read_framework(training.get("framework"), notes)
                 nodes = cluster_spec(cluster, notes)
-                precision = _supported_precision(precision, nodes, notes)
+                precision = _supported_precision(read_tf32(precision, training, framework, notes), nodes, notes)
                 spec = {"name": f"{model.get('name')} on {cluster.get('name')}",
                         "cluster": nodes,
                         "model": model_spec(model, training, notes),
@@ -308,6 +335,9 @@ def parse_run(run: dict, scenarios: dict[str, Scenario] | None = None) -> Replay
                                      "attention_kernel": read_attention_kernel(source, notes, framework),
                                      "fp8_scaling": fp8_scaling,
                                      "tp_comm_overlap": read_tp_comm_overlap(run, tp)}}
+                reduce_fp32 = read_grad_reduce_in_fp32(run, source, notes)
+                if reduce_fp32 is not None:
+                    spec["training"]["grad_reduce_in_fp32"] = reduce_fp32
                 scenario = _shared_scenario(spec, scenarios)
                 partition = _partition(scenario, pp, training, notes)
             strategy = Strategy(tp=tp, pp=pp, dp=dp, micro_batch_size=int(mbs), partition=partition,
@@ -335,7 +365,7 @@ def _supported_precision(precision: str, cluster: dict, notes: list[str]) -> str
     """bf16 on a GPU without bf16 tensor cores (Volta, Turing) runs as autocast emulates it: at the
     fp16 rate, which is how it is replayed (and said)."""
     names = [node["gpu"] if isinstance(node["gpu"], str) else node["gpu"]["base"] for node in cluster["nodes"]]
-    lacking = [name for name in names if precision not in gpu_catalog()[name].precisions]
+    lacking = [name for name in names if not gpu_catalog()[name].supports(precision)]
     if precision == "bf16" and lacking and all("fp16" in gpu_catalog()[name].precisions for name in names):
         notes.append(f"bf16 on {lacking[0]} (no bf16 tensor cores): replayed as fp16")
         return "fp16"

@@ -18,24 +18,58 @@ _PLAIN_PYTORCH = re.compile(r"hugging ?face|\bhf\b|transformers|accelerate|light
 
 
 def read_framework(label, notes: list[str] | None = None) -> str:
-    """Which conventions the run's trainer follows (frameworks.FRAMEWORKS): the engine that holds
-    and reduces the gradients (DeepSpeed's when it is named beside Megatron-LM's model code), and
-    whose kernels run: torchtitan and llm-foundry's Composer are FSDP trainers with their own
-    model code; Hugging Face, accelerate, Lightning or a plain loop under DDP or FSDP is plain
-    PyTorch. Unstated: Megatron-LM's conventions, said in the notes."""
+    """Which stack the run's trainer is (frameworks.FRAMEWORKS): the engine that holds and reduces
+    the gradients (DeepSpeed's when it is named beside Megatron-LM's model code), whose kernels
+    run, and the year of its software: torchtitan and llm-foundry's Composer are FSDP trainers
+    with their own model code; Hugging Face, accelerate, Lightning or a plain loop under DDP or
+    FSDP is plain PyTorch; Megatron-LM and DeepSpeed runs dated 2020 ("Megatron-LM 1.x", AMP's
+    DeepSpeed pipeline engine on Megatron's GPT-2) or 2021-2022 ("Megatron-DeepSpeed", "Megatron-LM
+    (2021)") take those years' stacks. Unstated: Megatron-LM's conventions, said in the notes."""
     text = str(label or "").lower()
     if "torchtitan" in text or "composer" in text or "foundry" in text:
         return "fsdp"
+    year = _stack_year(text)
     if "deepspeed" in text:
-        return "deepspeed"
+        if year is None and ("megatron-deepspeed" in text or "megatron deepspeed" in text):
+            year = 2022
+        return _dated("deepspeed", year, label, notes)
     if "megatron" in text or "nemo" in text:
-        return "megatron"
+        if "nemo" in text or "megatron-core" in text or "mcore" in text or "bridge" in text:
+            return "megatron"
+        return _dated("megatron", year, label, notes)
     if _PLAIN_PYTORCH.search(text) or "fsdp" in text:
         return "pytorch"
     if notes is not None:
         notes.append(f"framework {label!r}: Megatron-LM's conventions" if text else
                      "framework not stated: Megatron-LM's conventions")
     return "megatron"
+
+
+# Megatron-LM 1.x (2020: apex, PyTorch 1.5-1.7), 2.x-3.x (2021-2022); DeepSpeed 0.3 (2020), 0.4-0.7
+# (2021-2022); AMP's "DeepSpeed pipeline engine on Megatron GPT-2" is the 2020 stack (its code's
+# Megatron-LM-v1.1.5-3D_parallelism).
+_VERSION_YEARS = ((r"megatron[- ]lm[ -]?v?1\.|v1\.1\.5|megatron[- ]lm 1\b", 2020),
+                  (r"megatron[- ]lm[ -]?v?[23]\.|megatron[- ]lm [23]\b", 2022),
+                  (r"deepspeed[ -]?v?0\.[0-3]\b", 2020), (r"deepspeed[ -]?v?0\.[4-7]\b", 2022),
+                  (r"deepspeed pipeline engine on megatron", 2020))
+
+
+def _stack_year(text: str) -> int | None:
+    for pattern, year in _VERSION_YEARS:
+        if re.search(pattern, text):
+            return year
+    years = [int(y) for y in re.findall(r"\b(20[12]\d)\b", text)]
+    return min(years) if years else None
+
+
+def _dated(engine: str, year: int | None, label, notes: list[str] | None) -> str:
+    """The engine's stack of that year: 2020 and before, 2021-2022, else today's."""
+    if year is None or year >= 2023:
+        return engine
+    key = f"{engine}-{2020 if year <= 2020 else 2022}"
+    if notes is not None:
+        notes.append(f"framework {label!r}: the {key} stack")
+    return key
 
 
 _NO_COMPILE = re.compile(r"\b(no|without|w/o|eager)\b[^,;)]*compile|compile\s*[:=]\s*(false|no|off)")
@@ -66,12 +100,42 @@ def read_precision(label, notes: list[str] | None = None) -> str:
         return "fp8"
     if "bf16" in text or "bfloat16" in text:
         return "bf16"
-    if re.search(r"fp32|tf32|float32|full precision", text) and "16" not in text:
+    tf32 = tf32_said(text)
+    if tf32 is not None and "16" not in text:
+        return "tf32" if tf32 else "fp32"
+    if re.search(r"fp32|float32|full precision", text) and "16" not in text:
         return "fp32"
     if notes is not None and not re.search(r"fp16|float16|16|mixed|amp|half", text):
         notes.append(f"precision {label!r}: fp16 mixed precision assumed" if text else
                      "precision not stated: fp16 mixed precision assumed")
     return "fp16"   # "mixed", "mixed fp16", "amp", "16-mixed": fp16 mixed precision
+
+
+def tf32_said(text: str) -> bool | None:
+    """What a label says of TF32: on ('TF32 matmuls', 'tf32'), off ('TF32 off', 'no TF32'), or nothing."""
+    if not re.search(r"tf32|tensorfloat", text):
+        return None
+    return not re.search(r"\b(no|without|disabled?)\W+(tf32|tensorfloat)|(tf32|tensorfloat)\W+(off|disabled)\b", text)
+
+
+def read_tf32(precision: str, training: dict, framework: str, notes: list[str]) -> str:
+    """fp32 as the run ran it: with TF32 matrix multiplies where it says so (`tf32: true` beside
+    `precision: fp32`, or TF32 in its notes), or where it says nothing and its stack turns TF32 on
+    (frameworks.FrameworkProfile.tf32); `tf32: false` keeps plain fp32."""
+    from amp_tui.core.spec.frameworks import PROFILES
+
+    if precision != "fp32":
+        return precision
+    stated = training.get("tf32")
+    if isinstance(stated, bool):
+        return "tf32" if stated else "fp32"
+    said = tf32_said(" ".join(str(training.get(k) or "") for k in ("precision", "notes", "framework")).lower())
+    if said is not None:
+        return "tf32" if said else "fp32"
+    if PROFILES[framework].tf32:
+        notes.append(f"fp32 under {framework}: TF32 matrix multiplies, the stack's default")
+        return "tf32"
+    return "fp32"
 
 
 def read_recompute(label, notes: list[str]) -> str:
@@ -111,6 +175,27 @@ def read_fused_loss(source: str, notes: list[str]) -> bool:
         notes.append("loss: llm-foundry's default fused cross-entropy")
         return True
     return False
+
+
+def read_grad_reduce_in_fp32(run: dict, source: str, notes: list[str]) -> bool | None:
+    """Whether 16-bit gradients are accumulated and reduced in fp32: as the run states it
+    (`grad_reduce_in_fp32`, or "bf16 grad reduce" / "fp32 grad reduce" in its notes); NVIDIA's
+    performance recipes, which NeMo's and Megatron-Bridge's published tables run, reduce in bf16
+    (Megatron-Bridge perf_recipes/_common.py `_benchmark_common`: grad_reduce_in_fp32 = False);
+    otherwise the engine's own default (None)."""
+    training = run.get("training") or {}
+    stated = training.get("grad_reduce_in_fp32")
+    if isinstance(stated, bool):
+        return stated
+    text = str(training.get("notes") or "").lower()
+    if re.search(r"(bf16|16-bit) (grad(ient)?s? )?reduc", text):
+        return False
+    if re.search(r"fp32 (grad(ient)?s? )?(reduc|accumulat)", text):
+        return True
+    if source == "nemo":
+        notes.append("gradients reduced in bf16: NVIDIA's performance recipes (grad_reduce_in_fp32 false)")
+        return False
+    return None
 
 
 def read_tp_comm_overlap(run: dict, tp: int) -> bool:

@@ -28,6 +28,7 @@ import numpy as np
 from scipy.optimize import Bounds, LinearConstraint, linprog, milp
 
 UNITS = 256
+MILP_NODES = 2000   # branch-and-bound nodes per block MILP: its work bound (the time limit is a safety net)
 
 
 @dataclass(frozen=True)
@@ -239,7 +240,7 @@ def blocks_at(tables: list[np.ndarray], counts: np.ndarray, num_layers: int, flo
     cost = np.zeros(n)
     cost[:n_y] = 1.0   # prefer the fewest layers over num_layers: less to trim
     result = milp(cost, constraints=LinearConstraint(np.array(rows), lower, upper), integrality=np.ones(n),
-                  bounds=Bounds(0, high_bounds), options={"time_limit": time_limit_s})
+                  bounds=Bounds(0, high_bounds), options={"time_limit": time_limit_s, "node_limit": MILP_NODES})
     if result.x is None:
         return None
     x = np.round(result.x).astype(int)

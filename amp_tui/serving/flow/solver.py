@@ -190,7 +190,7 @@ def _group_regions(net: Network, groups: np.ndarray) -> list[str]:
 _STEPS = 14     # bisection steps on the flow: 2^-14 of the start's distance to the bound
 
 
-def solve(net: Network, *, time_limit_s: float = 10.0, starts: list[Placement] | None = None,
+def solve(net: Network, *, time_limit_s: float = 10.0, starts: list[Placement] | None = None, steps: int = _STEPS,
           progress: Callable[[float, float, float], None] | None = None,
           should_cancel: Callable[[], bool] | None = None) -> Solution:
     """The best placement found, with a bound on the best possible.
@@ -232,7 +232,7 @@ def solve(net: Network, *, time_limit_s: float = 10.0, starts: list[Placement] |
         pair_capacity = _pair_capacity(net)
     low, high = best_value, bound
     stopped_by = "steps"
-    for step in range(_STEPS):
+    for step in range(steps):
         check()
         elapsed = time.perf_counter() - started
         if high - low <= 1e-4 * high:
@@ -249,7 +249,7 @@ def solve(net: Network, *, time_limit_s: float = 10.0, starts: list[Placement] |
             remaining = time_limit_s - (time.perf_counter() - started)
             if remaining <= 0:
                 break
-            blocks = blocks_at(tables, counts, L, flow, lp.columns, time_limit_s=max(0.05, min(1.0, remaining)),
+            blocks = blocks_at(tables, counts, L, flow, lp.columns, time_limit_s=max(0.05, remaining),
                                regions=regions, sequence=sequence, pair_capacity=pair_capacity)
             if not blocks:
                 continue
@@ -266,7 +266,7 @@ def solve(net: Network, *, time_limit_s: float = 10.0, starts: list[Placement] |
             low = max(low, found)
         else:
             high = flow
-        report(0.3 + 0.7 * (step + 1) / _STEPS)
+        report(0.3 + 0.7 * (step + 1) / steps)
     report(1.0)
     return Solution(placement=best, throughput=float(best_value), upper_bound=float(max(bound, best_value)),
                     solve_time_s=time.perf_counter() - started, evaluations=evaluations, stopped_by=stopped_by)

@@ -6,6 +6,7 @@ again at once), c cancels a running solve, escape goes back.
 
 from __future__ import annotations
 
+from rich.text import Text
 from textual import work
 from textual.app import App, ComposeResult
 from textual.binding import Binding
@@ -55,7 +56,9 @@ class ServeScreen(Screen):
         self.time_limit_s = time_limit_s
         self.result = None
         self.group = 0
-        self.note = ""
+        from amp_tui.serving.spec import defaults_note
+
+        self.note = defaults_note(scenario) or ""
         self.generation = 0
         self.solving = False
 
@@ -70,11 +73,16 @@ class ServeScreen(Screen):
     def on_mount(self) -> None:
         self.solve()
 
-    def _title(self) -> str:
+    def _title(self) -> Text:
+        """The scenario and its node groups; the group that + / - change is shown in reverse video."""
         sc = self.scenario
-        groups = ", ".join(("> " if i == self.group else "") + f"{g.count} x {g.label}"
-                           + (f" ({g.region})" if len(sc.regions) > 1 else "") for i, g in enumerate(sc.groups))
-        return f"Serve {sc.name}: {groups}"
+        title = Text(f"Serve {sc.name}: ")
+        for i, g in enumerate(sc.groups):
+            if i:
+                title.append(", ")
+            label = f"{g.count} x {g.label}" + (f" ({g.region})" if len(sc.regions) > 1 else "")
+            title.append(label, style="reverse" if i == self.group else "")
+        return title
 
     def solve(self) -> None:
         self.generation += 1
@@ -139,7 +147,9 @@ class ServeScreen(Screen):
             self.notify(str(err), severity="warning", markup=False)
             return
         self.placement = None      # the cluster changed: solve afresh
-        self.note = f"group {self.group}: {count} machines"
+        from amp_tui.serving.spec import defaults_note
+
+        self.note = "\n".join(filter(None, [f"group {self.group}: {count} machines", defaults_note(self.scenario)]))
         self.solve()
 
 

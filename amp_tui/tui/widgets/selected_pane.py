@@ -53,6 +53,9 @@ def summary(prediction: Prediction, baseline: Prediction | None, scenario) -> Te
 
     if has_measurements(scenario.model):
         text.append_text(_time_sources(scenario, prediction))
+    from amp_tui.core.costmodel.prediction import memory_terms_text
+
+    text.append(f"\nfullest stage's memory, {memory_terms_text(prediction.tightest_stage)}", style="dim")
     if not prediction.fits_memory and prediction.reason:
         text.append(f"\n{prediction.reason}", style="bold red")
     from amp_tui.core.plans.confidence import MEMORY_RISK_NOTE, memory_at_risk

@@ -29,6 +29,9 @@ class ServeSummary(Static):
                         f"machines   {result.to_json()['predicted']['measured_over']}\n")
         text.append(f"max flow {sol.throughput:,.1f} tokens/s")
         text.append(f"   bound {sol.upper_bound:,.1f}   objective {result.objective}   solve {sol.solve_time_s:.2f} s\n")
+        gap = result.gap_sentence()
+        if gap:
+            text.append(gap + "\n", style="dim")
         best = max([sol.throughput, *(v for _, v in result.baselines.values())]) or 1.0
         for name, value in [("amp-tui", sol.throughput), *((n, v) for n, (_, v) in result.baselines.items())]:
             bar = "█" * int(30 * value / best)

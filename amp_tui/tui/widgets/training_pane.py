@@ -60,7 +60,9 @@ SETTINGS = [
     Setting("attention kernel", "training", "attention_kernel", "choice", "/".join(ATTENTION_KERNELS),
             ATTENTION_KERNELS),
     Setting("fp8 scaling", "training", "fp8_scaling", "choice", "/".join(FP8_SCALINGS), FP8_SCALINGS),
-    Setting("runtime reserve", "training", "runtime_reserve", "bytes", "size per GPU, e.g. 1 GiB"),
+    Setting("fp32 gradient buffers", "training", "grad_reduce_in_fp32", "choice", "auto/yes/no", (AUTO, True, False)),
+    Setting("runtime reserve", "training", "runtime_reserve", "bytes",
+            "auto (CUDA context and NCCL counted), or a size per GPU, e.g. 1 GiB"),
     Setting("tp across nodes", "search", "allow_cross_node_tp", "bool", "yes/no"),
     Setting("reorder node groups", "search", "reorder_nodes", "bool", "yes/no"),
     Setting("use all GPUs", "search", "use_all_gpus", "bool", "yes/no"),
@@ -70,7 +72,8 @@ SETTINGS = [
 
 _CHOICE_HELP = {
     "fp16": "16-bit floats with fp32 master weights", "bf16": "bfloat16 with fp32 master weights",
-    "fp32": "32-bit floats", "adam": "Adam: two moments per parameter", "sgd": "SGD with momentum",
+    "fp32": "32-bit floats", "tf32": "fp32 with TF32 tensor-core matrix multiplies (Ampere and later)",
+    "adam": "Adam: two moments per parameter", "sgd": "SGD with momentum",
     "1f1b": "one forward, one backward: few micro-batches in flight", "gpipe": "all forwards, then all backwards",
     "none": "keep activations for backward", "full": "recompute each layer's activations in backward",
     0: "no sharding of optimizer state", 1: "optimizer state sharded over data-parallel ranks",
@@ -85,9 +88,16 @@ _CHOICE_HELP = {
 }
 
 
+# Where a choice means something else for one setting.
+_SETTING_HELP = {("grad_reduce_in_fp32", AUTO): "the engine's own (Megatron-LM, DeepSpeed: fp32 for bf16)",
+                 ("grad_reduce_in_fp32", False): "16-bit gradient buffers (NVIDIA's performance recipes)"}
+
+
 def setting_value(scenario: Scenario, setting: Setting) -> object:
     if setting.key == "runtime_reserve":
         return scenario.training.runtime_reserve_bytes
+    if setting.key == "grad_reduce_in_fp32" and scenario.training.grad_reduce_in_fp32 is None:
+        return AUTO
     source = scenario.training if setting.section == "training" else scenario.search
     return getattr(source, setting.key)
 
@@ -96,7 +106,7 @@ def show_value(setting: Setting, value: object) -> str:
     if isinstance(value, bool):
         return "yes" if value else "no"
     if setting.kind == "bytes":
-        return format_bytes(float(value))
+        return AUTO if value is None else format_bytes(float(value))
     return str(value)
 
 
@@ -148,7 +158,8 @@ class TrainingPane(ScenarioPane):
                          f"{setting.label}: {show_value(setting, not value)}")
         elif setting.kind == "choice":
             items = [PickItem(choice, show_value(setting, choice),
-                              "" if isinstance(choice, bool) else _CHOICE_HELP.get(choice, ""))   # (True == 1)
+                              _SETTING_HELP.get((setting.key, choice), "" if isinstance(choice, bool)   # (True == 1)
+                                                else _CHOICE_HELP.get(choice, "")))
                      for choice in setting.choices]
             self.pick(setting.label.capitalize(), items, lambda choice: self._set(setting, choice),
                       f"{setting.label} changed", current=value, filterable=False)

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from amp_tui.core.spec.frameworks import execution_profile, loss_buffers
+from amp_tui.core.spec.frameworks import engine_of, execution_profile, loss_buffers
 from amp_tui.core.spec.hardware import GPU
 from amp_tui.core.spec.model import Model
 from amp_tui.core.spec.params import ModelParams
@@ -56,8 +56,18 @@ def layer_shapes(model: Model, bytes_per_element: int) -> tuple[np.ndarray, np.n
     return tokens, width
 
 
+def best_fraction(gpu: GPU, params: ModelParams) -> float:
+    """The share of the peak a training step's large matrix multiplies reach on this GPU: a GEMM
+    microbenchmark's (catalog gemm_fraction) times the share training keeps of it (params
+    `gemm_training_share`, one figure every source informs: clocks under sustained load, the
+    collectives and element-wise kernels beside them), else the catalog's peak_fraction; times
+    the GPU's calibration (params `compute_efficiency.GPU`)."""
+    base = gpu.gemm_fraction * params("gemm_training_share") if gpu.gemm_fraction else gpu.peak_fraction
+    return base * params("compute_efficiency", gpu.name)
+
+
 def matmul_efficiency(gpu: GPU, params: ModelParams, rows: np.ndarray, columns: np.ndarray) -> np.ndarray:
-    best = gpu.peak_fraction * params("compute_efficiency", gpu.name)
+    best = best_fraction(gpu, params)
     half = params("gemm_half_dim")    # tiles of 128 x 128 leave a narrow product's SMs partly idle
     shape = np.where((rows > 0) & (columns > 0), rows / (rows + half) * columns / (columns + half), 1.0)
     return np.minimum(best * shape, 1.0)
@@ -79,7 +89,7 @@ def analytic_forward(model: Model, gpu: GPU, precision: str, params: ModelParams
     """Forward seconds per layer for a micro-batch of `mbs` (a number, or a column of sizes);
     `elementwise_traffic` scales the element-wise kernels' memory traffic (frameworks.py)."""
     cols = model.columns
-    e = 4 if precision == "fp32" else 2
+    e = 4 if precision in ("fp32", "tf32") else 2
     tokens, width = layer_shapes(model, e)
     rows = tokens * mbs / cp
     efficiency = matmul_efficiency(gpu, params, rows, width / tp)
@@ -147,7 +157,7 @@ def selective_recompute_time(model: Model, gpu: GPU, training, params: ModelPara
     element-wise outputs not kept are written and read once more."""
     blocks = _blocks(model)
     cp = knobs.cp
-    ops = op_checkpoint_block(model) if training.framework == "fsdp" else None
+    ops = op_checkpoint_block(model) if training.engine == "fsdp" else None
     if ops is not None:
         full = _full_activations(model, tp, knobs, training.precision)
         dropped = np.maximum(full - _op_kept_bytes(model, tp, knobs, training.bytes_per_element, ops), 0.0)
@@ -158,7 +168,7 @@ def selective_recompute_time(model: Model, gpu: GPU, training, params: ModelPara
     precision = training.precision
     per_gpu = mbs / (tp * cp * cp)          # ring attention: each GPU scores its c-th against all
     rate = gpu.peak_flops(core_precision(precision)) * attention_efficiency(
-        model, gpu, training.attention_kernel, gpu.peak_fraction * params("compute_efficiency", gpu.name))
+        model, gpu, training.attention_kernel, best_fraction(gpu, params))
     return blocks * (flops * per_gpu * cp / rate + 2.0 * score_bytes * per_gpu * cp / gpu.memory_bandwidth)
 
 
@@ -254,7 +264,7 @@ def activation_terms(model: Model, tp: int, knobs, training) -> tuple[np.ndarray
         inputs = np.concatenate([[0.0], cols["output_bytes"][:-1]]) / sp / cp
         return inputs, workspace + full
     if knobs.recompute == "selective":
-        ops = op_checkpoint_block(model) if training.framework == "fsdp" else None
+        ops = op_checkpoint_block(model) if training.engine == "fsdp" else None
         if ops is not None:
             kept = np.where(_blocks(model) > 0, np.minimum(
                 _op_kept_bytes(model, tp, knobs, training.bytes_per_element, ops), full), full)
@@ -269,7 +279,7 @@ def zero3_collectives(framework: str, recompute: str) -> float:
     and again for backward, the gradients reduce-scattered. DeepSpeed's ZeRO-3 releases a module's
     parameters after every forward, so full recomputation gathers them once more before backward;
     FSDP's backward hook gathers a block once and recomputes it with those parameters."""
-    return 4.0 if framework == "deepspeed" and recompute == "full" else 3.0
+    return 4.0 if engine_of(framework) == "deepspeed" and recompute == "full" else 3.0
 
 
 def zero3_layer_time(params: np.ndarray, bytes_per_element: int, tp: int, shard: tuple[float, float],

@@ -42,7 +42,7 @@ def ring_steps(model: Model, gpu: GPU, precision: str, params: ModelParams, tp: 
         return zeros, zeros
     h, heads = shape["hidden_size"], shape["num_heads"]
     kv_width = max(h * shape.get("num_kv_heads", heads) // heads / tp, h / heads)
-    element = 4 if core_precision(precision) == "fp32" else 2
+    element = 4 if core_precision(precision) in ("fp32", "tf32") else 2
     tokens = model.columns["tokens"] * mbs / cp
     kv = np.where(attention > 0, tokens * 2.0 * kv_width * element, 0.0)
     return kv, attention / cp

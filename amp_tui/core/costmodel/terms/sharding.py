@@ -26,6 +26,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from amp_tui.core.spec.frameworks import engine_of
+
 
 @dataclass(frozen=True)
 class HsdpLinks:
@@ -70,7 +72,7 @@ def zero3_ring(nodes, stage_ranks: np.ndarray, seconds_per_byte: float, latency:
     bandwidth that a ring of large messages reaches. Megatron-LM SC21's ZeRO-3 runs show it: the
     same ~66 s of parameter traffic on 384 to 1,536 A100s with 8 HDR NICs a node, 4 passes of
     349 GB at ~22 GB/s per GPU."""
-    if framework == "deepspeed":
+    if engine_of(framework) == "deepspeed":
         rank_node = nodes.rank_node[stage_ranks]
         if rank_node.min() != rank_node.max():
             share = nodes.gpus_per_node[rank_node] / nodes.inter[rank_node]

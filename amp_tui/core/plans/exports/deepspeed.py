@@ -179,6 +179,9 @@ def export(plan: Plan) -> Export:
         "comment and keep the order, then run `deepspeed --hostfile hostfile train.py --deepspeed_config "
         "ds_config.json`.",
     ]
+    if training.precision == "tf32":
+        notes.append("tf32: fp32 training with TF32 matrix multiplies, which ds_config.json cannot switch on: "
+                     "set torch.backends.cuda.matmul.allow_tf32 = True (NGC's containers do).")
     if s.tp > 1:
         notes.append(f"tp = {s.tp}: DeepSpeed has no tensor parallelism of its own for this; use Megatron-DeepSpeed "
                      "(or pass your model-parallel unit as mpu= to deepspeed.initialize) so that DeepSpeed sees the "

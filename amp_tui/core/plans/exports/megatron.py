@@ -425,6 +425,10 @@ def _training_section(plan: Plan, knobs: Knobs, notes: list[str]) -> tuple[str, 
         args.append("--bf16")
     else:
         notes.append("fp32 is Megatron's default: no precision flag is written.")
+    if training.precision == "tf32":
+        notes.append("tf32: the plan assumes TF32 matrix multiplies, as NGC's PyTorch containers run them "
+                     "(TORCH_ALLOW_TF32_CUBLAS_OVERRIDE=1); elsewhere set "
+                     "torch.backends.cuda.matmul.allow_tf32 = True.")
     if training.precision == "fp8":
         args += FP8_FLAGS
         notes.append("fp8: matrix multiplies in fp8 through Transformer Engine (--transformer-impl "

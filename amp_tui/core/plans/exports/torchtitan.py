@@ -57,7 +57,7 @@ def job_config(plan: Plan) -> dict:
                   "flavor": _flavor(plan)},
         "training": {"local_batch_size": local_batch, "global_batch_size": training.global_batch_size,
                      "seq_len": scenario.model.sequence_length, "steps": STEPS,
-                     "mixed_precision_param": "float32" if training.precision == "fp32" else "bfloat16"},
+                     "mixed_precision_param": "float32" if training.precision in ("fp32", "tf32") else "bfloat16"},
         "parallelism": {
             "data_parallel_replicate_degree": replicate,
             "data_parallel_shard_degree": shard,
@@ -88,7 +88,7 @@ def needs_fsdp(plan: Plan) -> bool:
     fp32 under DDP, so it is written as FSDP (see the module docstring)."""
     knobs = resolve(plan.strategy, plan.scenario.training)
     return (knobs.zero_stage == 0 and knobs.cp == 1 and (plan.strategy.tp > 1 or plan.strategy.pp > 1)
-            and plan.scenario.training.precision != "fp32")
+            and plan.scenario.training.precision not in ("fp32", "tf32"))
 
 
 def data_parallel_degrees(knobs: Knobs, dp: int, fsdp: bool = False) -> tuple[int, int]:

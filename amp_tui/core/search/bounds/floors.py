@@ -41,8 +41,7 @@ def memory_shortfall(candidate: Candidate) -> str | None:
     for at most (capacity_s - reserve) / in_flight_s bytes per micro-batch of them, so the stages
     together must have room for every layer's activations plus the state.
     """
-    cost = candidate.cost
-    reserve = cost.training.runtime_reserve_bytes
+    reserve = float(candidate.stage_reserve.min())
     state_sum, state_max, capacity_max, room, in_flight_max = _memory_totals(candidate)
     state = max(state_sum / candidate.pp, state_max)
     if state + reserve > capacity_max:
@@ -70,7 +69,7 @@ def _memory_totals(candidate: Candidate) -> tuple[float, float, float, float, fl
     room_key = ("room", layout.tp, layout.pp, layout.dp, layout.order, in_flight.tobytes())
     if room_key not in cache:
         capacity = layout.stage_capacity
-        room = np.sum((capacity - cost.training.runtime_reserve_bytes) / in_flight)
+        room = np.sum((capacity - candidate.stage_reserve) / in_flight)
         cache[room_key] = (float(capacity.max()), float(room), float(in_flight.max()))
     return cache[state_key] + cache[room_key]
 
@@ -313,11 +312,11 @@ def _stage_layer_caps(candidate: Candidate) -> np.ndarray:
     layer's), so k is at most the count of those that fit."""
     layout = candidate.layout
     key = ("caps", candidate.tp, candidate.pp, candidate.dp, candidate.mbs, candidate.num_micro_batches,
-           layout.stage_capacity.tobytes())
+           layout.stage_capacity.tobytes(), candidate.stage_reserve.tobytes())
     cache = candidate.cost.floor_cache
     if key not in cache:
         act_prefix, peak, in_flight = candidate.memory_arrays
-        room = layout.stage_capacity - candidate.cost.training.runtime_reserve_bytes - float(peak.min())
+        room = layout.stage_capacity - candidate.stage_reserve - float(peak.min())
         state = _memory_totals(candidate)[0]
         if state + float(in_flight.max()) * float(act_prefix[-1]) <= float(room.min()):
             cache[key] = np.full(candidate.pp, candidate.num_layers)     # every stage holds every layer

@@ -12,7 +12,7 @@ import numpy as np
 
 from amp_tui.core.base.errors import Cancelled
 from amp_tui.core.costmodel.cost import DP_BUCKET_BYTES, Candidate, CostModel
-from amp_tui.core.costmodel.memory import optimizer_traffic_per_param
+from amp_tui.core.costmodel.memory import least_reserve, optimizer_traffic_per_param
 from amp_tui.core.search.bounds.floors import (
     FLOOR_BATCH,
     REFINE_MIN_LAYERS,
@@ -37,8 +37,9 @@ def _orders_can_hold(candidate: Candidate, roomiest: np.ndarray) -> bool:
     act_prefix, peak, in_flight = candidate.memory_arrays
     need = np.cumsum(np.sort(np.diff(candidate.state_prefix) + float(in_flight.min()) * np.diff(act_prefix)))
     groups = candidate.cost.scenario.cluster.nodes
-    room = np.array([groups[g].gpu.usable_memory_bytes for g in roomiest]) \
-        - candidate.cost.training.runtime_reserve_bytes - float(peak.min())
+    training = candidate.cost.training
+    room = np.array([groups[g].gpu.usable_memory_bytes - least_reserve(training, groups[g].gpu) for g in roomiest]) \
+        - float(peak.min())
     held = (need[None, :] <= room[:, None]).sum(axis=1)                    # layers per group's stage
     gpus = np.array([groups[g].gpus_per_node * groups[g].count for g in roomiest])
     stages = np.minimum(np.cumsum(gpus) // per_stage, candidate.pp)
@@ -218,7 +219,7 @@ def _order_free_tails(candidate: Candidate, gpus: np.ndarray, inter: np.ndarray,
     plain = candidate.knobs.zero_stage < 3 and not candidate.hsdp and spanned > 1
     ring = 2.0 * (spanned - 1) / spanned * (layout_tp if inside else 1) / inter if plain else 0.0
     bucket = _allreduce_latency_floor(candidate.dp, spanned, *hop_latency) if plain else 0.0
-    full = candidate.state.weights * (ring + bucket / DP_BUCKET_BYTES) + optimizer
+    full = candidate.state.reduced * (ring + bucket / DP_BUCKET_BYTES) + optimizer
     params = float(candidate.param_prefix[-1])
 
     def spread(coef: np.ndarray) -> float:

@@ -40,6 +40,7 @@ import numpy as np
 from amp_tui.core.base.errors import Cancelled
 from amp_tui.core.costmodel.cost import CostModel, backward_overlap
 from amp_tui.core.costmodel.memory import (
+    least_reserve,
     optimizer_traffic_per_param,
     state_bytes_per_param,
 )
@@ -87,7 +88,7 @@ def part_bounds(scenario: Scenario, rows: np.ndarray, cost: CostModel | None = N
     in_subset, subset_index = _subsets(rows > 0)                               # (subsets, groups)
     per_node = [math.gcd(*gpn[row].tolist()) for row in in_subset]
     # Memory: the part's GPUs must hold every parameter's state once (ZeRO-3 across all of them).
-    room = np.array([g.gpu.usable_memory_bytes - training.runtime_reserve_bytes for g in groups])
+    room = np.array([g.gpu.usable_memory_bytes - least_reserve(training, g.gpu) for g in groups])
     fits = gpu_counts @ np.maximum(room, 0.0) >= scenario.model.total_params * training.state_bytes_per_param
     part_room = gpu_counts @ room   # (may be negative)
 
@@ -117,7 +118,7 @@ def part_bounds(scenario: Scenario, rows: np.ndarray, cost: CostModel | None = N
     whole = Nodes(scenario.cluster, tuple(range(len(groups))), cost.params)
     output = scenario.model.columns["output_bytes"]
     least_cut = 2.0 * float(output[:-1].min() if len(output) > 1 else 0.0)     # bytes per sample, at tp 1
-    overhead, per_micro_batch = cost.params("iteration_overhead_s"), cost.params("micro_batch_overhead_s")
+    overhead, per_micro_batch = cost.params("iteration_overhead_s"), cost.micro_batch_overhead
     # The tail (_tail_floors): the optimizer step and, with plain data parallelism, the gradient
     # all-reduce. Where nothing hides the all-reduce (backward_overlap 0) both add to the bound;
     # where backward hides up to h x its stage's compute (at most the bottleneck's M), the
@@ -229,7 +230,7 @@ def part_bounds(scenario: Scenario, rows: np.ndarray, cost: CostModel | None = N
                         flow = np.minimum(inter / (1 if scenario.search.allow_cross_node_tp else tp), inter_flow)
                         ring = 2.0 * (nodes - 1) / nodes / flow if nodes > 1 else np.zeros(len(groups))
                         optimizer = optimizer_traffic_per_param(training, dp, cost.knobs.zero_stage) / memory_bandwidth
-                        per_param = state_bytes_per_param(training, dp, cost.knobs.zero_stage).weights
+                        per_param = state_bytes_per_param(training, dp, cost.knobs.zero_stage).reduced
                         step, full = np.zeros(len(rows_ok)), np.zeros(len(rows_ok))
                         for out, coef in ((step, optimizer), (full, per_param * ring + optimizer)):
                             out[live] = _tail_floors(coef, gpus[rows_ok[live]], tp * dp, pp[live], all_params / tp)

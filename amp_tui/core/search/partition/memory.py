@@ -165,7 +165,6 @@ class _SegmentMemory:
 
     def __init__(self, candidates: list[Candidate]):
         self.L = L = candidates[0].num_layers
-        self.reserve = candidates[0].cost.training.runtime_reserve_bytes
         self.pp = np.array([c.pp for c in candidates])
         shared: dict[tuple, int] = {}
         layers = []
@@ -175,17 +174,22 @@ class _SegmentMemory:
                 layers.append((c.memory_arrays[0], _peak_levels(c)))
         self.kind = np.array([shared[c.tp, c.mbs] for c in candidates])
         self.acts, self.levels = (np.array(column) for column in zip(*layers))
-        self.state = np.array([c.state_prefix for c in candidates])     # weights, gradients, optimizer
+        self.state = np.array([c.state_prefix for c in candidates])     # held through the iteration
+        self.step = np.array([c.step_prefix for c in candidates])       # the optimizer step's copies
         self.capacity = np.full((len(candidates), int(self.pp.max())), np.inf)
         self.in_flight = np.zeros(self.capacity.shape)
+        self.reserve = np.zeros(self.capacity.shape)                    # held whatever the layers
+        self.step_fixed = np.zeros(self.capacity.shape)
         for i, c in enumerate(candidates):
             self.capacity[i, :c.pp] = c.layout.stage_capacity
             self.in_flight[i, :c.pp] = c.memory_arrays[2]
+            self.reserve[i, :c.pp] = c.stage_reserve
+            self.step_fixed[i, :c.pp] = c.step_fixed
         self.floor_log2 = _floor_log2(L)
 
     def keep(self, rows: np.ndarray) -> None:
         """Keep only these rows (a mask or indices), in their order."""
-        for name in ("pp", "kind", "state", "capacity", "in_flight"):
+        for name in ("pp", "kind", "state", "step", "capacity", "in_flight", "reserve", "step_fixed"):
             setattr(self, name, getattr(self, name)[rows])
 
     def need(self, n: int, stage: int | None, start: np.ndarray, end: np.ndarray | slice) -> np.ndarray:
@@ -196,18 +200,20 @@ class _SegmentMemory:
         row, kind = np.arange(n)[:, None], self.kind[:n, None]
         if isinstance(end, slice):
             end = np.arange(L + 1)[end][None, :]
-            state_end = self.state[:n, end[0]]
+            state_end, step_end = self.state[:n, end[0]], self.step[:n, end[0]]
             end = np.broadcast_to(end, state_end.shape)
         else:
-            state_end = self.state[row, end]
+            state_end, step_end = self.state[row, end], self.step[row, end]
         k = self.floor_log2[np.maximum(end - start, 0)]
         at = kind * self.levels.shape[1] + k * L                   # the row's level k, flattened
         levels = self.levels.ravel()
         seg_peak = np.maximum(levels[at + np.minimum(start, L - 1)], levels[at + np.maximum(end - (1 << k), 0)])
         state = state_end - self.state[row, start]
         acts = self.acts[kind, end] - self.acts[kind, start]
-        in_flight = self.in_flight[:n] if stage is None else self.in_flight[:n, stage:stage + 1]
-        return (state + seg_peak + self.reserve) + in_flight * acts
+        on = slice(None) if stage is None else slice(stage, stage + 1)
+        in_flight, reserve, fixed = self.in_flight[:n, on], self.reserve[:n, on], self.step_fixed[:n, on]
+        step = step_end - self.step[row, start] + fixed
+        return state + reserve + np.maximum(seg_peak + in_flight * acts, step)
 
 
 def even_split_memory(candidates: list[Candidate], cancel: Callable[[], bool] | None = None
@@ -235,17 +241,22 @@ def even_split_memory(candidates: list[Candidate], cancel: Callable[[], bool] | 
     return need, memory.capacity
 
 
-def segment_need(c: Candidate, start: np.ndarray, end: np.ndarray, in_flight) -> np.ndarray:
+def segment_need(c: Candidate, start: np.ndarray, end: np.ndarray, in_flight, stage=None) -> np.ndarray:
     """Memory of the segments [start, end) (end > start, arrays broadcast) of one candidate with
-    `in_flight` micro-batches of activations, in SegmentTables' arithmetic: state, transient peak
-    (from its sparse table), reserve and activations."""
+    `in_flight` micro-batches of activations on `stage` (None: the least any stage holds
+    whatever its layers), in SegmentTables' arithmetic: what is held through the iteration, the
+    larger of backward's peak (activations, the transient peak from its sparse table) and the
+    optimizer step's, and what the stage holds whatever its layers (Candidate.memory_need)."""
     L = c.num_layers
     act_prefix = c.memory_arrays[0]
     levels = _peak_levels(c).reshape(-1, L)
     k = _floor_log2(L)[end - start]
     seg_peak = np.maximum(levels[k, start], levels[k, end - (1 << k)])
-    return (c.state_prefix[end] - c.state_prefix[start] + seg_peak + c.cost.training.runtime_reserve_bytes
-            + in_flight * (act_prefix[end] - act_prefix[start]))
+    reserve = c.stage_reserve.min() if stage is None else c.stage_reserve[stage]
+    fixed = c.step_fixed.min() if stage is None else c.step_fixed[stage]
+    backward = seg_peak + in_flight * (act_prefix[end] - act_prefix[start])
+    step = c.step_prefix[end] - c.step_prefix[start] + fixed
+    return c.state_prefix[end] - c.state_prefix[start] + reserve + np.maximum(backward, step)
 
 
 def stage_need(c: Candidate | PerStageCandidate, stage: np.ndarray, start: np.ndarray, end: np.ndarray
@@ -254,7 +265,7 @@ def stage_need(c: Candidate | PerStageCandidate, stage: np.ndarray, start: np.nd
     with each stage's micro-batches in flight, or a per-stage strategy's own (per_stage.py)."""
     if isinstance(c, PerStageCandidate):
         return c.segment_need(stage, start, end)
-    return segment_need(c, start, end, c.memory_arrays[2][stage])
+    return segment_need(c, start, end, c.memory_arrays[2][stage], stage)
 
 
 def partition_fits(c: Candidate | PerStageCandidate, partition: tuple[int, ...]) -> bool:

@@ -95,12 +95,14 @@ class PerStageCandidate:
         return None, None, np.array([in_flight for _, _, in_flight in self.model.memory])
 
     @cached_property
-    def _stage_memory(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    def _stage_memory(self) -> tuple[np.ndarray, ...]:
         """Per stage: state bytes prefix per GPU, activation prefix x
         micro-batches in flight, the transient peak's sparse table (levels[s, k, i] =
-        max(peak_s[i:i + 2**k])), and floor(log2(n)) for n in [0, L]."""
+        max(peak_s[i:i + 2**k])), floor(log2(n)) for n in [0, L], the optimizer step's bytes
+        prefix, and what the stage holds whatever its layers."""
         m, L = self.model, self.num_layers
         state = np.array([m.param_prefix[s] * m.state[s].total for s in range(self.pp)])
+        step = np.array([m.param_prefix[s] * m.state[s].step for s in range(self.pp)])
         acts = np.array([act * in_flight for act, _, in_flight in m.memory])
         levels = [np.array([peak for _, peak, _ in m.memory])]
         while 2 << (len(levels) - 1) <= L:
@@ -108,15 +110,18 @@ class PerStageCandidate:
             levels.append(np.concatenate([np.maximum(prev[:, :-half], prev[:, half:]), np.zeros((self.pp, half))],
                                          axis=1))
         log2 = np.concatenate([[0], np.log2(np.arange(1, L + 1)).astype(np.int64)])   # (exact at powers of 2)
-        return state, acts, np.stack(levels, axis=1), log2
+        held, step_fixed = m.runtime
+        return state, acts, np.stack(levels, axis=1), log2, step, step_fixed, held.sum(axis=0)
 
     def segment_need(self, stage: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
-        """Bytes per GPU of segments [start, end) on stages `stage` (end > start; arrays broadcast)."""
-        state, acts, levels, log2 = self._stage_memory
+        """Bytes per GPU of segments [start, end) on stages `stage` (end > start; arrays broadcast):
+        as StageWise.memory_need."""
+        state, acts, levels, log2, step, step_fixed, held = self._stage_memory
         k = log2[end - start]
         peak = np.maximum(levels[stage, k, start], levels[stage, k, end - (1 << k)])
-        return (state[stage, end] - state[stage, start] + (acts[stage, end] - acts[stage, start]) + peak
-                + self.cost.training.runtime_reserve_bytes)
+        backward = (acts[stage, end] - acts[stage, start]) + peak
+        optimizer_step = step[stage, end] - step[stage, start] + step_fixed[stage]
+        return state[stage, end] - state[stage, start] + np.maximum(backward, optimizer_step) + held[stage]
 
     def some_partition_fits(self) -> bool:
         """Whether some partition fits every stage's memory: a segment needs more the more layers
