@@ -7,7 +7,13 @@
   clock (tests/core/fake_clock.py); wall-clock targets are `amp-tui bench`'s.
 - the dashboard's snapshot tests run only on the textual version they were recorded with (the one
   .ci/requirements.lock pins); SVGs change between textual releases, so on any other version (a
-  user's, or CI's lowest-versions pass) they skip and say so."""
+  user's, or CI's lowest-versions pass) they skip and say so.
+- `python -m pytest` runs on every core where pytest-xdist is installed (the [test] extra): most of
+  the suite waits on Textual's event loop, subprocesses or the search, one test at a time, and 2
+  workers on 2 cores nearly halve it. `-n N` (`-n 0`: one process) or `-p no:xdist` chooses
+  otherwise; the mode is `--dist loadgroup` unless the command line gives one. Without xdist the
+  suite runs in one process: a hook here rather than `-n logical` in addopts, which a pytest
+  without xdist refuses."""
 
 from __future__ import annotations
 
@@ -22,6 +28,20 @@ from tests.core.fake_clock import install
 
 LOCK = Path(__file__).resolve().parent.parent / ".ci" / "requirements.lock"
 SEARCH_TICK_S = 1e-4
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_cmdline_main(config):
+    """`-n logical` unless the command line chose, and `--dist loadgroup` unless it chose a mode, so that
+    tests marked xdist_group (sharing one costly module fixture) run in one worker. Runs before xdist
+    reads the options; not in a worker."""
+    if (config.pluginmanager.hasplugin("xdist") and not hasattr(config, "workerinput")
+            and config.getoption("dist", "no") == "no" and not config.getoption("tx", None)):
+        if config.getoption("numprocesses", None) is None:
+            config.option.numprocesses = "logical"      # every CPU the OS shows (auto: physical cores, with psutil)
+        if config.option.numprocesses != 0:
+            config.option.dist = "loadgroup"
+    return (yield)
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -7,6 +7,7 @@ equals brute force."""
 import math
 
 import numpy as np
+import pytest
 from core_builders import IDEAL, brute_force, build, close, examples, layer, node, scenario_dict, scenario_dicts
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -86,6 +87,7 @@ def heterogeneous(draw, min_groups=3, max_groups=5, max_layers=5, slow_memory=Tr
     return _heterogeneous(draw, draw(st.integers(min_groups, max_groups)), max_layers, slow_memory)
 
 
+@pytest.mark.slow          # brute force over every node order of heterogeneous clusters; CI runs it
 @settings(max_examples=examples(15), deadline=None)
 @given(spec=heterogeneous(), top=st.integers(1, 3))
 def test_search_over_every_order_equals_brute_force(spec, top):

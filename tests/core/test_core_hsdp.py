@@ -184,6 +184,7 @@ def test_search_keeps_ep_and_hsdp_fixed_when_the_user_fixes_them():
     assert result.strategies and all(p.strategy.ep == 2 and p.strategy.hsdp_shard == 2 for p in result.strategies)
 
 
+@pytest.mark.slow          # brute force over every HSDP and ep setting: minutes on 2 cores; CI runs it
 @settings(max_examples=examples(15), deadline=None)
 @given(spec=scenario_dicts(max_layers=4, max_gpus=8))
 def test_search_with_hsdp_equals_brute_force(spec):

@@ -85,6 +85,7 @@ def test_too_many_distinct_orders_falls_back_and_says_so():
     assert stats.all_node_orders is False and stats.node_orders == len(result.orders)
 
 
+@pytest.mark.slow          # 720 node orders, brute force and two searches over them; CI runs it
 def test_orders_beyond_the_cap_are_listed_for_the_search():
     """Six kinds of node have 720 distinct orders: more than are searched in full, few enough to
     list; the few searched and the rest are every distinct sequence once, and the search that

@@ -76,6 +76,7 @@ def deep_candidates(draw):
     return CostModel(scn).candidate(*key)
 
 
+@pytest.mark.slow          # the reference on deep pipelines, 60 cases; CI runs it
 @settings(max_examples=examples(60), deadline=None)
 @given(candidate=deep_candidates(), bound_scale=st.sampled_from([INF, 1.0, 1.02]))
 def test_walk_equals_the_reference(candidate, bound_scale):

@@ -222,6 +222,7 @@ def test_a_limited_bound_is_the_full_one_below_the_limit_and_reaches_it_above(na
         assert (limited[~below] >= np.broadcast_to(limit, full.shape)[~below]).all()
 
 
+@pytest.mark.slow          # brute force over every part of the cluster, 40 cases; CI runs it
 @settings(max_examples=examples(40), deadline=None)
 @given(spec=scenario_dicts(max_layers=8, max_gpus=6), framework=st.sampled_from(["megatron", "deepspeed"]))
 def test_every_part_bound_is_below_that_parts_brute_force_best(spec, framework):

@@ -366,6 +366,7 @@ def test_plan_says_which_techniques_the_search_chose():
 
 # -- the search over techniques against brute force ----------------------------------------------
 
+@pytest.mark.slow          # brute force over every technique setting: the suite's longest test; CI runs it
 @settings(max_examples=examples(25), deadline=None)
 @given(spec=scenario_dicts(max_layers=5, max_gpus=8))
 def test_search_with_techniques_equals_brute_force(spec):

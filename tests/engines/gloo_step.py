@@ -2,6 +2,9 @@
 lines with the gloo backend on CPU (test_torchrun_step.py).
 
 Each rank reads its row of rankmap.json (AMP_RANKMAP): its stage, replica, tensor rank and layers.
+AMP_RANKMAP and AMP_OUT may each name several files and folders (joined by os.pathsep): the step then
+runs once per rank map, one after another in the same processes (a rank map changed by hand beside
+the export's own, without a second torchrun start: each start imports torch in every rank and agent).
 It builds those layers of a chain of num_layers small linear layers, takes activations from the rank
 of the stage before (same replica and tensor rank), runs its layers, sends on to the stage after, and
 back again with gradients: GPipe over the rank map's micro-batches. Every activation carries the
@@ -36,9 +39,17 @@ class Layer(torch.nn.Module):
 
 
 def main() -> None:
-    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=120))
-    plan = json.load(open(os.environ["AMP_RANKMAP"]))
+    maps, outs = os.environ["AMP_RANKMAP"].split(os.pathsep), os.environ["AMP_OUT"].split(os.pathsep)
+    assert len(maps) == len(outs), (maps, outs)
+    for rankmap, out in zip(maps, outs):
+        step(json.load(open(rankmap)), out)
+    dist.destroy_process_group()
+
+
+def step(plan: dict, out: str) -> None:
+    """One training step as `plan` (a rank map) lays it out; what this rank did goes to out/rank-N.json."""
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     rows = plan["ranks"]
     assert len(rows) == world, (len(rows), world)
     me = rows[rank]
@@ -93,9 +104,8 @@ def main() -> None:
     report = {"rank": rank, "node": int(os.environ["GROUP_RANK"]), "local_gpu": int(os.environ["LOCAL_RANK"]),
               "layers": [layer.index for layer in layers], "before": before, "after": after,
               "dp_group": dp_members, "micro_batches": len(inputs), "loss": sum(losses) if losses else None}
-    with open(os.path.join(os.environ["AMP_OUT"], f"rank-{rank}.json"), "w") as out:
-        json.dump(report, out)
-    dist.destroy_process_group()
+    with open(os.path.join(out, f"rank-{rank}.json"), "w") as handle:
+        json.dump(report, handle)
 
 
 if __name__ == "__main__":

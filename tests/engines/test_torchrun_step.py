@@ -6,7 +6,9 @@ The checks compare what each rank did with the plan itself (its partition, and t
 rank order from build_layout), not with the files: every rank holds the layers of its stage, sits on
 the node and GPU the plan placed it on, passes activations to the next stage of its replica, and
 averages gradients with the other replica; the step finishes with a loss on every last-stage rank.
-The same run on a rank map changed by hand fails those checks.
+The same run on a rank map changed by hand fails those checks. Both rank maps go through one
+torchrun start (gloo_step.py runs the step once per map, in the same processes): a start imports
+torch in each of the 12 ranks and 3 agents, most of the test's time on 2 cores.
 """
 
 from __future__ import annotations
@@ -26,21 +28,25 @@ from tests.engines.conftest import need
 
 CASE = "paper-het-cluster"
 STEP = Path(__file__).with_name("gloo_step.py")
+pytestmark = pytest.mark.xdist_group("torchrun-step")     # one worker, so one torchrun start for both tests
 
 
-def run_step(launch: Path, rankmap: Path, out: Path, nodes: int) -> dict[int, dict]:
-    """Every node's launch line at once (node ranks 0 .. nodes-1 on this machine); rank -> report."""
+def run_step(launch: Path, rankmaps: list[Path], outs: list[Path], nodes: int) -> list[dict[int, dict]]:
+    """Every node's launch line at once (node ranks 0 .. nodes-1 on this machine), the step run once
+    per rank map; for each, rank -> report."""
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
     env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), TRAIN_SCRIPT=str(STEP),
-               AMP_RANKMAP=str(rankmap), AMP_OUT=str(out), OMP_NUM_THREADS="1",
+               AMP_RANKMAP=os.pathsep.join(map(str, rankmaps)), AMP_OUT=os.pathsep.join(map(str, outs)),
+               OMP_NUM_THREADS="1",
                PATH=os.pathsep.join([os.path.dirname(sys.executable), os.environ.get("PATH", "")]))
     starts = [subprocess.Popen(["bash", str(launch)], env={**env, "NODE_RANK": str(k)}, stdout=subprocess.PIPE,
                                stderr=subprocess.STDOUT, text=True) for k in range(nodes)]
     logs = [start.communicate(timeout=540)[0] for start in starts]
     assert all(start.returncode == 0 for start in starts), "\n".join(log[-2000:] for log in logs)
-    return {int(path.stem.split("-")[1]): json.loads(path.read_text()) for path in out.glob("rank-*.json")}
+    return [{int(path.stem.split("-")[1]): json.loads(path.read_text()) for path in out.glob("rank-*.json")}
+            for out in outs]
 
 
 def check_step(plan, reports: dict[int, dict]) -> None:
@@ -63,34 +69,39 @@ def check_step(plan, reports: dict[int, dict]) -> None:
 
 
 @pytest.fixture(scope="module")
-def het(plans, exported):
+def het(plans, exported, tmp_path_factory):
+    """The plan and the reports of one torchrun start: the step as the exports lay it out, then as a
+    rank map changed by hand does (stage 0 hands its last layer to stage 1: the step runs, the layers
+    still meet in order)."""
     need("torch.distributed.run")
     plan = plans(CASE)
     s = plan.strategy
     assert (s.tp, s.pp, s.dp) == (1, 6, 2) and s.idle      # pp > 1 and dp > 1, one node left idle
-    return plan, exported(CASE, "torchrun") / "launch.sh", exported(CASE, "rankmap") / "rankmap.json"
-
-
-def test_one_step_as_the_exports_lay_it_out(het, tmp_path):
-    plan, launch, rankmap = het
-    nodes = len(json.loads(rankmap.read_text())["nodes"])
-    check_step(plan, run_step(launch, rankmap, tmp_path, nodes))
-
-
-def test_a_rank_map_changed_by_hand_fails(het, tmp_path):
-    """Stage 0 hands its last layer to stage 1 in the rank map: the step runs (the layers still meet
-    in order), and the check against the plan's split fails."""
-    plan, launch, rankmap = het
+    launch, rankmap = exported(CASE, "torchrun") / "launch.sh", exported(CASE, "rankmap") / "rankmap.json"
     document = json.loads(rankmap.read_text())
     for row in document["ranks"]:
         if row["stage"] == 0:
             row["last_layer"] -= 1
         elif row["stage"] == 1:
             row["first_layer"] -= 1
-    changed = tmp_path / "rankmap.json"
+    folder = tmp_path_factory.mktemp("step")
+    changed = folder / "rankmap.json"
     changed.write_text(json.dumps(document))
-    out = tmp_path / "out"
-    out.mkdir()
-    reports = run_step(launch, changed, out, len(document["nodes"]))
+    outs = [folder / "as-exported", folder / "changed"]
+    for out in outs:
+        out.mkdir()
+    as_exported, by_hand = run_step(launch, [rankmap, changed], outs, len(document["nodes"]))
+    return plan, as_exported, by_hand
+
+
+def test_one_step_as_the_exports_lay_it_out(het):
+    plan, as_exported, _ = het
+    check_step(plan, as_exported)
+
+
+def test_a_rank_map_changed_by_hand_fails(het):
+    """Stage 0 hands its last layer to stage 1 in the rank map: the step runs, and the check against
+    the plan's split fails."""
+    plan, _, by_hand = het
     with pytest.raises(AssertionError, match=r"^\(0, \["):
-        check_step(plan, reports)
+        check_step(plan, by_hand)
