@@ -15,36 +15,22 @@ import pytest
 from amp_tui.core.plans.exports import export_plan
 from amp_tui.core.plans.exports.megatron import blocks_per_stage, layout_string
 from amp_tui.core.costmodel.placement import build_layout
-from amp_tui.core.plans.planfile import Plan, load_plan, save_plan
+from amp_tui.core.plans.planfile import Plan
 from amp_tui.core.search.evaluate import evaluate
-from amp_tui.core.search.search import search
 from amp_tui.core.spec.scenario import load_scenario, parse_scenario
 from amp_tui.core.spec.strategy import Strategy
 from tests.engines.conftest import need
-from tests.test_exports import (
+from tests.test_exports import (  # noqa: F401  (plans: the module fixture, preset -> its best plan)
     B200_SCENARIO,
     SCENARIOS,
     knob_plan,
     megatron_args,
     megatron_refuses,
     option,
+    plans,
     plan_for,
     torchrun_lines,
 )
-
-
-@pytest.fixture(scope="module")
-def plans(tmp_path_factory):
-    """preset name -> its best plan (search's), saved and loaded back."""
-    cache: dict = {}
-    folder = tmp_path_factory.mktemp("plans")
-
-    def get(name: str) -> Plan:
-        if name not in cache:
-            scenario = load_scenario(name)
-            cache[name] = load_plan(save_plan(folder / f"{name}.yaml", scenario, search(scenario).strategies[0]))
-        return cache[name]
-    return get
 
 
 def test_megatron_core_takes_the_hsdp_instances():
