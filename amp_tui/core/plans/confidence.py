@@ -28,7 +28,8 @@ def confidence(scenario: Scenario) -> Confidence:
         return Confidence(calibrated, "calibrated: leave-one-out error of its measurements")
     basis = band_basis(scenario)
     if calibrated_without_band(scenario):
-        basis = f"calibrated from too few runs to measure its own error; the published runs' band: {basis}"
+        basis = ("calibrated from too few runs to measure its own error; the published runs' band: "
+                 + basis.removeprefix("uncalibrated: "))
     return Confidence(uncertainty(scenario), basis)
 
 
